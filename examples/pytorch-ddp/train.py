@@ -1,0 +1,359 @@
+#!/usr/bin/python3
+"""Character-level GPT trained with DDP over gloo: the Bulwark example job.
+
+Launched torchrun-style: reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+MASTER_PORT from the environment (set by torchrun or by the Bulwark agent).
+
+Modes (--mode):
+  bulwark    checkpoints, step reports, NaN injection and data skipping through the
+             Bulwark Python SDK (`import bulwark`). Default when the Bulwark agent
+             launched us (BULWARK_AGENT_SOCK or BULWARK_RESUME_STEP set).
+  torchsave  the plain-torchrun baseline "as a careful user would": rank 0
+             torch.save()s {model, optim, step} to <ckpt-dir>/ckpt.pt (tmp file +
+             os.replace), every rank resumes from it at startup; a non-finite loss or
+             gradient norm raises (so torchrun restarts the group). Rank 0 appends one
+             JSON line per step to <ckpt-dir>/steps.jsonl:
+             {step, t_end, step_time, ckpt_stall, attempt, loss, tokens}. step_time is
+             measured from the previous step's end (from the loop start for the first
+             step of an attempt) and includes ckpt_stall, the time blocked in the
+             checkpoint save made since the previous step -- the same definition the
+             Bulwark ETTR ledger uses (src/ledger/ettr_ledger.h).
+  none       no checkpoints (for timing).
+
+Data for (step, rank) is a pure function of (--seed, step, rank, stream), so a resumed
+run sees exactly the batches it would have seen; stream 1 replaces stream 0 for steps
+inside the SDK's skip range (data skipping after a NaN rollback).
+
+Fault hooks for the baseline (no effect in bulwark mode): BASELINE_CHAOS is a comma
+list of KIND:AT:RANK with KIND in kill|hang|nan|nodeloss and AT a step number or
+"@SECONDS" (seconds since BASELINE_T0, a Unix time set by the benchmark runner). Each
+fault fires once per run: fired faults are recorded in <ckpt-dir>/chaos_fired so a
+restarted attempt does not fire them again. nodeloss kills every rank r with
+r // BASELINE_PROCS_PER_NODE == RANK // BASELINE_PROCS_PER_NODE (default 1 per node).
+"""
+
+import time
+
+T_PROC_START = time.time()  # before the heavy imports: startup cost is reported
+
+import argparse
+import datetime
+import json
+import math
+import os
+import signal
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+CORPUS_DIR = "/usr/share/games/fortunes"
+
+
+def parse_args():
+    env_interval = int(os.environ.get("BULWARK_CKPT_INTERVAL_STEPS", "0") or 0)
+    under_bulwark = ("BULWARK_AGENT_SOCK" in os.environ
+                     or "BULWARK_RESUME_STEP" in os.environ)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=600, help="last step (1-based)")
+    p.add_argument("--batch-size", type=int, default=2, help="sequences per rank")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
+    p.add_argument("--ckpt-every", type=int,
+                   default=env_interval if env_interval > 0 else 20)
+    p.add_argument("--ckpt-dir", default=os.environ.get("BULWARK_CKPT_DIR", "ckpt"))
+    p.add_argument("--mode", choices=["bulwark", "torchsave", "none"],
+                   default="bulwark" if under_bulwark else "torchsave")
+    p.add_argument("--pg-timeout", type=float, default=60.0,
+                   help="gloo collective timeout, seconds")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--val-every", type=int, default=100)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--n-layer", type=int, default=2)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--context", type=int, default=64)
+    a = p.parse_args()
+    if a.steps < 1 or a.batch_size < 1 or a.ckpt_every < 1:
+        p.error("--steps, --batch-size and --ckpt-every must be >= 1")
+    return a
+
+
+# ----------------------------------------------------------------------------- data
+
+class Corpus:
+    """Byte-level vocabulary over the concatenated Debian fortune files."""
+
+    def __init__(self, directory=CORPUS_DIR):
+        names = sorted(n for n in os.listdir(directory) if "." not in n)
+        if not names:
+            sys.exit(f"no fortune files in {directory}: apt-get install fortunes")
+        raw = b"".join(open(os.path.join(directory, n), "rb").read() for n in names)
+        data = np.frombuffer(raw, dtype=np.uint8)
+        vocab = np.unique(data)
+        lut = np.zeros(256, dtype=np.uint8)
+        lut[vocab] = np.arange(len(vocab), dtype=np.uint8)
+        ids = lut[data]
+        split = int(len(ids) * 0.9)
+        self.train, self.val = ids[:split], ids[split:]
+        self.vocab_size = len(vocab)
+        self.chars = bytes(vocab.tolist()).decode("latin-1")
+
+    def batch(self, seed, step, rank, stream, batch_size, context, split="train"):
+        """Batch for (step, rank): a pure function of its arguments."""
+        src = self.train if split == "train" else self.val
+        rng = np.random.default_rng([seed, stream, step, rank])
+        ix = rng.integers(0, len(src) - context - 1, size=batch_size)
+        chunk = src[ix[:, None] + np.arange(context + 1)].astype(np.int64)
+        t = torch.from_numpy(chunk)
+        return t[:, :-1], t[:, 1:]
+
+
+# ---------------------------------------------------------------------------- model
+
+class Block(nn.Module):
+    def __init__(self, d, n_head, context):
+        super().__init__()
+        self.n_head = n_head
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        mask = torch.tril(torch.ones(context, context, dtype=torch.bool))
+        self.mask = mask.view(1, 1, context, context)  # not a buffer: gloo can't bcast bool
+
+    def attention(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2)
+                   for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.n_head)
+        att = att.masked_fill(~self.mask[:, :, :t, :t], float("-inf")).softmax(-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, d, n_layer, n_head, context):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(context, d)
+        self.blocks = nn.ModuleList(Block(d, n_head, context) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def lr_at(step, args):
+    """Linear warmup, then cosine decay to 10 % at --steps (a function of step only)."""
+    if step <= args.warmup:
+        return args.lr * step / args.warmup
+    frac = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+# ---------------------------------------------------------------- baseline chaos
+
+class BaselineChaos:
+    """Parses BASELINE_CHAOS and fires this rank's faults once per run."""
+
+    def __init__(self, spec, ckpt_dir, rank):
+        self.rank = rank
+        self.marker = os.path.join(ckpt_dir, "chaos_fired")
+        self.t0 = float(os.environ.get("BASELINE_T0", "0") or 0)
+        self.ppn = int(os.environ.get("BASELINE_PROCS_PER_NODE", "1") or 1)
+        self.faults = []
+        for item in filter(None, (s.strip() for s in spec.split(","))):
+            parts = item.split(":")
+            if len(parts) != 3 or parts[0] not in ("kill", "hang", "nan", "nodeloss"):
+                sys.exit(f"BASELINE_CHAOS: bad entry {item!r}; "
+                         "want KIND:STEP:RANK or KIND:@SECONDS:RANK, "
+                         "KIND in kill|hang|nan|nodeloss")
+            kind, at, target = parts[0], parts[1], int(parts[2])
+            mine = (target // self.ppn == rank // self.ppn) if kind == "nodeloss" \
+                else target == rank
+            if mine:
+                self.faults.append((item, kind, at))
+
+    def _fired(self):
+        try:
+            with open(self.marker) as f:
+                return set(line.strip() for line in f)
+        except FileNotFoundError:
+            return set()
+
+    def due(self, step):
+        """Returns the kind of a fault to fire now (marking it fired), or None."""
+        if not self.faults:
+            return None
+        fired = self._fired()
+        for item, kind, at in self.faults:
+            tag = f"{item}#rank{self.rank}"
+            if tag in fired:
+                continue
+            if at.startswith("@"):
+                hit = self.t0 > 0 and time.time() - self.t0 >= float(at[1:])
+            else:
+                hit = step >= int(at)
+            if hit:
+                with open(self.marker, "a") as f:
+                    f.write(tag + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                print(f"[rank {self.rank}] BASELINE_CHAOS firing {item} at step {step}",
+                      file=sys.stderr, flush=True)
+                return kind
+        return None
+
+
+# -------------------------------------------------------------------------- main
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(1)
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    attempt = int(os.environ.get("BULWARK_ATTEMPT",
+                                 os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    t_launch = time.time()
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.pg_timeout))
+
+    corpus = Corpus()
+    torch.manual_seed(args.seed)  # identical initial weights on every rank
+    model = GPT(corpus.vocab_size, args.d_model, args.n_layer, args.n_head, args.context)
+    ddp = DDP(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99),
+                            weight_decay=0.01)
+
+    bw = None
+    start = 1
+    ckpt_path = os.path.join(args.ckpt_dir, "ckpt.pt")
+    if args.mode == "bulwark":
+        import bulwark as bw
+        bw.init()
+        rs = bw.resume_step()
+        if rs >= 0:
+            state = bw.load(rs)
+            if state is None:
+                sys.exit(f"[rank {rank}] bulwark.load({rs}) returned no checkpoint")
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optim"])
+            start = int(state["step"]) + 1
+    elif args.mode == "torchsave":
+        os.makedirs(args.ckpt_dir, exist_ok=True)
+        if os.path.exists(ckpt_path):
+            state = torch.load(ckpt_path)
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optim"])
+            start = int(state["step"]) + 1
+    chaos = None
+    if args.mode != "bulwark" and os.environ.get("BASELINE_CHAOS"):
+        os.makedirs(args.ckpt_dir, exist_ok=True)  # holds the chaos_fired marker
+        chaos = BaselineChaos(os.environ["BASELINE_CHAOS"], args.ckpt_dir, rank)
+    steplog = None
+    if args.mode == "torchsave" and rank == 0:
+        steplog = open(os.path.join(args.ckpt_dir, "steps.jsonl"), "a")
+
+    tokens = args.batch_size * args.context
+    nparams = sum(p.numel() for p in model.parameters())
+    if rank == 0:
+        print(f"[rank 0] mode={args.mode} attempt={attempt} world={world} "
+              f"params={nparams} vocab={corpus.vocab_size} start_step={start} "
+              f"import_s={t_launch - T_PROC_START:.2f} init_s={time.time() - t_launch:.2f}",
+              flush=True)
+
+    prev_end = time.time()
+    stall = 0.0  # checkpoint stall since prev_end
+    for step in range(start, args.steps + 1):
+        stream = 0
+        if bw is not None:
+            skip = bw.skip_range()  # None or (-1, -1) when nothing to skip
+            if skip and skip[0] <= step < skip[1]:
+                stream = 1
+        x, y = corpus.batch(args.seed, step, rank, stream, args.batch_size, args.context)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args)
+
+        fault = chaos.due(step) if chaos else None
+        if fault in ("kill", "nodeloss"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif fault == "hang":
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+        loss = ddp(x, y)
+        if fault == "nan" or (bw is not None and bw.poll_injected_nan()):
+            loss = loss * float("nan")  # poisons every rank's weights via allreduce
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        loss_v = loss.item()
+        if args.mode != "bulwark" and not (math.isfinite(loss_v) and math.isfinite(gnorm)):
+            # The usual user guard: crash, let torchrun restart from the checkpoint.
+            raise RuntimeError(f"rank {rank}: non-finite loss {loss_v} / grad norm "
+                               f"{gnorm} at step {step}")
+        opt.step()
+        t_end = time.time()
+        step_time = t_end - prev_end
+        prev_end = t_end
+
+        if bw is not None:
+            bw.report_step(step, loss_v, tokens)
+        if steplog is not None:
+            steplog.write(json.dumps(dict(step=step, t_end=t_end, step_time=step_time,
+                                          ckpt_stall=stall, attempt=attempt,
+                                          loss=loss_v, tokens=tokens * world)) + "\n")
+            steplog.flush()
+        stall = 0.0
+        if rank == 0 and (step % args.log_every == 0 or step == start):
+            print(f"step {step:5d} loss {loss_v:.4f} lr {lr_at(step, args):.2e} "
+                  f"tok/s {tokens * world / max(step_time, 1e-9):8.0f} "
+                  f"step_ms {step_time * 1e3:6.1f}", flush=True)
+        if rank == 0 and args.val_every > 0 and step % args.val_every == 0:
+            with torch.no_grad():
+                vl = [model(*corpus.batch(args.seed, i, 0, 0, args.batch_size,
+                                          args.context, split="val")).item()
+                      for i in range(4)]
+            print(f"step {step:5d} val_loss {sum(vl) / len(vl):.4f}", flush=True)
+
+        if bw is not None:
+            if bw.should_checkpoint(step):
+                bw.save(step, {"model": model.state_dict(),
+                               "optim": opt.state_dict(), "step": step})
+        elif args.mode == "torchsave" and step % args.ckpt_every == 0:
+            t0 = time.time()
+            if rank == 0:
+                tmp = ckpt_path + ".tmp"
+                torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                            "step": step}, tmp)
+                os.replace(tmp, ckpt_path)
+            dist.barrier()
+            stall = time.time() - t0
+
+    if rank == 0:
+        print(f"done: steps={args.steps} final_loss={loss_v:.4f}" if start <= args.steps
+              else "done: nothing to do", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

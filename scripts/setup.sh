@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what Bulwark needs to build, test and run its demo on Debian 12.
+# Idempotent: skips apt-get when every package is already installed.
+set -euo pipefail
+PKGS=(
+  build-essential cmake pkg-config git
+  libyaml-cpp-dev nlohmann-json3-dev libsqlite3-dev libcli11-dev libxxhash-dev
+  libgtest-dev libgmock-dev
+  python3 python3-torch   # real PyTorch 1.13 with gloo on CPU (the example trainer)
+  fortunes               # the text corpus the example language model trains on
+  gdb                    # native stacks of hung ranks (optional at run time)
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# README command (2): install, build and pass the whole test suite, then the same
+# tests again under ASan+UBSan.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+"$ROOT/scripts/setup.sh"
+JOBS="$(nproc)"
+echo "== build (RelWithDebInfo)"
+BUILD_DIR="$ROOT/build" "$ROOT/scripts/build.sh"
+echo "== tests"
+(cd "$ROOT/build" && ctest --output-on-failure -j"$JOBS" --timeout 600)
+if [ "${BULWARK_SKIP_SANITIZE:-0}" != "1" ]; then
+  echo "== build (ASan+UBSan)"
+  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug "$ROOT/scripts/build.sh" -DBULWARK_SANITIZE=ON
+  echo "== tests under ASan+UBSan"
+  (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --output-on-failure -j"$JOBS" --timeout 900 -LE no_sanitize)
+fi

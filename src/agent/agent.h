@@ -1,0 +1,109 @@
+// The node agent: launches this node's ranks on the controller's orders, forwards SDK
+// reports, detects faults (crash, fatal log line, NaN loss, hang) and reports them.
+//
+// One Agent per process; Run() is a single-threaded poll loop (<= 50 ms per turn) over
+// the controller connection, the SDK datagram socket, every rank's output pipe and
+// timers. Fault decisions are delegated to FaultDetector (pure, clock-driven). The
+// agent never leaves ranks behind: every exit path stops and reaps them.
+#pragma once
+
+#include <cstdio>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/fault_detector.h"
+#include "agent/rank_env.h"
+#include "agent/stack_capture.h"
+#include "common/clock.h"
+#include "common/net.h"
+
+namespace bulwark {
+
+struct AgentOptions {
+  std::string controller_host = "127.0.0.1";
+  int controller_port = 0;
+  std::string node = "node-0";
+  std::string run_dir;  // sockets live in <run_dir>/<node>/
+  double heartbeat_interval_s = 1;
+  double connect_timeout_s = 30;  // keep retrying the controller this long
+  std::string python_dir;         // prefixed to the ranks' PYTHONPATH ("" = untouched)
+  std::string lib_path;           // BULWARK_LIB ("" = unset)
+  StackCaptureOptions stacks;
+};
+
+// Exit codes of Run().
+inline constexpr int kAgentExitOk = 0;              // shutdown order, SIGTERM or SIGINT
+inline constexpr int kAgentExitSetupFailed = 2;     // bad paths, no controller
+inline constexpr int kAgentExitControllerLost = 3;  // controller connection closed
+
+class Agent {
+ public:
+  Agent(AgentOptions opts, const Clock* clock);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Connects, says hello, and serves until shutdown, a termination signal or loss of
+  // the controller. Returns one of the kAgentExit* codes; all ranks are dead and reaped.
+  int Run();
+  // Async-signal-safe: asks Run() to stop all ranks and return kAgentExitOk.
+  static void RequestTermination(int sig);
+
+ private:
+  struct Rank {
+    int rank = -1;
+    int local_rank = -1;
+    pid_t pid = -1;
+    pid_t pgid = -1;
+    bool alive = false;
+    Fd out;
+    std::string partial;           // output after the last newline
+    std::deque<std::string> tail;  // last kTailLines lines
+    std::FILE* log = nullptr;
+    std::string stack_file;
+  };
+
+  Status Setup();
+  void HandleController(const Json& msg);
+  void HandleStart(const Json& msg);
+  void HandleStop(const Json& msg);
+  void HandleChaos(const Json& msg);
+  void HandleDatagram(const std::string& payload);
+  void Launch(const StartSpec& spec);
+  void BeginStop(double grace_s, long reply_attempt);
+  void AdvanceStop();
+  void FinishStop();
+  void StopAllBlocking();
+  void PumpOutput(Rank& r, bool final);
+  void EmitLine(Rank& r, const std::string& line);
+  void ReapRanks();
+  void OnRankExit(Rank& r, const ExitInfo& e);
+  void CheckHangs();
+  void SendIncident(const DetectedFault& f, const Json& stacks);
+  void MaybeHeartbeat(bool force = false);
+  void Send(const Json& msg);
+  Rank* FindRank(int global_rank);
+  int RanksAlive() const;
+  void CloseRanks();
+  std::string LogTail(const Rank& r) const;
+
+  AgentOptions opts_;
+  const Clock* clock_;
+  AgentPaths paths_;
+  std::optional<JsonLineConn> conn_;
+  Fd dgram_;
+  FaultDetector detector_;
+  std::optional<StartSpec> spec_;  // the running (or stopping) attempt
+  std::vector<Rank> ranks_;
+  bool stopping_ = false;
+  bool stop_killed_ = false;
+  double stop_deadline_ = 0;
+  long stop_reply_attempt_ = -1;  // `stopped` attempt to send when the stop ends; -1 none
+  std::optional<StartSpec> pending_start_;
+  bool shutdown_requested_ = false;
+  double next_heartbeat_ = 0;
+};
+
+}  // namespace bulwark

@@ -1,0 +1,362 @@
+// Runs the real bulwark-agent binary against a fake controller in this test.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+
+#include "common/net.h"
+#include "common/proc.h"
+
+#ifndef BULWARK_AGENT_BIN
+#define BULWARK_AGENT_BIN "bulwark-agent"
+#endif
+
+namespace bulwark {
+namespace {
+
+constexpr double kWait = 20;  // generous per-step deadline; tests never sleep fixed times
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class FakeController {
+ public:
+  explicit FakeController(const std::string& node) : node_(node) {
+    char tmpl[] = "/tmp/bwat-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    auto l = TcpListen("127.0.0.1", 0);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    listen_ = std::move(l).value();
+    port_ = LocalPort(listen_.get()).value();
+    SpawnOptions o;
+    o.argv = {BULWARK_AGENT_BIN,
+              "--controller",
+              "127.0.0.1:" + std::to_string(port_),
+              "--node",
+              node,
+              "--run-dir",
+              dir_ + "/run",
+              "--heartbeat-interval",
+              "0.2"};
+    o.env = CurrentEnv();
+    auto c = Spawn(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    agent_ = std::move(c).value();
+    double deadline = Now() + kWait;
+    while (!conn_ && Now() < deadline) {
+      PollReadable({listen_.get(), agent_.output.get()}, 0.05);
+      Drain();
+      Fd fd = TcpAcceptNonBlocking(listen_.get());
+      if (fd.valid()) conn_.emplace(std::move(fd));
+    }
+    EXPECT_TRUE(conn_.has_value()) << "agent never connected; output:\n" << agent_out_;
+  }
+  ~FakeController() {
+    if (agent_.pid > 0 && !exited_) {
+      kill(agent_.pid, SIGKILL);
+      WaitExit(agent_.pid, 10);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& agent_output() const { return agent_out_; }
+  void Send(const Json& m) { ASSERT_TRUE(conn_->Send(m).ok()); }
+  void CloseConnection() { conn_.reset(); }
+
+  // Waits for the next message of `type` satisfying `pred`; consumed messages are kept.
+  std::optional<Json> WaitFor(const std::string& type,
+                              const std::function<bool(const Json&)>& pred = nullptr,
+                              double timeout = kWait) {
+    double deadline = Now() + timeout;
+    while (true) {
+      for (size_t i = 0; i < inbox_.size(); ++i) {
+        if (inbox_[i]["type"] == type && (!pred || pred(inbox_[i]))) {
+          Json m = inbox_[i];
+          inbox_.erase(inbox_.begin() + static_cast<long>(i));
+          return m;
+        }
+      }
+      if (Now() >= deadline) return std::nullopt;
+      PollReadable({conn_->fd(), agent_.output.get()}, 0.05);
+      Drain();
+      for (auto& m : conn_->Read()) inbox_.push_back(std::move(m));
+    }
+  }
+
+  // Waits for the agent process to exit; returns its exit info.
+  std::optional<ExitInfo> WaitAgentExit(double timeout = kWait) {
+    double deadline = Now() + timeout;
+    while (Now() < deadline) {
+      PollReadable({agent_.output.get()}, 0.05);
+      Drain();
+      if (auto e = Reap(agent_.pid)) {
+        exited_ = true;
+        Drain();
+        return e;
+      }
+    }
+    return std::nullopt;
+  }
+
+  Json StartMsg(int attempt, const std::vector<std::string>& cmd, int nproc) {
+    return Json{{"type", "start"},
+                {"attempt", attempt},
+                {"run_id", "run-xyz"},
+                {"job", "demo"},
+                {"command", cmd},
+                {"env", {{"DEMO_VAR", "42"}}},
+                {"workdir", dir_},
+                {"log_dir", dir_ + "/logs"},
+                {"master_addr", "127.0.0.1"},
+                {"master_port", 29555},
+                {"nnodes", 2},
+                {"group_rank", 1},
+                {"nproc_per_node", nproc},
+                {"world_size", 2 * nproc},
+                {"restart_count", 1},
+                {"max_restarts", 7},
+                {"resume_step", -1},
+                {"ckpt_dir", dir_ + "/ck"},
+                {"ckpt_interval_steps", 0},
+                {"skip_from", -1},
+                {"skip_to", -1},
+                {"hang_floor_s", 1.0},
+                {"hang_multiplier", 2.0},
+                {"startup_timeout_s", 30.0},
+                {"stop_grace_s", 2.0}};
+  }
+
+ private:
+  void Drain() {
+    bool eof = false;
+    if (agent_.output.valid()) agent_out_ += ReadAvailable(agent_.output.get(), &eof);
+  }
+
+  std::string node_;
+  std::string dir_;
+  Fd listen_;
+  int port_ = 0;
+  Child agent_;
+  bool exited_ = false;
+  std::string agent_out_;
+  std::optional<JsonLineConn> conn_;
+  std::vector<Json> inbox_;
+};
+
+std::vector<pid_t> Pgids(const Json& started) {
+  std::vector<pid_t> out;
+  for (const auto& r : started["ranks"]) out.push_back(r["pgid"].get<pid_t>());
+  return out;
+}
+
+bool AnyGroupAlive(const std::vector<pid_t>& pgids) {
+  for (pid_t g : pgids) {
+    if (GroupAlive(g)) return true;
+  }
+  return false;
+}
+
+TEST(AgentIntegration, StartEnvCrashStopShutdown) {
+  FakeController fc("node-1");
+  auto hello = fc.WaitFor("hello");
+  ASSERT_TRUE(hello) << fc.agent_output();
+  EXPECT_EQ((*hello)["node"], "node-1");
+  ASSERT_TRUE(fc.WaitFor("heartbeat", [](const Json& m) { return m["attempt"] == -1; }));
+
+  const std::string script =
+      "echo \"ENV RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE "
+      "LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE GROUP_RANK=$GROUP_RANK ROLE_RANK=$ROLE_RANK "
+      "ROLE_NAME=$ROLE_NAME MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT "
+      "RESTARTS=$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS "
+      "RUN_ID=$TORCHELASTIC_RUN_ID DEMO_VAR=$DEMO_VAR ATTEMPT=$BULWARK_ATTEMPT "
+      "STACK=$BULWARK_STACK_FILE\"; exec sleep 300";
+  fc.Send(fc.StartMsg(4, {"/bin/sh", "-c", script}, 2));
+  auto started = fc.WaitFor("started");
+  ASSERT_TRUE(started) << fc.agent_output();
+  EXPECT_EQ((*started)["attempt"], 4);
+  ASSERT_EQ((*started)["ranks"].size(), 2u);
+  EXPECT_EQ((*started)["ranks"][0]["rank"], 2);
+  EXPECT_EQ((*started)["ranks"][1]["rank"], 3);
+  EXPECT_EQ((*started)["ranks"][1]["local_rank"], 1);
+  auto pgids = Pgids(*started);
+
+  const std::string log3 = fc.dir() + "/logs/rank-3.log";
+  double deadline = Now() + kWait;
+  while (ReadFile(log3).find("ENV ") == std::string::npos && Now() < deadline) {
+    fc.WaitFor("none", nullptr, 0.05);  // keeps draining the agent while polling
+  }
+  std::string log = ReadFile(log3);
+  EXPECT_NE(log.find("===== bulwark attempt 4, rank 3"), std::string::npos) << log;
+  EXPECT_NE(log.find("ENV RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK=1 "
+                     "ROLE_RANK=3 ROLE_NAME=default MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 "
+                     "RESTARTS=1/7 RUN_ID=run-xyz DEMO_VAR=42 ATTEMPT=4 STACK=" +
+                     fc.dir() + "/logs/stacks/attempt-4-rank-3.txt"),
+            std::string::npos)
+      << log;
+  ASSERT_TRUE(fc.WaitFor("heartbeat",
+                         [](const Json& m) { return m["attempt"] == 4 && m["ranks_alive"] == 2; }));
+  EXPECT_NE(fc.agent_output().find("[node-1/3] ENV RANK=3"), std::string::npos);
+
+  fc.Send({{"type", "chaos"}, {"action", "kill_rank"}, {"rank", 2}});
+  auto inc = fc.WaitFor("incident");
+  ASSERT_TRUE(inc) << fc.agent_output();
+  EXPECT_EQ((*inc)["attempt"], 4);
+  EXPECT_EQ((*inc)["kind"], "crash");
+  EXPECT_EQ((*inc)["subtype"], "SIGKILL");
+  EXPECT_EQ((*inc)["rank"], 2);
+  EXPECT_GE((*inc)["detect_time"].get<double>(), (*inc)["fault_time"].get<double>());
+  EXPECT_NE((*inc)["log_tail"].get<std::string>().find("ENV RANK=2"), std::string::npos);
+
+  fc.Send({{"type", "stop"}, {"attempt", 4}, {"grace_s", 2.0}});
+  auto stopped = fc.WaitFor("stopped");
+  ASSERT_TRUE(stopped) << fc.agent_output();
+  EXPECT_EQ((*stopped)["attempt"], 4);
+  EXPECT_FALSE(AnyGroupAlive(pgids));
+  EXPECT_FALSE(fc.WaitFor("incident", nullptr, 0.3)) << "a requested stop is not a fault";
+
+  fc.Send({{"type", "shutdown"}});
+  auto e = fc.WaitAgentExit();
+  ASSERT_TRUE(e) << fc.agent_output();
+  EXPECT_TRUE(e->ok()) << e->Describe();
+}
+
+const char* kPyRank = R"PY(
+import faulthandler, json, os, signal, socket, time
+stack = open(os.environ["BULWARK_STACK_FILE"], "a")
+faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+rank = int(os.environ["RANK"])
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+def report(msg):
+    sock.sendto(json.dumps(msg).encode(), os.environ["BULWARK_AGENT_SOCK"])
+if rank == 1:
+    report({"type": "step", "rank": rank, "loss": 1.0})  # malformed: no "step"
+def train_step(i):
+    time.sleep(0.05)
+for i in range(100000):
+    train_step(i)
+    loss = None if (rank == 1 and i == 3) else 1.0 / (i + 1)
+    report({"type": "step", "rank": rank, "step": i, "loss": loss, "tokens": 64,
+            "step_time": 0.05, "ckpt_stall": 0.0, "t": time.time()})
+    print("step", i, flush=True)
+)PY";
+
+TEST(AgentIntegration, NanAndHangWithStacks) {
+  FakeController fc("node-0");
+  ASSERT_TRUE(fc.WaitFor("hello")) << fc.agent_output();
+  Json start = fc.StartMsg(0, {"/usr/bin/python3", "-c", kPyRank}, 2);
+  start["group_rank"] = 0;
+  fc.Send(start);
+  auto started = fc.WaitFor("started");
+  ASSERT_TRUE(started) << fc.agent_output();
+  auto pgids = Pgids(*started);
+
+  auto nan = fc.WaitFor("incident", [](const Json& m) { return m["kind"] == "nan"; });
+  ASSERT_TRUE(nan) << fc.agent_output();
+  EXPECT_EQ((*nan)["rank"], 1);
+  EXPECT_EQ((*nan)["step"], 3);
+  EXPECT_NE(fc.agent_output().find("field 'step' is missing"), std::string::npos)
+      << fc.agent_output();
+  auto fwd = fc.WaitFor("step", [](const Json& m) { return m["rank"] == 0 && m["step"] == 5; });
+  ASSERT_TRUE(fwd) << fc.agent_output();
+  EXPECT_EQ((*fwd)["attempt"], 0);
+  EXPECT_EQ((*fwd)["tokens"], 64);
+
+  fc.Send({{"type", "chaos"}, {"action", "hang_rank"}, {"rank", 0}});
+  auto hang = fc.WaitFor("incident", [](const Json& m) { return m["kind"] == "hang"; });
+  ASSERT_TRUE(hang) << fc.agent_output();
+  EXPECT_EQ((*hang)["rank"], 0);
+  EXPECT_EQ((*hang)["subtype"], "no_progress");
+  EXPECT_GT((*hang)["detect_time"].get<double>(), (*hang)["fault_time"].get<double>());
+  EXPECT_NE((*hang)["detail"].get<std::string>().find("stopped (SIGSTOP) rank(s): 0"),
+            std::string::npos)
+      << (*hang)["detail"];
+  ASSERT_TRUE((*hang)["stacks"].contains("0")) << hang->dump();
+  const std::string st0 = (*hang)["stacks"]["0"].get<std::string>();
+  EXPECT_NE(st0.find("resumed to dump its stack"), std::string::npos) << st0;
+  EXPECT_NE(st0.find("train_step"), std::string::npos) << st0;
+  EXPECT_NE(st0.find("--- Python stacks (faulthandler) ---"), std::string::npos) << st0;
+
+  fc.Send({{"type", "stop"}, {"attempt", 0}, {"grace_s", 1.0}});
+  ASSERT_TRUE(fc.WaitFor("stopped")) << fc.agent_output();
+  EXPECT_FALSE(AnyGroupAlive(pgids));
+}
+
+TEST(AgentIntegration, CleanExitAndStartupHangOfNonPythonRank) {
+  FakeController fc("node-0");
+  ASSERT_TRUE(fc.WaitFor("hello")) << fc.agent_output();
+  Json start = fc.StartMsg(
+      2, {"/bin/sh", "-c", "if [ \"$LOCAL_RANK\" = 0 ]; then exit 0; fi; exec sleep 300"}, 2);
+  start["group_rank"] = 0;
+  start["startup_timeout_s"] = 1.0;
+  fc.Send(start);
+  auto started = fc.WaitFor("started");
+  ASSERT_TRUE(started) << fc.agent_output();
+  auto pgids = Pgids(*started);
+  auto exited = fc.WaitFor("exited");
+  ASSERT_TRUE(exited) << fc.agent_output();
+  EXPECT_EQ((*exited)["rank"], 0);
+  EXPECT_EQ((*exited)["code"], 0);
+  auto hang = fc.WaitFor("incident");
+  ASSERT_TRUE(hang) << fc.agent_output();
+  EXPECT_EQ((*hang)["kind"], "hang");
+  EXPECT_EQ((*hang)["subtype"], "startup_timeout");
+  EXPECT_EQ((*hang)["rank"], 1);
+  ASSERT_TRUE((*hang)["stacks"].contains("1")) << hang->dump();
+  EXPECT_NE((*hang)["stacks"]["1"].get<std::string>().find("does not handle SIGUSR1"),
+            std::string::npos)
+      << hang->dump();
+  // SIGUSR1 would have killed `sleep`: the agent must not have sent it.
+  EXPECT_FALSE(fc.WaitFor("incident", nullptr, 0.3)) << fc.agent_output();
+  EXPECT_TRUE(GroupAlive(pgids[1]));
+  fc.Send({{"type", "stop"}, {"attempt", 2}, {"grace_s", 1.0}});
+  ASSERT_TRUE(fc.WaitFor("stopped")) << fc.agent_output();
+  EXPECT_FALSE(AnyGroupAlive(pgids));
+}
+
+TEST(AgentIntegration, ControllerLossStopsRanksAndExits) {
+  FakeController fc("node-0");
+  ASSERT_TRUE(fc.WaitFor("hello")) << fc.agent_output();
+  Json start = fc.StartMsg(1, {"/bin/sh", "-c", "sleep 300 & wait"}, 2);
+  start["group_rank"] = 0;
+  fc.Send(start);
+  auto started = fc.WaitFor("started");
+  ASSERT_TRUE(started) << fc.agent_output();
+  auto pgids = Pgids(*started);
+  EXPECT_TRUE(AnyGroupAlive(pgids));
+  fc.CloseConnection();
+  auto e = fc.WaitAgentExit();
+  ASSERT_TRUE(e) << fc.agent_output();
+  EXPECT_EQ(e->code, 3) << fc.agent_output();
+  EXPECT_FALSE(AnyGroupAlive(pgids)) << "the agent left ranks behind";
+}
+
+TEST(AgentIntegration, BadStartIsDroppedWithFieldName) {
+  FakeController fc("node-0");
+  ASSERT_TRUE(fc.WaitFor("hello")) << fc.agent_output();
+  Json start = fc.StartMsg(1, {"/bin/true"}, 1);
+  start["nproc_per_node"] = "many";
+  fc.Send(start);
+  fc.Send({{"type", "stop"}, {"attempt", 1}, {"grace_s", 1.0}});
+  ASSERT_TRUE(fc.WaitFor("stopped")) << fc.agent_output();
+  EXPECT_FALSE(fc.WaitFor("started", nullptr, 0.2));
+  EXPECT_NE(fc.agent_output().find("nproc_per_node"), std::string::npos) << fc.agent_output();
+}
+
+}  // namespace
+}  // namespace bulwark

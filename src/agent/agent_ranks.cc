@@ -1,0 +1,322 @@
+// Agent: rank lifecycle (launch, output, exits, stop) and incident reporting.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "agent/agent.h"
+#include "common/proc.h"
+
+namespace bulwark {
+namespace {
+
+constexpr size_t kTailLines = 30;
+constexpr size_t kMaxLineBytes = 64 * 1024;  // longer output without '\n' is split
+constexpr double kKillWaitS = 5;
+
+void Warn(const std::string& msg) { std::cerr << "bulwark-agent: " << msg << std::endl; }
+
+std::string WallStamp(double wall) {
+  time_t secs = static_cast<time_t>(wall);
+  char buf[64];
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+void Agent::Launch(const StartSpec& spec) {
+  spec_ = spec;
+  stopping_ = false;
+  stop_killed_ = false;
+  std::error_code ec;
+  std::filesystem::create_directories(spec.log_dir + "/stacks", ec);
+  if (ec) Warn("cannot create " + spec.log_dir + "/stacks: " + ec.message());
+  const auto base_env = CurrentEnv();
+  Json started = Json::array();
+  std::vector<int> monitored;
+  std::vector<std::pair<int, std::string>> failures;
+  for (int i = 0; i < spec.nproc_per_node; ++i) {
+    Rank r;
+    r.rank = spec.GlobalRank(i);
+    r.local_rank = i;
+    r.stack_file = StackFilePath(spec, r.rank);
+    r.log = std::fopen(RankLogPath(spec, r.rank).c_str(), "a");
+    if (!r.log) Warn("cannot open " + RankLogPath(spec, r.rank) + ": " + std::strerror(errno));
+    if (r.log) {
+      std::fprintf(r.log, "===== bulwark attempt %d, rank %d on %s, started %s =====\n",
+                   spec.attempt, r.rank, opts_.node.c_str(), WallStamp(clock_->NowWall()).c_str());
+      std::fflush(r.log);
+    }
+    SpawnOptions so;
+    so.argv = spec.command;
+    so.env = BuildRankEnv(spec, i, paths_, base_env);
+    so.workdir = spec.workdir;
+    auto child = Spawn(so);
+    if (!child.ok()) {
+      failures.emplace_back(r.rank, child.status().message());
+      if (r.log)
+        std::fprintf(r.log, "bulwark: spawn failed: %s\n", child.status().message().c_str());
+      if (r.log) std::fclose(r.log);
+      continue;
+    }
+    r.pid = child->pid;
+    r.pgid = child->pgid;
+    r.out = std::move(child->output);
+    r.alive = true;
+    started.push_back({{"rank", r.rank}, {"local_rank", i}, {"pid", r.pid}, {"pgid", r.pgid}});
+    monitored.push_back(r.rank);
+    ranks_.push_back(std::move(r));
+  }
+  DetectorConfig cfg;
+  cfg.hang_floor_s = spec.hang_floor_s;
+  cfg.hang_multiplier = spec.hang_multiplier;
+  cfg.startup_timeout_s = spec.startup_timeout_s;
+  detector_.StartAttempt(spec.attempt, cfg, monitored);
+  Send({{"type", "started"}, {"attempt", spec.attempt}, {"ranks", started}});
+  for (const auto& [rank, why] : failures) {
+    const double now = clock_->NowWall();
+    Send({{"type", "incident"},
+          {"attempt", spec.attempt},
+          {"kind", "crash"},
+          {"subtype", "spawn_failed"},
+          {"rank", rank},
+          {"step", -1},
+          {"fault_time", now},
+          {"detect_time", now},
+          {"detail", "rank " + std::to_string(rank) + " could not start: " + why},
+          {"log_tail", ""},
+          {"node", opts_.node}});
+  }
+}
+
+void Agent::PumpOutput(Rank& r, bool final) {
+  if (!r.out.valid()) return;
+  bool eof = false;
+  std::string data = ReadAvailable(r.out.get(), &eof);
+  if (!data.empty()) {
+    r.partial += data;
+    size_t pos = 0;
+    while (true) {
+      size_t nl = r.partial.find('\n', pos);
+      if (nl == std::string::npos) break;
+      EmitLine(r, r.partial.substr(pos, nl - pos));
+      pos = nl + 1;
+    }
+    r.partial.erase(0, pos);
+    if (r.partial.size() > kMaxLineBytes) {
+      EmitLine(r, r.partial);
+      r.partial.clear();
+    }
+    if (r.log) std::fflush(r.log);
+    std::fflush(stdout);
+  }
+  if (eof || final) {
+    if (!r.partial.empty()) EmitLine(r, r.partial);
+    r.partial.clear();
+    if (eof) r.out.Reset();
+    if (r.log) std::fflush(r.log);
+    std::fflush(stdout);
+  }
+}
+
+void Agent::EmitLine(Rank& r, const std::string& raw) {
+  std::string line = raw;
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (r.log) std::fprintf(r.log, "%s\n", line.c_str());
+  std::fprintf(stdout, "[%s/%d] %s\n", opts_.node.c_str(), r.rank, line.c_str());
+  r.tail.push_back(line);
+  while (r.tail.size() > kTailLines) r.tail.pop_front();
+  if (auto f = detector_.OnLogLine(r.rank, line)) SendIncident(*f, nullptr);
+}
+
+std::string Agent::LogTail(const Rank& r) const {
+  std::string s;
+  for (const auto& l : r.tail) s += l + "\n";
+  return s;
+}
+
+void Agent::ReapRanks() {
+  for (Rank& r : ranks_) {
+    if (!r.alive) continue;
+    if (auto e = Reap(r.pid)) OnRankExit(r, *e);
+  }
+  // Orphaned descendants reparented to us (we are a subreaper): reap them too. Peek
+  // with WNOWAIT so a rank's exit status is never stolen from Reap(rank pid).
+  while (true) {
+    siginfo_t si{};
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) break;
+    Rank* owner = nullptr;
+    for (Rank& r : ranks_) {
+      if (r.alive && r.pid == si.si_pid) owner = &r;
+    }
+    if (owner) {
+      if (auto e = Reap(owner->pid)) OnRankExit(*owner, *e);
+    } else {
+      (void)waitpid(si.si_pid, nullptr, WNOHANG);
+    }
+  }
+}
+
+void Agent::OnRankExit(Rank& r, const ExitInfo& e) {
+  r.alive = false;
+  PumpOutput(r, true);  // the last lines (a traceback) belong in the log tail
+  if (r.log) {
+    std::fprintf(r.log, "===== bulwark: rank %d exited: %s =====\n", r.rank, e.Describe().c_str());
+    std::fflush(r.log);
+  }
+  if (stopping_ || !spec_) return;
+  Warn("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
+       ") exited: " + e.Describe());
+  if (auto f = detector_.OnExit(r.rank, e)) {
+    SendIncident(*f, nullptr);
+  } else if (e.ok()) {
+    Send({{"type", "exited"}, {"attempt", spec_->attempt}, {"rank", r.rank}, {"code", 0}});
+  }
+}
+
+void Agent::CheckHangs() {
+  if (stopping_ || !spec_) return;
+  auto f = detector_.CheckHangs();
+  if (!f) return;
+  std::vector<StackTarget> targets;
+  for (const Rank& r : ranks_) {
+    if (r.alive) targets.push_back({r.rank, r.pid, r.stack_file});
+  }
+  auto stacks = CaptureStacks(targets, opts_.stacks, clock_, [this] {
+    MaybeHeartbeat();
+    if (conn_->HasPendingOutput()) (void)conn_->Flush(0);
+  });
+  std::vector<int> stopped;
+  Json js = Json::object();
+  for (const auto& [rank, st] : stacks) {
+    js[std::to_string(rank)] = st.text;
+    if (st.state == 'T') stopped.push_back(rank);
+  }
+  for (int rank : stopped) {
+    bool stalled =
+        std::find(f->stalled_ranks.begin(), f->stalled_ranks.end(), rank) != f->stalled_ranks.end();
+    if (stalled) {
+      f->rank = rank;  // a stopped rank is the likeliest culprit
+      f->step = detector_.LastStep(rank);
+      break;
+    }
+  }
+  std::string note = "; culprit rank " + std::to_string(f->rank);
+  if (!stopped.empty()) {
+    note += "; stopped (SIGSTOP) rank(s):";
+    for (int r : stopped) note += " " + std::to_string(r);
+  }
+  f->detail += note;
+  Warn("hang detected: " + f->detail);
+  SendIncident(*f, js);
+}
+
+void Agent::SendIncident(const DetectedFault& f, const Json& stacks) {
+  if (!spec_) return;
+  Rank* r = FindRank(f.rank);
+  Json m = {{"type", "incident"},
+            {"attempt", spec_->attempt},
+            {"kind", FaultKindName(f.kind)},
+            {"subtype", f.subtype},
+            {"rank", f.rank},
+            {"step", f.step},
+            {"fault_time", f.fault_time},
+            {"detect_time", f.detect_time},
+            {"detail", f.detail},
+            {"log_tail", r ? LogTail(*r) : ""},
+            {"node", opts_.node}};
+  if (stacks.is_object()) m["stacks"] = stacks;
+  if (!f.stalled_ranks.empty()) m["ranks"] = f.stalled_ranks;
+  Send(m);
+}
+
+void Agent::BeginStop(double grace_s, long reply_attempt) {
+  detector_.Disarm();
+  stopping_ = true;
+  stop_killed_ = false;
+  stop_reply_attempt_ = reply_attempt;
+  for (Rank& r : ranks_) {
+    (void)SignalGroup(r.pgid, SIGTERM);
+    (void)SignalGroup(r.pgid, SIGCONT);  // a stopped rank must run to see SIGTERM
+  }
+  stop_deadline_ = clock_->NowMono() + grace_s;
+}
+
+void Agent::AdvanceStop() {
+  if (!stopping_) return;
+  const double now = clock_->NowMono();
+  if (RanksAlive() == 0 && !stop_killed_) {  // every leader is gone: no grace for stragglers
+    for (Rank& r : ranks_) (void)SignalGroup(r.pgid, SIGKILL);
+    stop_killed_ = true;
+    stop_deadline_ = now + kKillWaitS;
+  }
+  bool groups_alive = false;
+  for (const Rank& r : ranks_) groups_alive = groups_alive || GroupAlive(r.pgid);
+  if (RanksAlive() > 0 || groups_alive) {
+    if (!stop_killed_ && now >= stop_deadline_) {
+      for (Rank& r : ranks_) (void)SignalGroup(r.pgid, SIGKILL);
+      stop_killed_ = true;
+      stop_deadline_ = now + kKillWaitS;
+      return;
+    }
+    if (!(stop_killed_ && now >= stop_deadline_)) return;  // reaping continues in the loop
+    Warn("rank processes survived SIGKILL for " + std::to_string(kKillWaitS) +
+         " s; giving up on them");
+  }
+  FinishStop();
+}
+
+void Agent::FinishStop() {
+  for (Rank& r : ranks_) (void)SignalGroup(r.pgid, SIGKILL);  // stragglers in the groups
+  CloseRanks();
+  stopping_ = false;
+  const long reply = stop_reply_attempt_;
+  stop_reply_attempt_ = -1;
+  spec_.reset();
+  if (reply >= 0) Send({{"type", "stopped"}, {"attempt", reply}});
+  if (pending_start_ && !shutdown_requested_) {
+    StartSpec next = std::move(*pending_start_);
+    pending_start_.reset();
+    Launch(next);
+  }
+}
+
+void Agent::StopAllBlocking() {
+  if (ranks_.empty()) return;
+  pending_start_.reset();
+  if (!stopping_) BeginStop(spec_ ? spec_->stop_grace_s : 5, spec_ ? spec_->attempt : -1);
+  while (stopping_) {
+    std::vector<int> fds;
+    for (const Rank& r : ranks_) {
+      if (r.out.valid()) fds.push_back(r.out.get());
+    }
+    PollReadable(fds, 0.02);
+    for (Rank& r : ranks_) PumpOutput(r, false);
+    ReapRanks();
+    AdvanceStop();
+  }
+  if (conn_ && !conn_->closed()) (void)conn_->Flush(1);
+}
+
+void Agent::CloseRanks() {
+  for (Rank& r : ranks_) {
+    PumpOutput(r, true);
+    if (r.alive) {  // only reachable if SIGKILL did not take: never block forever
+      if (auto e = Reap(r.pid)) r.alive = false;
+    }
+    if (r.log) std::fclose(r.log);
+    r.log = nullptr;
+  }
+  ranks_.clear();
+}
+
+}  // namespace bulwark

@@ -1,0 +1,69 @@
+// bulwark-agent: the per-node agent (docs/agent.md).
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "agent/agent.h"
+#include "common/clock.h"
+
+#ifndef BULWARK_DEFAULT_PYTHON_DIR
+#define BULWARK_DEFAULT_PYTHON_DIR ""
+#endif
+#ifndef BULWARK_DEFAULT_LIB
+#define BULWARK_DEFAULT_LIB ""
+#endif
+
+namespace {
+
+void OnTermSignal(int sig) { bulwark::Agent::RequestTermination(sig); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bulwark-agent: launches a node's training ranks and detects their faults"};
+  bulwark::AgentOptions o;
+  std::string controller;
+  app.add_option("--controller", controller, "controller address HOST:PORT")->required();
+  app.add_option("--node", o.node, "this node's id, e.g. node-0")->required();
+  app.add_option("--run-dir", o.run_dir, "directory for this agent's sockets")->required();
+  app.add_option("--heartbeat-interval", o.heartbeat_interval_s, "seconds between heartbeats")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--connect-timeout", o.connect_timeout_s,
+                 "seconds to keep retrying the controller");
+  o.python_dir = BULWARK_DEFAULT_PYTHON_DIR;
+  o.lib_path = BULWARK_DEFAULT_LIB;
+  app.add_option("--python-dir", o.python_dir, "Bulwark Python package root for PYTHONPATH");
+  app.add_option("--lib", o.lib_path, "path of libbulwark.so (BULWARK_LIB)");
+  app.add_option("--gdb", o.stacks.gdb_path, "gdb for native stacks of hung ranks ('' = off)");
+  app.add_option("--stack-budget", o.stacks.budget_s,
+                 "max seconds spent capturing stacks before a hang is reported");
+  CLI11_PARSE(app, argc, argv);
+
+  size_t colon = controller.rfind(':');
+  int port = 0;
+  if (colon != std::string::npos) {
+    try {
+      port = std::stoi(controller.substr(colon + 1));
+    } catch (...) {
+      port = 0;
+    }
+  }
+  if (colon == std::string::npos || port <= 0 || port > 65535) {
+    std::cerr << "bulwark-agent: --controller '" << controller
+              << "' must be HOST:PORT, e.g. 127.0.0.1:7070\n";
+    return bulwark::kAgentExitSetupFailed;
+  }
+  o.controller_host = controller.substr(0, colon);
+  o.controller_port = port;
+
+  struct sigaction sa {};
+  sa.sa_handler = OnTermSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  bulwark::Agent agent(o, bulwark::SystemClock::Get());
+  return agent.Run();
+}

@@ -1,0 +1,65 @@
+// The `start` message in typed form, and the environment a rank is launched with
+// (docs/protocol.md sections 1 and 3). Pure functions; thread-safe.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/net.h"
+#include "common/status.h"
+
+namespace bulwark {
+
+struct StartSpec {
+  int attempt = 0;
+  std::string run_id;
+  std::string job;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::string workdir;
+  std::string log_dir;
+  std::string master_addr;
+  int master_port = 0;
+  int nnodes = 1;
+  int group_rank = 0;
+  int nproc_per_node = 1;
+  int world_size = 1;
+  int restart_count = 0;
+  int max_restarts = 0;
+  long resume_step = -1;
+  std::string ckpt_dir;
+  long ckpt_interval_steps = 0;
+  long skip_from = -1;
+  long skip_to = -1;
+  double hang_floor_s = 30;
+  double hang_multiplier = 10;
+  double startup_timeout_s = 300;
+  double stop_grace_s = 5;
+
+  int GlobalRank(int local_rank) const { return group_rank * nproc_per_node + local_rank; }
+};
+
+// Parses and validates a `start` message; InvalidArgument names the bad field.
+Result<StartSpec> ParseStartMessage(const Json& msg);
+
+// Where the agent's per-node files live.
+struct AgentPaths {
+  std::string node;        // "node-0"
+  std::string agent_sock;  // <run-dir>/<node>/agent.sock
+  std::string node_dir;    // <run-dir>/<node>
+  std::string python_dir;  // Bulwark Python package root ("" = do not touch PYTHONPATH)
+  std::string lib_path;    // libbulwark.so ("" = leave BULWARK_LIB unset)
+};
+
+std::string RankSockPath(const AgentPaths& paths, int global_rank);
+std::string StackFilePath(const StartSpec& spec, int global_rank);
+std::string RankLogPath(const StartSpec& spec, int global_rank);
+
+// The complete environment of local rank `local_rank`: `base` (the agent's own
+// environment), overlaid with spec.env, then the torchrun and BULWARK_* variables.
+std::map<std::string, std::string> BuildRankEnv(const StartSpec& spec, int local_rank,
+                                                const AgentPaths& paths,
+                                                std::map<std::string, std::string> base);
+
+}  // namespace bulwark

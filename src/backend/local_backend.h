@@ -1,0 +1,41 @@
+// LocalBackend: every node is a `bulwark-agent` process on this machine.
+//
+// The agents inherit stdout/stderr (their `[node/rank]` lines reach the console), die
+// with the controller (PR_SET_PDEATHSIG), and are each the leader of their own process
+// group. Not thread-safe: the controller's thread only.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "backend/backend.h"
+#include "common/proc.h"
+
+namespace bulwark {
+
+struct LocalBackendOptions {
+  std::string agent_binary;  // path of bulwark-agent
+  std::string python_dir;    // Bulwark's python/ directory (SDK module)
+  std::string sdk_lib;       // path of libbulwark.so
+  double heartbeat_interval_s = 1;
+};
+
+class LocalBackend : public Backend {
+ public:
+  explicit LocalBackend(LocalBackendOptions opts) : opts_(std::move(opts)) {}
+  ~LocalBackend() override;
+  const char* Name() const override { return "local"; }
+  Status StartNode(const NodeRequest& req) override;
+  Status KillNode(const std::string& node_id) override;
+  Status ReleaseNode(const std::string& node_id, double grace_s) override;
+  std::vector<std::string> Poll() override;
+  Status Teardown(double grace_s) override;
+  // pid of a node's agent, or -1.
+  int AgentPid(const std::string& node_id) const;
+
+ private:
+  LocalBackendOptions opts_;
+  std::map<std::string, Child> agents_;
+};
+
+}  // namespace bulwark

@@ -1,0 +1,256 @@
+// `bulwark`: the command-line entry point. Subcommands:
+//   run SPEC        run a job on the local backend with the embedded controller
+//   validate SPEC   parse and validate a job spec
+//   chaos ACTION    inject a fault into a running job (talks to its controller)
+//   get / describe  read jobs, events and incidents from a store
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "backend/local_backend.h"
+#include "ckpt/checkpoint.h"
+#include "common/proc.h"
+#include "controller/controller.h"
+#include "spec/job_spec.h"
+#include "store/store.h"
+
+#ifndef BULWARK_SOURCE_DIR
+#define BULWARK_SOURCE_DIR ""
+#endif
+
+namespace bulwark {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ExeDir() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : p.parent_path().string();
+}
+
+std::string EnvOr(const char* k, const std::string& def) {
+  const char* v = getenv(k);
+  return v && *v ? v : def;
+}
+
+void OnSignal(int) { Controller::RequestCancel(); }
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "bulwark: %s\n", st.message().c_str());
+  return st.code() == Code::kInvalidArgument ? 2 : 1;
+}
+
+struct RunFlags {
+  std::string spec;
+  std::string report;
+  std::string run_dir;
+  std::string store;
+  bool fresh = false;
+  bool quiet = false;
+  uint64_t seed = 1;
+};
+
+int CmdRun(const RunFlags& f) {
+  auto spec = LoadJobSpec(f.spec);
+  if (!spec.ok()) return Fail(spec.status());
+  std::string root = EnvOr("BULWARK_HOME", spec->workdir + "/.bulwark");
+  std::string run_dir = f.run_dir.empty() ? root + "/" + spec->name : f.run_dir;
+  std::string store_path = f.store.empty() ? root + "/bulwark.db" : f.store;
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  fs::create_directories(fs::path(store_path).parent_path(), ec);
+  auto store = Store::Open(store_path);
+  if (!store.ok()) return Fail(store.status());
+  auto existing = (*store)->GetJob(spec->name);
+  if (!existing.ok()) return Fail(existing.status());
+  bool resuming = existing->has_value() && !IsTerminal((*existing)->phase);
+  if (f.fresh) {
+    fs::remove_all(spec->checkpoint.dir, ec);
+    fs::remove_all(run_dir + "/logs", ec);
+    resuming = false;
+    if (existing->has_value()) {
+      JobRecord r = **existing;
+      r.phase = JobPhase::kCancelled;
+      (void)(*store)->PutJob(r);
+    }
+  } else if (!resuming) {
+    auto committed = ckpt::ListCommitted(spec->checkpoint.dir);
+    if (committed.ok() && !committed->empty()) {
+      std::fprintf(
+          stderr,
+          "bulwark: checkpoint dir %s already holds committed checkpoints (newest step %ld) "
+          "from an earlier, finished run of job '%s'; pass --fresh to delete them and start "
+          "over, or set checkpoint.dir to a new directory\n",
+          spec->checkpoint.dir.c_str(), committed->back(), spec->name.c_str());
+      return 2;
+    }
+  }
+  (void)BecomeSubreaper();  // orphans of the job are ours to reap
+  LocalBackendOptions bo;
+  bo.agent_binary = EnvOr("BULWARK_AGENT", ExeDir() + "/bulwark-agent");
+  bo.sdk_lib =
+      EnvOr("BULWARK_LIB", fs::weakly_canonical(ExeDir() + "/../lib/libbulwark.so").string());
+  bo.python_dir = EnvOr("BULWARK_PYTHON_DIR", std::string(BULWARK_SOURCE_DIR) + "/python");
+  bo.heartbeat_interval_s = spec->fault_policy.heartbeat_interval_seconds;
+  if (access(bo.agent_binary.c_str(), X_OK) != 0) {
+    std::fprintf(
+        stderr,
+        "bulwark: agent binary %s not found; build it (cmake --build build) or set BULWARK_AGENT\n",
+        bo.agent_binary.c_str());
+    return 1;
+  }
+  LocalBackend backend(bo);
+  ControllerOptions co;
+  co.run_dir = run_dir;
+  co.seed = f.seed;
+  co.echo_events = !f.quiet;
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  Controller c(*spec, co, &backend, store->get(), SystemClock::Get());
+  auto r = c.Run();
+  (void)backend.Teardown(2);
+  int leftovers = KillAndReapAllChildren();
+  if (leftovers > 0) std::fprintf(stderr, "[bulwark] reaped %d leftover processes\n", leftovers);
+  if (!r.ok()) return Fail(r.status());
+  std::cout << FormatReport(r->report) << std::flush;
+  std::cout << "logs: " << run_dir << "/logs   store: " << store_path << "\n";
+  if (!f.report.empty()) {
+    std::ofstream out(f.report);
+    out << r->report.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "bulwark: could not write report to %s\n", f.report.c_str());
+      return 1;
+    }
+  }
+  switch (r->phase) {
+    case JobPhase::kSucceeded:
+      return 0;
+    case JobPhase::kCancelled:
+      return 130;
+    default:
+      return 1;
+  }
+}
+
+int CmdChaos(const std::string& addr_in, const std::string& job, const std::string& run_root,
+             const std::string& action, int rank, int node) {
+  std::string addr = addr_in;
+  if (addr.empty()) {
+    std::string path = run_root + "/" + job + "/controller.addr";
+    std::ifstream f(path);
+    if (!(f >> addr)) {
+      std::fprintf(stderr,
+                   "bulwark: no running controller found for job '%s' (%s missing); pass "
+                   "--controller HOST:PORT or --run-root\n",
+                   job.c_str(), path.c_str());
+      return 2;
+    }
+  }
+  auto r = SendChaosRequest(addr, action, rank, node, 5);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("%s\n", r->c_str());
+  return 0;
+}
+
+int CmdDescribe(const std::string& store_path, const std::string& job, bool list_only) {
+  auto store = Store::Open(store_path);
+  if (!store.ok()) return Fail(store.status());
+  auto jobs = (*store)->ListJobs();
+  if (!jobs.ok()) return Fail(jobs.status());
+  bool found = false;
+  for (const auto& j : *jobs) {
+    if (!job.empty() && j.name != job) continue;
+    found = true;
+    std::printf("%-20s %-11s attempt %-3d restarts %-3d step %-6ld committed %-6ld %s\n",
+                j.name.c_str(), JobPhaseName(j.phase), j.attempt, j.restarts, j.high_water_step,
+                j.last_committed_step, j.message.c_str());
+    if (list_only) continue;
+    auto ev = (*store)->ListEvents(j.name);
+    if (ev.ok()) {
+      std::printf("Events:\n");
+      for (const auto& e : *ev)
+        std::printf("  %.3f  %-22s %s\n", e.t - j.created, e.reason.c_str(), e.message.c_str());
+    }
+    if (!j.report_json.empty()) {
+      Json rep = Json::parse(j.report_json, nullptr, false);
+      if (!rep.is_discarded()) std::printf("%s", FormatReport(rep).c_str());
+    }
+  }
+  if (!found && !job.empty()) {
+    std::fprintf(stderr, "bulwark: no job '%s' in %s\n", job.c_str(), store_path.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace bulwark
+
+int main(int argc, char** argv) {
+  using namespace bulwark;
+  CLI::App app{"Bulwark: keeps distributed training jobs training through faults"};
+  app.require_subcommand(1);
+  RunFlags rf;
+  auto* run =
+      app.add_subcommand("run", "run a job spec on the local backend and print its ETTR report");
+  run->add_option("spec", rf.spec, "job spec (YAML)")->required()->check(CLI::ExistingFile);
+  run->add_option("--report", rf.report, "also write the report as JSON to this file");
+  run->add_option("--run-dir", rf.run_dir,
+                  "scratch dir for logs and sockets (default <workdir>/.bulwark/<job>)");
+  run->add_option("--store", rf.store, "SQLite store (default <workdir>/.bulwark/bulwark.db)");
+  run->add_flag("--fresh", rf.fresh, "delete the job's checkpoints and start from step 0");
+  run->add_flag("--quiet", rf.quiet, "do not print controller events");
+  run->add_option("--seed", rf.seed, "seed for backoff jitter");
+
+  std::string vspec;
+  auto* validate = app.add_subcommand("validate", "check a job spec and print the problems found");
+  validate->add_option("spec", vspec, "job spec (YAML)")->required();
+
+  std::string addr, job, run_root = EnvOr("BULWARK_HOME", ".bulwark"), action;
+  int rank = 0, node = 0;
+  auto* chaos = app.add_subcommand("chaos", "inject a fault into a running job");
+  chaos->add_option("action", action, "kill_rank | hang_rank | nan_loss | kill_agent")
+      ->required()
+      ->check(CLI::IsMember({"kill_rank", "hang_rank", "nan_loss", "kill_agent"}));
+  chaos->add_option("--job", job, "job name (finds its controller under --run-root)");
+  chaos->add_option("--run-root", run_root,
+                    "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
+  chaos->add_option("--controller", addr, "controller HOST:PORT (instead of --job)");
+  chaos->add_option("--rank", rank, "global rank (kill_rank, hang_rank, nan_loss)")
+      ->check(CLI::NonNegativeNumber);
+  chaos->add_option("--node", node, "node slot (kill_agent)")->check(CLI::NonNegativeNumber);
+
+  std::string store_path = ".bulwark/bulwark.db", djob;
+  auto* get = app.add_subcommand("get", "list jobs in a store");
+  get->add_option("--store", store_path, "SQLite store")->check(CLI::ExistingFile);
+  auto* describe = app.add_subcommand("describe", "show a job's events, incidents and ETTR report");
+  describe->add_option("job", djob, "job name")->required();
+  describe->add_option("--store", store_path, "SQLite store")->check(CLI::ExistingFile);
+
+  CLI11_PARSE(app, argc, argv);
+  if (*run) return CmdRun(rf);
+  if (*validate) {
+    auto s = LoadJobSpec(vspec);
+    if (!s.ok()) return Fail(s.status());
+    std::printf("%s: OK (%s: %d nodes x %d ranks, %zu chaos faults)\n", vspec.c_str(),
+                s->name.c_str(), s->nodes, s->procs_per_node, s->chaos.size());
+    return 0;
+  }
+  if (*chaos) {
+    if (addr.empty() && job.empty()) {
+      std::fprintf(stderr, "bulwark chaos: give --job NAME or --controller HOST:PORT\n");
+      return 2;
+    }
+    return CmdChaos(addr, job, run_root, action, rank, node);
+  }
+  if (*get) return CmdDescribe(store_path, "", true);
+  if (*describe) return CmdDescribe(store_path, djob, false);
+  return 2;
+}

@@ -1,0 +1,25 @@
+// Typed field access for protocol messages. A missing or wrongly typed field yields
+// InvalidArgument naming the message type and the field, so a bad peer message is
+// logged and dropped, never crashes the receiver. Pure functions; thread-safe.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/net.h"
+#include "common/status.h"
+
+namespace bulwark {
+
+Result<long> JInt(const Json& j, const char* field);
+Result<double> JNum(const Json& j, const char* field);  // accepts ints; null -> NaN
+Result<std::string> JStr(const Json& j, const char* field);
+Result<std::vector<std::string>> JStrList(const Json& j, const char* field);
+Result<std::map<std::string, std::string>> JStrMap(const Json& j, const char* field);
+// Optional variants return `def` when the field is absent (still an error if mistyped).
+Result<long> JIntOr(const Json& j, const char* field, long def);
+Result<double> JNumOr(const Json& j, const char* field, double def);
+Result<std::string> JStrOr(const Json& j, const char* field, const std::string& def);
+
+}  // namespace bulwark

@@ -1,0 +1,242 @@
+#include "common/proc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace bulwark {
+namespace {
+
+double MonoNow() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ExitInfo FromWaitStatus(int st) {
+  ExitInfo e;
+  if (WIFEXITED(st)) e.code = WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) {
+    e.signal = WTERMSIG(st);
+    e.code = 128 + e.signal;
+  }
+  return e;
+}
+
+}  // namespace
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string ExitInfo::Describe() const {
+  if (signal) return SignalName(signal);
+  return "exit " + std::to_string(code);
+}
+
+std::map<std::string, std::string> CurrentEnv() {
+  std::map<std::string, std::string> m;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) m[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return m;
+}
+
+Result<Child> Spawn(const SpawnOptions& opts) {
+  if (opts.argv.empty()) return InvalidArgument("spawn: empty command");
+  // Everything the child needs is prepared before fork: only async-signal-safe calls after.
+  std::vector<std::string> envs;
+  for (const auto& [k, v] : opts.env) envs.push_back(k + "=" + v);
+  std::vector<char*> argv, envp;
+  for (const auto& a : opts.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = opts.argv[0];
+  std::vector<std::string> candidates;
+  if (exe.find('/') != std::string::npos) {
+    candidates.push_back(exe);
+  } else {
+    auto it = opts.env.find("PATH");
+    std::string path = it != opts.env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin";
+    std::stringstream ss(path);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      if (!dir.empty()) candidates.push_back(dir + "/" + exe);
+    }
+  }
+  bool found = false;
+  for (const auto& c : candidates) found = found || access(c.c_str(), X_OK) == 0;
+  if (!found) {
+    return NotFound("spawn: command '" + exe +
+                    "' not found or not executable; give an absolute path or fix PATH");
+  }
+  int pipefd[2] = {-1, -1};
+  if (opts.capture_output && pipe2(pipefd, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  int errpipe[2];
+  if (pipe2(errpipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return ErrnoStatus("fork", errno);
+  if (pid == 0) {
+    if (opts.new_process_group) setpgid(0, 0);
+    if (opts.die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+    }
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, nullptr);
+    for (int s = 1; s < 32; ++s) {
+      if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+    }
+    if (opts.capture_output) {
+      dup2(pipefd[1], 1);
+      dup2(pipefd[1], 2);
+    }
+    if (!opts.workdir.empty() && chdir(opts.workdir.c_str()) != 0) {
+      int e = errno;
+      (void)!write(errpipe[1], &e, sizeof(e));
+      _exit(127);
+    }
+    for (const auto& c : candidates) execve(c.c_str(), argv.data(), envp.data());
+    int e = errno;
+    (void)!write(errpipe[1], &e, sizeof(e));
+    _exit(127);
+  }
+  if (opts.new_process_group) setpgid(pid, pid);  // close the race with the child's setpgid
+  close(errpipe[1]);
+  int child_errno = 0;
+  ssize_t n = read(errpipe[0], &child_errno, sizeof(child_errno));
+  close(errpipe[0]);
+  Child c;
+  c.pid = pid;
+  c.pgid = opts.new_process_group ? pid : getpgid(0);
+  if (opts.capture_output) {
+    close(pipefd[1]);
+    fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+    c.output.Reset(pipefd[0]);
+  }
+  if (n == static_cast<ssize_t>(sizeof(child_errno))) {
+    WaitExit(pid, 5);
+    return ErrnoStatus("spawn '" + exe + "' in '" + opts.workdir + "'", child_errno);
+  }
+  return c;
+}
+
+std::optional<ExitInfo> Reap(pid_t pid) {
+  int st = 0;
+  pid_t r = waitpid(pid, &st, WNOHANG);
+  if (r == pid) return FromWaitStatus(st);
+  if (r < 0 && errno == ECHILD) return ExitInfo{0, 0};  // already reaped elsewhere
+  return std::nullopt;
+}
+
+std::optional<ExitInfo> WaitExit(pid_t pid, double timeout_s) {
+  double deadline = MonoNow() + timeout_s;
+  while (true) {
+    auto e = Reap(pid);
+    if (e) return e;
+    if (MonoNow() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+Status SignalGroup(pid_t pgid, int sig) {
+  if (pgid <= 1) return InvalidArgument("refusing to signal process group " + std::to_string(pgid));
+  if (kill(-pgid, sig) != 0 && errno != ESRCH)
+    return ErrnoStatus("kill -" + std::to_string(pgid), errno);
+  return Status::Ok();
+}
+
+bool GroupAlive(pid_t pgid) { return pgid > 1 && (kill(-pgid, 0) == 0 || errno == EPERM); }
+
+ExitInfo TerminateGroup(pid_t pid, pid_t pgid, double grace_s) {
+  (void)SignalGroup(pgid, SIGTERM);
+  (void)SignalGroup(pgid, SIGCONT);  // a stopped process must run to see SIGTERM
+  auto e = WaitExit(pid, grace_s);
+  (void)SignalGroup(pgid, SIGKILL);  // also the leader's stragglers
+  if (!e) e = WaitExit(pid, 5);
+  return e.value_or(ExitInfo{137, SIGKILL});
+}
+
+std::string ReadAvailable(int fd, bool* eof) {
+  std::string out;
+  char buf[16384];
+  if (eof) *eof = false;
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      out.append(buf, static_cast<size_t>(n));
+      if (out.size() > (1u << 20)) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 && eof) *eof = true;
+    break;
+  }
+  return out;
+}
+
+char ProcState(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s;
+  if (!std::getline(f, s)) return '?';
+  size_t rp = s.rfind(')');
+  if (rp == std::string::npos || rp + 2 >= s.size()) return '?';
+  return s[rp + 2];
+}
+
+Status BecomeSubreaper() {
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+    return ErrnoStatus("prctl(PR_SET_CHILD_SUBREAPER)", errno);
+  return Status::Ok();
+}
+
+int KillAndReapAllChildren() {
+  int killed = 0;
+  pid_t self = getpid();
+  for (int round = 0; round < 50; ++round) {
+    std::vector<pid_t> kids;
+    if (DIR* d = opendir("/proc")) {
+      while (dirent* de = readdir(d)) {
+        pid_t p = static_cast<pid_t>(atoi(de->d_name));
+        if (p <= 0) continue;
+        std::ifstream f(std::string("/proc/") + de->d_name + "/stat");
+        std::string s;
+        if (!std::getline(f, s)) continue;
+        size_t rp = s.rfind(')');
+        if (rp == std::string::npos) continue;
+        std::istringstream rest(s.substr(rp + 2));
+        char state;
+        pid_t ppid;
+        rest >> state >> ppid;
+        if (ppid == self) kids.push_back(p);
+      }
+      closedir(d);
+    }
+    if (kids.empty()) break;
+    for (pid_t k : kids) {
+      if (kill(k, SIGKILL) == 0) ++killed;
+    }
+    for (pid_t k : kids) WaitExit(k, 2);
+  }
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  return killed;
+}
+
+}  // namespace bulwark

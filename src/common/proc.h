@@ -1,0 +1,69 @@
+// Process seam: spawn a child in its own process group with its output on a pipe,
+// signal its group, reap it. Every spawned child must eventually be passed to
+// Reap()/WaitExit() by its owner; nothing here reaps implicitly. Thread-safe (no
+// shared state), but a given pid should be reaped by one owner.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/net.h"
+#include "common/status.h"
+
+namespace bulwark {
+
+struct SpawnOptions {
+  std::vector<std::string> argv;           // argv[0] is resolved via PATH if no '/'
+  std::map<std::string, std::string> env;  // the child's complete environment
+  std::string workdir;                     // "" = inherit
+  bool new_process_group = true;           // setpgid(0, 0): the child leads its group
+  bool die_with_parent = true;             // PR_SET_PDEATHSIG(SIGKILL)
+  bool capture_output = true;              // stdout+stderr -> one pipe (else inherit)
+};
+
+struct Child {
+  pid_t pid = -1;
+  pid_t pgid = -1;
+  Fd output;  // read end of the stdout/stderr pipe (non-blocking), if captured
+};
+
+Result<Child> Spawn(const SpawnOptions& opts);
+
+// The calling process's environment as a map.
+std::map<std::string, std::string> CurrentEnv();
+
+// Exit status of a reaped child.
+struct ExitInfo {
+  int code = 0;    // exit code if exited normally
+  int signal = 0;  // terminating signal, else 0
+  bool ok() const { return signal == 0 && code == 0; }
+  std::string Describe() const;  // "exit 0", "exit 3", "SIGKILL"
+};
+
+// Non-blocking reap: the ExitInfo if `pid` has exited (and is now reaped).
+std::optional<ExitInfo> Reap(pid_t pid);
+// Blocks up to timeout_s polling for the exit; nullopt on timeout.
+std::optional<ExitInfo> WaitExit(pid_t pid, double timeout_s);
+// Sends sig to every process in group pgid; OK if the group is already gone.
+Status SignalGroup(pid_t pgid, int sig);
+// True if any process of group pgid exists.
+bool GroupAlive(pid_t pgid);
+// SIGTERM the group, wait up to grace_s for `pid` to exit, then SIGKILL the group and
+// reap `pid`. Returns its exit info (bounded: at most grace_s + 5 s).
+ExitInfo TerminateGroup(pid_t pid, pid_t pgid, double grace_s);
+// Reads everything currently available from a non-blocking fd; sets *eof on EOF.
+std::string ReadAvailable(int fd, bool* eof);
+// Process state letter from /proc/<pid>/stat ('R', 'S', 'T', ...), or '?' if gone.
+char ProcState(pid_t pid);
+// Makes this process a child subreaper: orphaned descendants are reparented to it.
+Status BecomeSubreaper();
+// Kills (SIGKILL) and reaps every remaining child of this process. Returns how many.
+int KillAndReapAllChildren();
+// Signal name: "SIGKILL".
+std::string SignalName(int sig);
+
+}  // namespace bulwark

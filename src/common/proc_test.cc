@@ -1,0 +1,85 @@
+#include "common/proc.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+
+namespace bulwark {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string ReadAll(Child& c, double timeout_s) {
+  std::string out;
+  bool eof = false;
+  double deadline = Now() + timeout_s;
+  while (!eof && Now() < deadline) {
+    PollReadable({c.output.get()}, 0.1);
+    out += ReadAvailable(c.output.get(), &eof);
+  }
+  return out;
+}
+
+TEST(Proc, SpawnCapturesOutputEnvAndExitCode) {
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", "echo hello $FOO; pwd; echo err >&2; exit 3"};
+  o.env = {{"FOO", "bar"}, {"PATH", "/usr/bin:/bin"}};
+  o.workdir = "/tmp";
+  auto c = Spawn(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::string out = ReadAll(*c, 10);
+  EXPECT_NE(out.find("hello bar"), std::string::npos);
+  EXPECT_NE(out.find("/tmp"), std::string::npos);
+  EXPECT_NE(out.find("err"), std::string::npos);
+  auto e = WaitExit(c->pid, 10);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->code, 3);
+  EXPECT_EQ(e->Describe(), "exit 3");
+}
+
+TEST(Proc, MissingCommandAndBadWorkdirAreErrors) {
+  SpawnOptions o;
+  o.argv = {"/no/such/binary"};
+  EXPECT_EQ(Spawn(o).status().code(), Code::kNotFound);
+  o.argv = {"/bin/true"};
+  o.workdir = "/no/such/dir";
+  auto r = Spawn(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("/no/such/dir"), std::string::npos);
+}
+
+TEST(Proc, TerminateGroupKillsStoppedAndStubbornProcesses) {
+  SpawnOptions o;
+  // Ignores SIGTERM, and has a grandchild in the same group.
+  o.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 1000 & echo ready; while true; do sleep 1; done"};
+  o.env = {{"PATH", "/usr/bin:/bin"}};
+  auto c = Spawn(o);
+  ASSERT_TRUE(c.ok());
+  std::string out;
+  double ready_deadline = Now() + 10;
+  while (out.find("ready") == std::string::npos && Now() < ready_deadline) {
+    PollReadable({c->output.get()}, 0.1);
+    out += ReadAvailable(c->output.get(), nullptr);
+  }
+  ASSERT_NE(out.find("ready"), std::string::npos);
+  ASSERT_TRUE(SignalGroup(c->pgid, SIGSTOP).ok());
+  double deadline;
+  ExitInfo e = TerminateGroup(c->pid, c->pgid, 0.2);
+  EXPECT_EQ(e.signal, SIGKILL);
+  deadline = Now() + 5;
+  while (GroupAlive(c->pgid) && Now() < deadline) PollReadable({}, 0.01);
+  EXPECT_FALSE(GroupAlive(c->pgid));
+  EXPECT_EQ(ProcState(c->pid), '?');
+}
+
+TEST(Proc, SignalGroupRefusesDangerousGroups) {
+  EXPECT_FALSE(SignalGroup(0, SIGTERM).ok());
+  EXPECT_FALSE(SignalGroup(1, SIGTERM).ok());
+  EXPECT_EQ(SignalName(SIGKILL), "SIGKILL");
+}
+
+}  // namespace
+}  // namespace bulwark

@@ -1,0 +1,52 @@
+#include "common/status.h"
+
+#include <cstring>
+
+namespace bulwark {
+
+const char* CodeName(Code c) {
+  switch (c) {
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case Code::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case Code::kDataLoss:
+      return "DATA_LOSS";
+    case Code::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kInternal:
+      return "INTERNAL";
+    case Code::kAborted:
+      return "ABORTED";
+  }
+  return "UNKNOWN";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  return std::string(CodeName(code_)) + ": " + msg_;
+}
+
+Status Status::Annotate(const std::string& prefix) const {
+  if (ok()) return *this;
+  return Status(code_, prefix + ": " + msg_);
+}
+
+Status ErrnoStatus(const std::string& what, int err) {
+  Code c = Code::kInternal;
+  if (err == ENOENT) c = Code::kNotFound;
+  if (err == EEXIST) c = Code::kAlreadyExists;
+  if (err == EINVAL) c = Code::kInvalidArgument;
+  if (err == ECONNREFUSED || err == ECONNRESET || err == EPIPE) c = Code::kUnavailable;
+  return Status(c, what + ": " + std::strerror(err));
+}
+
+}  // namespace bulwark

@@ -1,0 +1,102 @@
+// Status and Result<T>: the error currency at every module boundary.
+//
+// A Status is OK or carries a code and a human-readable message that names the
+// offending field/file and, where possible, the fix. Result<T> holds either a value
+// or a non-OK Status. Both are value types; not thread-safe for concurrent mutation.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace bulwark {
+
+enum class Code {
+  kOk = 0,
+  kInvalidArgument,  // bad input: spec, CLI flag, message, file contents
+  kNotFound,
+  kAlreadyExists,
+  kFailedPrecondition,
+  kDataLoss,  // corruption detected (checksum, truncation)
+  kDeadlineExceeded,
+  kUnavailable,  // peer gone, transient I/O
+  kInternal,
+  kAborted,
+};
+
+const char* CodeName(Code c);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string msg) : code_(code), msg_(std::move(msg)) {}
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return msg_; }
+  // "INVALID_ARGUMENT: message" or "OK".
+  std::string ToString() const;
+  // Returns a copy with `prefix + ": "` prepended to the message.
+  Status Annotate(const std::string& prefix) const;
+
+ private:
+  Code code_ = Code::kOk;
+  std::string msg_;
+};
+
+inline Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
+inline Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {Code::kFailedPrecondition, std::move(m)};
+}
+inline Status DataLoss(std::string m) { return {Code::kDataLoss, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
+inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
+// Status from errno with the failing operation and path: "open /x/y: No such file".
+Status ErrnoStatus(const std::string& what, int err);
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(runtime/explicit)
+  Result(Status status) : status_(std::move(status)) {  // NOLINT(runtime/explicit)
+    assert(!status_.ok());
+    if (status_.ok()) status_ = Internal("Result constructed from OK status");
+  }
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace bulwark
+
+#define BW_CONCAT_INNER(a, b) a##b
+#define BW_CONCAT(a, b) BW_CONCAT_INNER(a, b)
+
+// Returns the Status from the enclosing function if `expr` is not OK.
+#define BW_RETURN_IF_ERROR(expr)       \
+  do {                                 \
+    ::bulwark::Status _bw_st = (expr); \
+    if (!_bw_st.ok()) return _bw_st;   \
+  } while (0)
+
+// `BW_ASSIGN_OR_RETURN(auto x, Foo());` binds the value or returns the error.
+#define BW_ASSIGN_OR_RETURN(lhs, expr) \
+  BW_ASSIGN_OR_RETURN_IMPL(BW_CONCAT(_bw_r, __LINE__), lhs, expr)
+#define BW_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                             \
+  if (!tmp.ok()) return tmp.status();            \
+  lhs = std::move(tmp).value()

@@ -1,0 +1,15 @@
+// Conversions between Incident and its JSON form (agent `incident` messages, the
+// store, and the report). Pure; thread-safe.
+#pragma once
+
+#include "common/net.h"
+#include "policy/recovery_policy.h"
+
+namespace bulwark {
+
+Result<FaultKind> ParseFaultKind(const std::string& s);
+// Reads kind, subtype, rank, step, fault_time, detect_time, detail; names a bad field.
+Result<Incident> IncidentFromJson(const Json& j);
+Json IncidentToJson(const Incident& inc);
+
+}  // namespace bulwark

@@ -1,0 +1,104 @@
+#include <cstdio>
+#include <sstream>
+
+#include "common/json_util.h"
+#include "controller/controller.h"
+
+namespace bulwark {
+namespace {
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+double Num(const Json& j, const char* k) {
+  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
+}
+
+}  // namespace
+
+std::string FormatReport(const Json& r) {
+  std::ostringstream o;
+  double wall = Num(r, "wall_s");
+  o << "\n=== Bulwark ETTR report: job " << r.value("job", "?") << " — " << r.value("phase", "?")
+    << " ===\n";
+  o << r.value("message", "") << "\n";
+  o << "wall clock " << Fmt("%.1f", wall) << " s, " << r.value("attempts", 0) << " attempts, "
+    << r.value("restarts", 0) << " restarts, " << r.value("steps_completed", 0L) << " steps ("
+    << r.value("steps_reworked", 0L) << " reworked), " << Fmt("%.0f", Num(r, "tokens"))
+    << " tokens\n\n";
+  o << "ETTR " << Fmt("%.3f", Num(r, "ettr")) << "\n\n";
+  o << "  category      seconds   share\n";
+  const char* order[] = {"productive", "checkpoint", "detection", "restart",
+                         "reinit",     "rework",     "idle"};
+  for (const char* c : order) {
+    double s = r.contains("seconds") ? Num(r["seconds"], c) : 0;
+    o << "  " << c << std::string(12 - std::string(c).size(), ' ') << Fmt("%9.1f", s)
+      << Fmt("  %5.1f%%", wall > 0 ? 100 * s / wall : 0) << "\n";
+  }
+  if (r.contains("incidents") && !r["incidents"].empty()) {
+    o << "\n  # kind       rank node  step  detect_s restart_s reinit_s rework_s (steps) lost_s  "
+         "action -> resumed from\n";
+    int i = 0;
+    for (const auto& x : r["incidents"]) {
+      char line[512];
+      std::snprintf(line, sizeof(line),
+                    "  %d %-10s %4d %4d %5ld %9.2f %9.2f %8.2f %8.2f (%5ld) %6.1f  %s -> %ld\n",
+                    ++i, x.value("kind", "?").c_str(), x.value("rank", -1), x.value("node", -1),
+                    x.value("step", -1L), Num(x, "detection_s"), Num(x, "restart_s"),
+                    Num(x, "reinit_s"), Num(x, "rework_s"), x.value("rework_steps", 0L),
+                    Num(x, "lost_s"), x.value("action", "?").c_str(),
+                    x.value("resumed_from_step", -1L));
+      o << line;
+      if (x.contains("decision") && x["decision"].contains("reason")) {
+        o << "      " << x["decision"]["reason"].get<std::string>() << "\n";
+      }
+    }
+  }
+  if (r.contains("chaos") && !r["chaos"].empty()) {
+    o << "\n  chaos fault   injected_at  detected_as  latency_s\n";
+    for (const auto& c : r["chaos"]) {
+      char line[256];
+      std::snprintf(line, sizeof(line), "  %-12s %11.1f  %-11s %9.2f\n",
+                    c.value("kind", "?").c_str(), Num(c, "fired_at_s"),
+                    c.value("detected_as", "-").c_str(), Num(c, "detection_latency_s"));
+      o << line;
+    }
+  }
+  return o.str();
+}
+
+Result<std::string> SendChaosRequest(const std::string& addr, const std::string& action, int rank,
+                                     int node, double timeout_s) {
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgument("controller address '" + addr + "' must be HOST:PORT");
+  }
+  int port = 0;
+  try {
+    port = std::stoi(addr.substr(colon + 1));
+  } catch (...) {
+    return InvalidArgument("controller address '" + addr + "': port is not a number");
+  }
+  BW_ASSIGN_OR_RETURN(Fd fd, TcpConnect(addr.substr(0, colon), port, timeout_s));
+  JsonLineConn c(std::move(fd));
+  BW_RETURN_IF_ERROR(
+      c.Send(Json{{"type", "chaos_request"}, {"action", action}, {"rank", rank}, {"node", node}}));
+  BW_RETURN_IF_ERROR(c.Flush(timeout_s));
+  for (int i = 0; i < static_cast<int>(timeout_s * 20) + 1; ++i) {
+    PollReadable({c.fd()}, 0.05);
+    for (const auto& m : c.Read()) {
+      if (m["type"] == "reply") {
+        std::string msg = m.value("message", "");
+        if (!m.value("ok", false)) return FailedPrecondition(msg);
+        return msg;
+      }
+    }
+    if (c.closed()) return Unavailable("controller closed the connection without a reply");
+  }
+  return DeadlineExceeded("no reply from the controller at " + addr);
+}
+
+}  // namespace bulwark

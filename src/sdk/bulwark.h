@@ -1,0 +1,102 @@
+// Bulwark SDK, C++ API: what a training rank calls to report progress, save and load
+// checkpoints and learn where to resume.
+//
+// A Client reads its configuration from the rank environment set by the node agent
+// (docs/protocol.md section 3). With none of it set it runs standalone: reports go
+// nowhere and checkpoints go to BULWARK_CKPT_DIR if set. Reports are single
+// non-blocking datagrams to the agent; a missing or full agent drops them. No call
+// blocks longer than its own file I/O (Save/Load/Commit).
+//
+// Thread-safety: every method may be called from any thread; calls are serialised
+// by an internal mutex.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace bulwark::sdk {
+
+using EnvMap = std::map<std::string, std::string>;
+
+struct Config {
+  int rank = 0;                  // RANK
+  int world_size = 1;            // WORLD_SIZE
+  std::string agent_sock;        // BULWARK_AGENT_SOCK ("" = standalone)
+  std::string rank_sock;         // BULWARK_RANK_SOCK ("" = no fault injection channel)
+  long resume_step = -1;         // BULWARK_RESUME_STEP
+  std::string ckpt_dir;          // BULWARK_CKPT_DIR ("" = saving disabled)
+  long ckpt_interval_steps = 0;  // BULWARK_CKPT_INTERVAL_STEPS
+  long skip_from = -1;           // BULWARK_SKIP_FROM
+  long skip_to = -1;             // BULWARK_SKIP_TO
+};
+
+// Parses the rank environment. Missing variables take the defaults above; a
+// malformed value is InvalidArgument naming the variable.
+Result<Config> ConfigFromEnv(const EnvMap& env);
+// The variables ConfigFromEnv reads, taken from this process's environment.
+EnvMap ProcessEnv();
+
+class Client {
+ public:
+  // `clock` (not owned, must outlive the Client) measures step_time and ckpt_stall;
+  // null means the system clock.
+  explicit Client(const Clock* clock = nullptr);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // (Re)initialises from `env`: binds BULWARK_RANK_SOCK, sends `hello` to the agent
+  // and starts the first step timer. Other methods fail with FAILED_PRECONDITION
+  // (or return defaults) before a successful Init.
+  Status Init(const EnvMap& env);
+  Status InitFromEnvironment() { return Init(ProcessEnv()); }
+  bool initialized() const;
+  // True when an agent socket is configured.
+  bool managed() const;
+  Config config() const;
+
+  // Sends a `step` report: step_time = time since the previous report (or Init),
+  // ckpt_stall = time spent in Save since then. A non-finite loss is sent as JSON
+  // null. Never fails because the agent is absent.
+  Status ReportStep(long step, double loss, long long tokens);
+  long ResumeStep() const;
+  // interval > 0 && step % interval == 0.
+  bool ShouldCheckpoint(long step) const;
+  // Writes this rank's shard of `step` durably and sends a `ckpt` report. In
+  // standalone mode with world size 1 the step is also committed.
+  Status Save(long step, const std::vector<ckpt::Blob>& blobs);
+  // Commits `step` for the whole world (all shards must be durable). The agent or
+  // controller does this in managed mode; standalone multi-rank trainers call it on
+  // one rank after a barrier.
+  Status Commit(long step);
+  // Loads this rank's blobs of committed `step` (-1 = the resume step). NOT_FOUND if
+  // there is nothing to resume from; DATA_LOSS if the step is not committed/valid.
+  Result<std::vector<ckpt::OwnedBlob>> Load(long step = -1);
+  // True once per `inject_nan` datagram received on the rank socket.
+  bool PollInjectedNan();
+  long SkipFrom() const;
+  long SkipTo() const;
+  // True if `step`'s data batch falls in the skip range [SkipFrom, SkipTo).
+  bool ShouldSkip(long step) const;
+
+ private:
+  void SendLocked(const std::string& payload);
+  void ResetLocked();
+
+  const Clock* clock_;
+  mutable std::mutex mu_;
+  bool initialized_ = false;
+  Config cfg_;
+  int fd_ = -1;  // owned: bound to rank_sock, or unbound for sending, or -1
+  double last_mark_ = 0.0;
+  double stall_s_ = 0.0;
+  bool nan_pending_ = false;
+};
+
+}  // namespace bulwark::sdk

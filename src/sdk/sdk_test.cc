@@ -1,0 +1,235 @@
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "common/net.h"
+#include "gtest/gtest.h"
+#include "sdk/bulwark.h"
+#include "sdk/bulwark_c.h"
+
+namespace bulwark::sdk {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Monotonic time advances by `tick` after every NowMono() read, so each timed
+// interval is (number of reads in it) * tick. Client::Save reads it exactly twice.
+class TickClock : public Clock {
+ public:
+  explicit TickClock(double tick) : tick_(tick) {}
+  double NowWall() const override { return 1.7e9; }
+  double NowMono() const override {
+    double t = now_;
+    now_ += tick_;
+    return t;
+  }
+  void Advance(double s) { now_ += s; }
+
+ private:
+  double tick_;
+  mutable double now_ = 100.0;
+};
+
+class SdkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/bw_sdk_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Binds a fake agent socket; returns its fd (owned by agent_).
+  void BindAgent() {
+    auto fd = UnixDgramBind(dir_ + "/agent.sock");
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    agent_ = std::move(fd).value();
+  }
+  // Next datagram at the fake agent within 5 s, parsed.
+  Json Recv() {
+    if (PollReadable({agent_.get()}, 5.0).empty()) return Json();
+    auto msgs = UnixDgramRecvAll(agent_.get());
+    for (auto& m : msgs) pending_.push_back(Json::parse(m));
+    if (pending_.empty()) return Json();
+    Json j = pending_.front();
+    pending_.erase(pending_.begin());
+    return j;
+  }
+  EnvMap ManagedEnv() {
+    return {{"RANK", "0"},
+            {"WORLD_SIZE", "1"},
+            {"BULWARK_AGENT_SOCK", dir_ + "/agent.sock"},
+            {"BULWARK_RANK_SOCK", dir_ + "/rank0.sock"},
+            {"BULWARK_CKPT_DIR", dir_ + "/ckpt"},
+            {"BULWARK_CKPT_INTERVAL_STEPS", "5"},
+            {"BULWARK_RESUME_STEP", "-1"}};
+  }
+
+  std::string dir_;
+  Fd agent_;
+  std::vector<Json> pending_;
+};
+
+TEST_F(SdkTest, ConfigParsesAndRejectsBadValues) {
+  auto c = ConfigFromEnv({{"RANK", "2"},
+                          {"WORLD_SIZE", "4"},
+                          {"BULWARK_SKIP_FROM", "10"},
+                          {"BULWARK_SKIP_TO", "20"},
+                          {"BULWARK_RESUME_STEP", "8"}});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->rank, 2);
+  EXPECT_EQ(c->world_size, 4);
+  EXPECT_EQ(c->resume_step, 8);
+  EXPECT_EQ(c->skip_to, 20);
+  auto bad = ConfigFromEnv({{"BULWARK_CKPT_INTERVAL_STEPS", "ten"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("BULWARK_CKPT_INTERVAL_STEPS"), std::string::npos);
+  EXPECT_FALSE(ConfigFromEnv({{"RANK", "4"}, {"WORLD_SIZE", "4"}}).ok());
+}
+
+TEST_F(SdkTest, StandaloneWithNoEnvironment) {
+  Client c;
+  EXPECT_EQ(c.ReportStep(1, 1.0, 1).code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(c.Init({}).ok());
+  EXPECT_FALSE(c.managed());
+  EXPECT_TRUE(c.ReportStep(1, 0.5, 100).ok());
+  EXPECT_EQ(c.ResumeStep(), -1);
+  EXPECT_FALSE(c.ShouldCheckpoint(10));
+  EXPECT_FALSE(c.PollInjectedNan());
+  EXPECT_FALSE(c.ShouldSkip(3));
+  std::string x = "x";
+  EXPECT_EQ(c.Save(1, {{"x", x.data(), 1}}).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(c.Load().status().code(), Code::kNotFound);
+}
+
+TEST_F(SdkTest, StandaloneSaveCommitsAndLoads) {
+  Client c;
+  ASSERT_TRUE(c.Init({{"BULWARK_CKPT_DIR", dir_ + "/ckpt"}}).ok());
+  std::string w = "weights", o = "optimizer";
+  ASSERT_TRUE(c.Save(3, {{"w", w.data(), w.size()}, {"o", o.data(), o.size()}}).ok());
+  EXPECT_EQ(*ckpt::NewestCommitted(dir_ + "/ckpt"), 3);
+  auto blobs = c.Load(3);
+  ASSERT_TRUE(blobs.ok()) << blobs.status().ToString();
+  ASSERT_EQ(blobs->size(), 2u);
+  EXPECT_EQ(std::string((*blobs)[1].data.begin(), (*blobs)[1].data.end()), "optimizer");
+  // Resume step from the environment.
+  Client c2;
+  ASSERT_TRUE(c2.Init({{"BULWARK_CKPT_DIR", dir_ + "/ckpt"}, {"BULWARK_RESUME_STEP", "3"}}).ok());
+  EXPECT_TRUE(c2.Load().ok());
+  // An uncommitted step is never loaded.
+  ASSERT_TRUE(ckpt::WriteShard(dir_ + "/ckpt", 4, 0, 1, {}, nullptr).ok());
+  EXPECT_EQ(c2.Load(4).status().code(), Code::kNotFound);
+  // A different world size is refused clearly.
+  Client c3;
+  ASSERT_TRUE(c3.Init({{"BULWARK_CKPT_DIR", dir_ + "/ckpt"}, {"WORLD_SIZE", "2"}}).ok());
+  EXPECT_EQ(c3.Load(3).status().code(), Code::kFailedPrecondition);
+}
+
+TEST_F(SdkTest, ReportsReachTheAgent) {
+  BindAgent();
+  TickClock clock(0.5);
+  Client c(&clock);
+  ASSERT_TRUE(c.Init(ManagedEnv()).ok());  // mark at t=100
+  Json hello = Recv();
+  EXPECT_EQ(hello["type"], "hello");
+  EXPECT_EQ(hello["pid"], ::getpid());
+  EXPECT_TRUE(c.managed());
+  EXPECT_TRUE(c.ShouldCheckpoint(10));
+  EXPECT_FALSE(c.ShouldCheckpoint(11));
+
+  clock.Advance(2.0);
+  std::string w(1000, 'w');
+  ASSERT_TRUE(c.Save(10, {{"w", w.data(), w.size()}}).ok());  // reads 102.5, 103
+  Json ck = Recv();
+  EXPECT_EQ(ck["type"], "ckpt");
+  EXPECT_EQ(ck["step"], 10);
+  EXPECT_EQ(ck["rank"], 0);
+  EXPECT_GT(ck["bytes"].get<long>(), 1000);
+  EXPECT_DOUBLE_EQ(ck["write_s"].get<double>(), 0.5);
+  // Managed mode: the agent/controller commits, not the SDK.
+  EXPECT_EQ(*ckpt::NewestCommitted(dir_ + "/ckpt"), -1);
+
+  ASSERT_TRUE(c.ReportStep(10, 2.5, 4096).ok());  // reads 103.5
+  Json s = Recv();
+  EXPECT_EQ(s["type"], "step");
+  EXPECT_EQ(s["step"], 10);
+  EXPECT_EQ(s["tokens"], 4096);
+  EXPECT_DOUBLE_EQ(s["loss"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(s["step_time"].get<double>(), 3.5);
+  EXPECT_DOUBLE_EQ(s["ckpt_stall"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(s["t"].get<double>(), 1.7e9);
+
+  ASSERT_TRUE(c.ReportStep(11, std::nan(""), 1).ok());  // reads 104
+  Json s2 = Recv();
+  EXPECT_TRUE(s2["loss"].is_null());
+  EXPECT_DOUBLE_EQ(s2["step_time"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(s2["ckpt_stall"].get<double>(), 0.0);
+}
+
+TEST_F(SdkTest, InjectNanArrivesOnceAndGarbageIsIgnored) {
+  BindAgent();
+  Client c;
+  ASSERT_TRUE(c.Init(ManagedEnv()).ok());
+  EXPECT_FALSE(c.PollInjectedNan());
+  const std::string rank_sock = dir_ + "/rank0.sock";
+  ASSERT_TRUE(UnixDgramSend(agent_.get(), rank_sock, "not json").ok());
+  ASSERT_TRUE(UnixDgramSend(agent_.get(), rank_sock, R"({"type":5})").ok());
+  EXPECT_FALSE(c.PollInjectedNan());
+  ASSERT_TRUE(UnixDgramSend(agent_.get(), rank_sock, R"({"type":"inject_nan"})").ok());
+  EXPECT_TRUE(c.PollInjectedNan());
+  EXPECT_FALSE(c.PollInjectedNan());
+}
+
+TEST_F(SdkTest, MissingAgentNeverFails) {
+  Client c;
+  ASSERT_TRUE(c.Init(ManagedEnv()).ok());  // nobody bound agent.sock
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(c.ReportStep(i, 1.0, 1).ok());
+  std::string w = "w";
+  EXPECT_TRUE(c.Save(5, {{"w", w.data(), 1}}).ok());
+}
+
+TEST_F(SdkTest, CAbiRoundTrip) {
+  const std::string ckpt_dir = dir_ + "/cckpt";
+  ::setenv("BULWARK_CKPT_DIR", ckpt_dir.c_str(), 1);
+  ::setenv("BULWARK_CKPT_INTERVAL_STEPS", "4", 1);
+  ::setenv("BULWARK_SKIP_FROM", "7", 1);
+  ::setenv("BULWARK_SKIP_TO", "9", 1);
+  ASSERT_EQ(bw_init(), BW_OK) << bw_last_error();
+  EXPECT_EQ(bw_rank(), 0);
+  EXPECT_EQ(bw_world_size(), 1);
+  EXPECT_EQ(bw_resume_step(), -1);
+  EXPECT_EQ(bw_should_checkpoint(8), 1);
+  EXPECT_EQ(bw_should_checkpoint(9), 0);
+  EXPECT_EQ(bw_skip_from(), 7);
+  EXPECT_EQ(bw_skip_to(), 9);
+  EXPECT_EQ(bw_report_step(1, 0.1, 10), BW_OK);
+  const char* names[] = {"a", "b"};
+  const void* data[] = {"xyz", "hello"};
+  size_t sizes[] = {3, 5};
+  ASSERT_EQ(bw_save(8, 2, names, data, sizes), BW_OK) << bw_last_error();
+  bw_blobs* b = nullptr;
+  ASSERT_EQ(bw_load(8, &b), BW_OK) << bw_last_error();
+  ASSERT_EQ(bw_blobs_count(b), 2u);
+  EXPECT_STREQ(bw_blobs_name(b, 1), "b");
+  EXPECT_EQ(std::string(static_cast<const char*>(bw_blobs_data(b, 1)), bw_blobs_size(b, 1)),
+            "hello");
+  EXPECT_EQ(bw_blobs_name(b, 2), nullptr);
+  bw_blobs_free(b);
+  EXPECT_EQ(bw_load(99, &b), BW_ERR_NOT_FOUND);
+  EXPECT_NE(std::string(bw_last_error()).find("99"), std::string::npos) << bw_last_error();
+  const char* dup[] = {"a", "a"};
+  EXPECT_EQ(bw_save(9, 2, dup, data, sizes), BW_ERR_INVALID_ARGUMENT);
+  ::setenv("RANK", "x", 1);
+  EXPECT_EQ(bw_init(), BW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bw_last_error()).find("RANK"), std::string::npos);
+  for (const char* v : {"RANK", "BULWARK_CKPT_DIR", "BULWARK_CKPT_INTERVAL_STEPS",
+                        "BULWARK_SKIP_FROM", "BULWARK_SKIP_TO"}) {
+    ::unsetenv(v);
+  }
+  EXPECT_EQ(bw_shutdown(), BW_OK);
+}
+
+}  // namespace
+}  // namespace bulwark::sdk

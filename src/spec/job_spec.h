@@ -1,0 +1,80 @@
+// JobSpec: the validated, typed form of a job's YAML spec (docs/job-spec.md).
+//
+// ParseJobSpec() never throws and never crashes on bad input: every unknown field,
+// wrong type or impossible value yields InvalidArgument naming the field path, the
+// YAML line, and the fix, e.g.
+//   "job.yaml:12: checkpoint.keep: must be >= 1 (got 0); set keep to how many
+//    committed checkpoints to retain".
+// All errors found are reported together, one per line.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace bulwark {
+
+enum class ChaosKind {
+  kKillRank,   // SIGKILL one rank (crash)
+  kHangRank,   // SIGSTOP one rank (hang)
+  kNanLoss,    // the rank's next reported loss becomes NaN (SDK-cooperative)
+  kKillAgent,  // SIGKILL a node's agent (node loss)
+};
+const char* ChaosKindName(ChaosKind k);  // "kill_rank", "hang_rank", "nan_loss", "kill_agent"
+
+// One fault to inject. Exactly one of at_seconds / at_step is set (>= 0).
+struct ChaosFault {
+  ChaosKind kind = ChaosKind::kKillRank;
+  double at_seconds = -1;  // seconds since the job started
+  long at_step = -1;       // when global rank 0 first reports this step
+  int rank = 0;            // global rank (kill_rank, hang_rank, nan_loss)
+  int node = 0;            // node index (kill_agent)
+};
+
+struct CheckpointSpec {
+  std::string dir;          // where shards and commits go; default "<workdir>/checkpoints/<name>"
+  long interval_steps = 0;  // save every N steps (0 = off unless interval_seconds)
+  double interval_seconds = 0;  // or every T seconds
+  int keep = 3;                 // committed checkpoints retained
+};
+
+struct FaultPolicySpec {
+  int restart_budget = 10;                  // max restarts before the job fails
+  double backoff_base_seconds = 1;          // first backoff; doubles per consecutive failure
+  double backoff_cap_seconds = 30;          // backoff ceiling
+  double hang_timeout_floor_seconds = 30;   // hang = no step for max(floor, k * p99)
+  double hang_timeout_multiplier = 10;      // k
+  double startup_timeout_seconds = 300;     // launch -> first step, else a hang
+  int spare_nodes = 0;                      // warm standby agents
+  double heartbeat_interval_seconds = 1;    // agent -> controller
+  int heartbeat_misses = 3;                 // node lost after this many missed beats
+  double stop_grace_seconds = 5;            // SIGTERM -> SIGKILL
+  int max_same_fault_without_progress = 3;  // give up when the same fault recurs this often
+};
+
+struct JobSpec {
+  std::string name;  // DNS-1123 label
+  int nodes = 1;
+  int procs_per_node = 1;
+  std::vector<std::string> command;  // argv[0] and fixed args
+  std::vector<std::string> args;     // appended to command
+  std::map<std::string, std::string> env;
+  std::string workdir;  // absolute after parsing (relative -> spec file's dir)
+  CheckpointSpec checkpoint;
+  FaultPolicySpec fault_policy;
+  std::vector<ChaosFault> chaos;
+  std::string source_path;  // file it was parsed from ("" for strings)
+
+  int world_size() const { return nodes * procs_per_node; }
+};
+
+// Parses and validates YAML text. `source_name` prefixes error lines; `base_dir`
+// resolves relative workdir/checkpoint.dir.
+Result<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source_name,
+                             const std::string& base_dir);
+// Reads the file then ParseJobSpec with base_dir = the file's directory.
+Result<JobSpec> LoadJobSpec(const std::string& path);
+
+}  // namespace bulwark

@@ -1,0 +1,73 @@
+// Store: the controller's durable job state in SQLite (WAL mode).
+//
+// Everything the controller needs to carry on after a restart lives here: the job
+// spec, its phase, attempt and restart counters, committed checkpoints, incidents and
+// events. Each Put/Add is one transaction. A Store is used from one thread at a time
+// (it owns a single sqlite3 connection); separate processes may open the same file.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+struct sqlite3;
+
+namespace bulwark {
+
+enum class JobPhase { kPending, kRunning, kRestarting, kSucceeded, kFailed, kCancelled };
+const char* JobPhaseName(JobPhase p);  // "Pending", "Running", ...
+Result<JobPhase> ParseJobPhase(const std::string& s);
+inline bool IsTerminal(JobPhase p) {
+  return p == JobPhase::kSucceeded || p == JobPhase::kFailed || p == JobPhase::kCancelled;
+}
+
+struct JobRecord {
+  std::string name;
+  std::string spec_yaml;
+  std::string spec_path;
+  JobPhase phase = JobPhase::kPending;
+  std::string run_id;
+  int attempt = -1;
+  int restarts = 0;
+  long high_water_step = -1;
+  long last_committed_step = -1;
+  double created = 0;
+  double updated = 0;
+  std::string message;      // last status message / diagnosis
+  std::string report_json;  // the ETTR report when finished
+};
+
+struct EventRecord {
+  double t = 0;
+  std::string job;
+  std::string reason;  // CamelCase, e.g. "RankCrashed", "CheckpointCommitted"
+  std::string message;
+};
+
+class Store {
+ public:
+  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  Status PutJob(const JobRecord& job);  // insert or replace by name
+  Result<std::optional<JobRecord>> GetJob(const std::string& name);
+  Result<std::vector<JobRecord>> ListJobs();
+  Status AddEvent(const EventRecord& e);
+  Result<std::vector<EventRecord>> ListEvents(const std::string& job);
+  Status AddIncident(const std::string& job, int attempt, const std::string& json);
+  Result<std::vector<std::string>> ListIncidents(const std::string& job);
+  Status AddCheckpoint(const std::string& job, long step, double t);
+  Result<std::vector<long>> ListCheckpoints(const std::string& job);
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  Status Exec(const std::string& sql);
+  sqlite3* db_;
+};
+
+}  // namespace bulwark

@@ -1,0 +1,72 @@
+#include "store/store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+namespace bulwark {
+namespace {
+
+std::string TmpPath(const std::string& name) {
+  std::string p = "/tmp/bw-store-test-" + std::to_string(getpid()) + "-" + name;
+  ::unlink(p.c_str());
+  ::unlink((p + "-wal").c_str());
+  ::unlink((p + "-shm").c_str());
+  return p;
+}
+
+TEST(Store, JobsSurviveReopen) {
+  std::string path = TmpPath("reopen.db");
+  {
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    JobRecord j;
+    j.name = "gpt";
+    j.spec_yaml = "name: gpt\n";
+    j.phase = JobPhase::kRestarting;
+    j.attempt = 3;
+    j.restarts = 2;
+    j.high_water_step = 120;
+    j.message = "rank 1 crashed";
+    ASSERT_TRUE((*s)->PutJob(j).ok());
+    j.attempt = 4;  // replace
+    ASSERT_TRUE((*s)->PutJob(j).ok());
+    ASSERT_TRUE((*s)->AddEvent({1.0, "gpt", "RankCrashed", "rank 1 SIGKILL"}).ok());
+    ASSERT_TRUE((*s)->AddCheckpoint("gpt", 100, 2.0).ok());
+    ASSERT_TRUE((*s)->AddCheckpoint("gpt", 110, 3.0).ok());
+    ASSERT_TRUE((*s)->AddIncident("gpt", 3, "{\"kind\":\"crash\"}").ok());
+  }
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok());
+  auto j = (*s)->GetJob("gpt");
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE(j->has_value());
+  EXPECT_EQ((*j)->attempt, 4);
+  EXPECT_EQ((*j)->phase, JobPhase::kRestarting);
+  EXPECT_EQ((*j)->high_water_step, 120);
+  EXPECT_EQ((*j)->message, "rank 1 crashed");
+  EXPECT_FALSE((*(*s)->GetJob("other")).has_value());
+  EXPECT_EQ((*(*s)->ListJobs()).size(), 1u);
+  auto ev = (*s)->ListEvents("gpt");
+  ASSERT_EQ(ev->size(), 1u);
+  EXPECT_EQ((*ev)[0].reason, "RankCrashed");
+  EXPECT_EQ(*(*s)->ListCheckpoints("gpt"), (std::vector<long>{100, 110}));
+  EXPECT_EQ((*(*s)->ListIncidents("gpt")).size(), 1u);
+}
+
+TEST(Store, GarbageFileIsAClearError) {
+  std::string path = TmpPath("garbage.db");
+  std::ofstream(path) << "this is not a database, just text that is long enough to matter....";
+  auto s = Store::Open(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(path), std::string::npos);
+}
+
+TEST(Store, UnknownPhaseIsRejected) {
+  EXPECT_FALSE(ParseJobPhase("Exploded").ok());
+  EXPECT_EQ(*ParseJobPhase("Failed"), JobPhase::kFailed);
+}
+
+}  // namespace
+}  // namespace bulwark

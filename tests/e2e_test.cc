@@ -1,0 +1,280 @@
+// End-to-end: the real `bulwark` binary runs a real multi-process job (the tiny SDK
+// trainer in tests/trainers) on the local backend, with one fault kind per test, and
+// the JSON report, the store and the process table are checked afterwards.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/net.h"
+#include "common/proc.h"
+
+namespace bulwark {
+namespace {
+
+namespace fs = std::filesystem;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct RunOutcome {
+  int exit_code = -1;
+  std::string output;
+  Json report;
+};
+
+class E2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    src_ = BW_TEST_SOURCE_DIR;
+    build_ = BW_TEST_BUILD_DIR;
+    ASSERT_FALSE(src_.empty());
+    ASSERT_FALSE(build_.empty());
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    tag_ = std::string("e2e-") + info->name() + "-" + std::to_string(getpid());
+    dir_ = "/tmp/bw-" + tag_;
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // Writes a spec for the tiny trainer; `extra` is appended verbatim (YAML).
+  std::string WriteSpec(const std::string& name, int nodes, int procs, int steps,
+                        const std::string& extra) {
+    std::ostringstream y;
+    y << "name: " << name << "\n"
+      << "nodes: " << nodes << "\nprocsPerNode: " << procs << "\n"
+      << "command: [\"/usr/bin/python3\", \"" << src_ << "/tests/trainers/tiny_trainer.py\"]\n"
+      << "args: [\"--steps\", \"" << steps << "\"]\n"
+      << "env: {BW_E2E_TAG: \"" << tag_ << "\"}\n"
+      << "checkpoint: {dir: " << dir_ << "/ckpt, intervalSteps: 10, keep: 3}\n"
+      << extra;
+    std::string path = dir_ + "/job.yaml";
+    std::ofstream(path) << y.str();
+    return path;
+  }
+
+  RunOutcome Run(const std::string& spec, std::map<std::string, std::string> env = {}) {
+    RunOutcome o;
+    SpawnOptions so;
+    so.argv = {build_ + "/bin/bulwark", "run",       spec,          "--report",
+               dir_ + "/report.json",   "--run-dir", dir_ + "/run", "--store",
+               dir_ + "/bulwark.db"};
+    so.env = CurrentEnv();
+    for (auto& [k, v] : env) so.env[k] = v;
+    auto c = Spawn(so);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return o;
+    bool eof = false;
+    double deadline = Now() + 240;
+    while (!eof && Now() < deadline) {
+      PollReadable({c->output.get()}, 0.2);
+      o.output += ReadAvailable(c->output.get(), &eof);
+    }
+    auto e = WaitExit(c->pid, std::max(1.0, deadline - Now()));
+    if (!e) {
+      TerminateGroup(c->pid, c->pgid, 1);
+      ADD_FAILURE() << "bulwark run did not finish in time; output:\n" << o.output;
+      return o;
+    }
+    o.exit_code = e->code;
+    std::ifstream rf(dir_ + "/report.json");
+    std::stringstream ss;
+    ss << rf.rdbuf();
+    if (!ss.str().empty()) o.report = Json::parse(ss.str(), nullptr, false);
+    return o;
+  }
+
+  // Processes whose environment or command line mentions this test's tag or dir.
+  std::vector<int> Leftovers() {
+    std::vector<int> out;
+    DIR* d = opendir("/proc");
+    if (!d) return out;
+    while (dirent* de = readdir(d)) {
+      int pid = atoi(de->d_name);
+      if (pid <= 0 || pid == getpid()) continue;
+      for (const char* f : {"/environ", "/cmdline"}) {
+        std::ifstream in(std::string("/proc/") + de->d_name + f, std::ios::binary);
+        std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (s.find(tag_) != std::string::npos && ProcState(pid) != 'Z') {
+          out.push_back(pid);
+          break;
+        }
+      }
+    }
+    closedir(d);
+    return out;
+  }
+
+  void ExpectNoLeftovers() {
+    double deadline = Now() + 10;
+    std::vector<int> left = Leftovers();
+    while (!left.empty() && Now() < deadline) {
+      PollReadable({}, 0.05);
+      left = Leftovers();
+    }
+    EXPECT_TRUE(left.empty()) << left.size() << " processes of the job survived, first pid "
+                              << (left.empty() ? 0 : left[0]);
+  }
+
+  static const Json* FirstIncident(const Json& r, const std::string& kind) {
+    for (const auto& x : r["incidents"]) {
+      if (x.value("kind", "") == kind) return &x;
+    }
+    return nullptr;
+  }
+
+  std::string src_, build_, tag_, dir_;
+};
+
+constexpr const char* kFastPolicy =
+    "faultPolicy: {restartBudget: 5, backoff: {baseSeconds: 0.1, capSeconds: 1}, "
+    "hangTimeout: {floorSeconds: 1.5, multiplier: 5, startupSeconds: 60}, "
+    "heartbeat: {intervalSeconds: 0.5, misses: 3}, stopGraceSeconds: 1, spareNodes: 1}\n";
+
+TEST_F(E2E, CleanRunSucceedsAndCommitsCheckpoints) {
+  auto o = Run(WriteSpec("clean", 2, 2, 40, kFastPolicy));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(o.report["phase"], "Succeeded");
+  EXPECT_EQ(o.report["last_step"], 40);
+  EXPECT_EQ(o.report["incidents"].size(), 0u);
+  EXPECT_GT(o.report["ettr"].get<double>(), 0.0);
+  EXPECT_EQ(o.report["checkpoints"]["committed"].back(), 40);
+  // torchrun environment reached the ranks, and output carries the [node/rank] prefix.
+  EXPECT_NE(o.output.find("of 4 starting at step 1 master 127.0.0.1:"), std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("[node-1/3]"), std::string::npos) << o.output;
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, CrashIsDetectedAndResumesFromCommittedCheckpoint) {
+  auto o = Run(
+      WriteSpec("crash", 2, 2, 80,
+                std::string(kFastPolicy) + "chaos: [{kind: kill_rank, atStep: 35, rank: 1}]\n"));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const Json* inc = FirstIncident(o.report, "crash");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["subtype"], "SIGKILL");
+  EXPECT_EQ((*inc)["rank"], 1);
+  EXPECT_EQ((*inc)["action"], "restart_in_place");
+  long resumed = (*inc)["resumed_from_step"];
+  EXPECT_GE(resumed, 10);
+  EXPECT_LT(resumed, (*inc)["step"].get<long>());
+  EXPECT_EQ(resumed % 10, 0);
+  EXPECT_EQ(o.report["chaos"][0]["detected_as"], "crash");
+  EXPECT_EQ(o.report["last_step"], 80);
+  EXPECT_NE(o.output.find("resumed from step " + std::to_string(resumed)), std::string::npos);
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, HangIsDetectedWithEveryRanksStack) {
+  auto o = Run(
+      WriteSpec("hang", 1, 2, 80,
+                std::string(kFastPolicy) + "chaos: [{kind: hang_rank, atStep: 30, rank: 1}]\n"));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const Json* inc = FirstIncident(o.report, "hang");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["action"], "restart_in_place");
+  std::string stacks_path = dir_ + "/run/logs/hang-attempt-0-stacks.txt";
+  std::ifstream f(stacks_path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find("tiny_trainer.py"), std::string::npos) << "stacks: " << ss.str();
+  EXPECT_NE(ss.str().find("rank 1"), std::string::npos);
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, NanRollsBackToAnEarlierCheckpoint) {
+  auto o =
+      Run(WriteSpec("nan", 1, 2, 80,
+                    std::string(kFastPolicy) + "chaos: [{kind: nan_loss, atStep: 35, rank: 0}]\n"));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const Json* inc = FirstIncident(o.report, "nan");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["action"], "rollback");
+  long nan_step = (*inc)["step"];
+  EXPECT_GE(nan_step, 35);
+  EXPECT_LT((*inc)["resumed_from_step"].get<long>(), nan_step);
+  EXPECT_GT((*inc)["rework_steps"].get<long>(), 0);
+  EXPECT_GT(o.report["steps_reworked"].get<long>(), 0);
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, NodeLossPromotesTheWarmStandby) {
+  auto o = Run(
+      WriteSpec("nodeloss", 2, 1, 80,
+                std::string(kFastPolicy) + "chaos: [{kind: kill_agent, atStep: 30, node: 1}]\n"));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const Json* inc = FirstIncident(o.report, "node_lost");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["node"], 1);
+  EXPECT_EQ((*inc)["action"], "replace_node");
+  EXPECT_NE(o.output.find("StandbyPromoted"), std::string::npos);
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, SilentNodeIsLostAfterMissedHeartbeats) {
+  std::string spec = WriteSpec("silent", 2, 1, 150, kFastPolicy);
+  // Freeze node-1's agent once the job runs: its connection stays open but it goes quiet.
+  std::thread freezer([&] {
+    double deadline = Now() + 60;
+    while (Now() < deadline) {
+      std::ifstream f(dir_ + "/run/logs/rank-1.log");
+      std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (s.find("starting at step") != std::string::npos) break;
+      PollReadable({}, 0.05);
+    }
+    DIR* d = opendir("/proc");
+    while (d && true) {
+      dirent* de = readdir(d);
+      if (!de) break;
+      std::ifstream in(std::string("/proc/") + de->d_name + "/cmdline", std::ios::binary);
+      std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (s.find("bulwark-agent") != std::string::npos && s.find(dir_) != std::string::npos &&
+          s.find(std::string("node-1") + '\0') != std::string::npos) {
+        kill(atoi(de->d_name), SIGSTOP);
+      }
+    }
+    if (d) closedir(d);
+  });
+  auto o = Run(spec);
+  freezer.join();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const Json* inc = FirstIncident(o.report, "node_lost");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["subtype"], "heartbeat_timeout");
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, ExhaustedBudgetFailsWithDiagnosis) {
+  auto o = Run(WriteSpec("budget", 1, 2, 50,
+                         "faultPolicy: {restartBudget: 2, maxSameFaultWithoutProgress: 10, "
+                         "backoff: {baseSeconds: 0.1, capSeconds: 0.2}}\n"),
+               {{"TINY_CRASH_AT_START", "1"}});
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_EQ(o.report["phase"], "Failed");
+  EXPECT_EQ(o.report["restarts"], 2);
+  std::string msg = o.report["message"];
+  EXPECT_NE(msg.find("budget"), std::string::npos) << msg;
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, BadSpecIsRejectedWithFieldAndLine) {
+  std::string path = dir_ + "/bad.yaml";
+  std::ofstream(path) << "name: bad\nnodes: 0\nprocsPerNode: 1\ncommand: [\"/bin/true\"]\n";
+  auto o = Run(path);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.output.find(":2:"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("nodes"), std::string::npos) << o.output;
+}
+
+}  // namespace
+}  // namespace bulwark
