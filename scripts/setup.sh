@@ -7,6 +7,8 @@ PKGS=(
   libyaml-cpp-dev nlohmann-json3-dev libsqlite3-dev libcli11-dev libxxhash-dev
   libgtest-dev libgmock-dev
   python3 python3-torch   # real PyTorch 1.13 with gloo on CPU (the example trainer)
+  python3-yaml            # the benchmark driver reads job specs
+  libopenblas0-pthread    # fast BLAS for torch on CPU (the reference BLAS is ~6x slower)
   fortunes               # the text corpus the example language model trains on
   gdb                    # native stacks of hung ranks (optional at run time)
 )

@@ -54,7 +54,12 @@ class E2E : public ::testing::Test {
       << "nodes: " << nodes << "\nprocsPerNode: " << procs << "\n"
       << "command: [\"/usr/bin/python3\", \"" << src_ << "/tests/trainers/tiny_trainer.py\"]\n"
       << "args: [\"--steps\", \"" << steps << "\"]\n"
-      << "env: {BW_E2E_TAG: \"" << tag_ << "\"}\n"
+      << "env: {BW_E2E_TAG: \"" << tag_ << "\""
+      << (std::string(BW_TEST_PRELOAD).empty()
+              ? std::string()
+              : ", LD_PRELOAD: \"" + std::string(BW_TEST_PRELOAD) +
+                    "\", ASAN_OPTIONS: \"detect_leaks=0:verify_asan_link_order=0\"")
+      << "}\n"
       << "checkpoint: {dir: " << dir_ << "/ckpt, intervalSteps: 10, keep: 3}\n"
       << extra;
     std::string path = dir_ + "/job.yaml";
@@ -264,6 +269,30 @@ TEST_F(E2E, ExhaustedBudgetFailsWithDiagnosis) {
   EXPECT_EQ(o.report["restarts"], 2);
   std::string msg = o.report["message"];
   EXPECT_NE(msg.find("budget"), std::string::npos) << msg;
+  // The trainer's last words were a CUDA error line: classified before its exit code.
+  ASSERT_FALSE(o.report["incidents"].empty());
+  EXPECT_EQ(o.report["incidents"][0]["kind"], "fatal_log");
+  EXPECT_EQ(o.report["incidents"][0]["subtype"], "cuda_error");
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, UnmodifiedScriptWithoutSdkIsRestartedAfterACrash) {
+  std::string path = dir_ + "/plain.yaml";
+  std::ofstream(path) << "name: plain\nnodes: 2\nprocsPerNode: 2\n"
+                      << "command: [\"/usr/bin/python3\", \"" << src_
+                      << "/tests/trainers/plain_script.py\"]\n"
+                      << "env: {BW_E2E_TAG: \"" << tag_ << "\", PLAIN_MARKER_DIR: \"" << dir_
+                      << "\"}\n"
+                      << "checkpoint: {dir: " << dir_ << "/ckpt}\n"
+                      << "faultPolicy: {backoff: {baseSeconds: 0.1, capSeconds: 0.2}}\n";
+  auto o = Run(path);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const Json* inc = FirstIncident(o.report, "crash");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["rank"], 1);
+  EXPECT_EQ((*inc)["subtype"], "exit 1");
+  EXPECT_EQ((*inc)["resumed_from_step"], -1);
+  EXPECT_NE(o.output.find("plain: rank 1/4 restart 1"), std::string::npos) << o.output;
   ExpectNoLeftovers();
 }
 

@@ -89,11 +89,14 @@ def translate_chaos(job, args, ppn):
         if kind is None:
             sys.exit(f"chaos[{i}].kind {c.get('kind')!r}: want one of {sorted(KIND_MAP)}")
         at = float(c.get("atSeconds", 0))
+        at_step = c.get("atStep")
         if kind == "nodeloss":
             rank = int(c.get("node", 0)) * ppn  # first rank of that node
         else:
             rank = int(c.get("rank", 0))
-        if args.chaos_by == "seconds":
+        if at_step is not None:
+            when = str(int(at_step))  # same training progress as under Bulwark
+        elif args.chaos_by == "seconds":
             when = f"@{at:g}"
         else:
             when = str(max(1, round((at - args.startup_s) / args.step_time)))

@@ -44,6 +44,10 @@ import os
 import signal
 import sys
 
+# One BLAS thread per rank: ranks already fill the cores (set before torch loads BLAS).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -60,7 +64,7 @@ def parse_args():
                      or "BULWARK_RESUME_STEP" in os.environ)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=600, help="last step (1-based)")
-    p.add_argument("--batch-size", type=int, default=2, help="sequences per rank")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per rank")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=30, help="linear warmup steps")

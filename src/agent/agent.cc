@@ -250,10 +250,7 @@ void Agent::HandleDatagram(const std::string& payload) {
   }
   const Json& m = *parsed;
   const std::string type = m["type"].get<std::string>();
-  if (type == "hello") {
-    Warn("sdk: hello from " + m.dump().substr(0, 200));
-    return;
-  }
+  if (type == "hello") return;  // the SDK is attached; nothing to do yet
   if (type != "step" && type != "ckpt") {
     Warn("sdk: dropped datagram of unknown type '" + type + "'");
     return;

@@ -201,13 +201,15 @@ void Agent::CheckHangs() {
     js[std::to_string(rank)] = st.text;
     if (st.state == 'T') stopped.push_back(rank);
   }
-  for (int rank : stopped) {
-    bool stalled =
-        std::find(f->stalled_ranks.begin(), f->stalled_ranks.end(), rank) != f->stalled_ranks.end();
-    if (stalled) {
-      f->rank = rank;  // a stopped rank is the likeliest culprit
-      f->step = detector_.LastStep(rank);
-      break;
+  // A stopped process is the likeliest culprit even if a peer timed out first: ranks
+  // report a step at slightly different instants, so the first to time out is often a
+  // healthy rank blocked in a collective behind the stopped one.
+  if (!stopped.empty()) {
+    f->rank = stopped.front();
+    f->step = detector_.LastStep(f->rank);
+    if (std::find(f->stalled_ranks.begin(), f->stalled_ranks.end(), f->rank) ==
+        f->stalled_ranks.end()) {
+      f->stalled_ranks.push_back(f->rank);
     }
   }
   std::string note = "; culprit rank " + std::to_string(f->rank);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <set>
 
 namespace bulwark {
 
@@ -61,6 +62,12 @@ Status LocalBackend::ReleaseNode(const std::string& node_id, double grace_s) {
 
 std::vector<std::string> LocalBackend::Poll() {
   std::vector<std::string> gone;
+  // Ranks orphaned by a lost agent are reparented to us (child subreaper): reap them.
+  if (++polls_ % 50 == 0) {  // a /proc scan: not on every loop iteration
+    std::set<pid_t> agents;
+    for (const auto& [id, c] : agents_) agents.insert(c.pid);
+    (void)ReapZombieChildren(agents);
+  }
   for (auto it = agents_.begin(); it != agents_.end();) {
     if (Reap(it->second.pid)) {
       (void)SignalGroup(it->second.pgid, SIGKILL);

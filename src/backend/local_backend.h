@@ -36,6 +36,7 @@ class LocalBackend : public Backend {
  private:
   LocalBackendOptions opts_;
   std::map<std::string, Child> agents_;
+  long polls_ = 0;
 };
 
 }  // namespace bulwark

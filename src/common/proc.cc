@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -206,27 +207,51 @@ Status BecomeSubreaper() {
   return Status::Ok();
 }
 
+namespace {
+
+// Children of this process as (pid, state letter), from /proc.
+std::vector<std::pair<pid_t, char>> ListChildren() {
+  std::vector<std::pair<pid_t, char>> kids;
+  pid_t self = getpid();
+  DIR* d = opendir("/proc");
+  if (!d) return kids;
+  while (dirent* de = readdir(d)) {
+    pid_t p = static_cast<pid_t>(atoi(de->d_name));
+    if (p <= 0) continue;
+    std::ifstream f(std::string("/proc/") + de->d_name + "/stat");
+    std::string s;
+    if (!std::getline(f, s)) continue;
+    size_t rp = s.rfind(')');
+    if (rp == std::string::npos) continue;
+    std::istringstream rest(s.substr(rp + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == self) kids.emplace_back(p, state);
+  }
+  closedir(d);
+  return kids;
+}
+
+}  // namespace
+
+int ReapZombieChildren(const std::set<pid_t>& keep) {
+  int n = 0;
+  for (auto [pid, state] : ListChildren()) {
+    if (state == 'Z' && !keep.count(pid) && waitpid(pid, nullptr, WNOHANG) == pid) ++n;
+  }
+  return n;
+}
+
 int KillAndReapAllChildren() {
   int killed = 0;
   pid_t self = getpid();
+  (void)self;
+  ReapZombieChildren({});  // already dead: not leftovers
   for (int round = 0; round < 50; ++round) {
     std::vector<pid_t> kids;
-    if (DIR* d = opendir("/proc")) {
-      while (dirent* de = readdir(d)) {
-        pid_t p = static_cast<pid_t>(atoi(de->d_name));
-        if (p <= 0) continue;
-        std::ifstream f(std::string("/proc/") + de->d_name + "/stat");
-        std::string s;
-        if (!std::getline(f, s)) continue;
-        size_t rp = s.rfind(')');
-        if (rp == std::string::npos) continue;
-        std::istringstream rest(s.substr(rp + 2));
-        char state;
-        pid_t ppid;
-        rest >> state >> ppid;
-        if (ppid == self) kids.push_back(p);
-      }
-      closedir(d);
+    for (auto [pid, state] : ListChildren()) {
+      if (state != 'Z') kids.push_back(pid);
     }
     if (kids.empty()) break;
     for (pid_t k : kids) {

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,12 @@ std::string ReadAvailable(int fd, bool* eof);
 char ProcState(pid_t pid);
 // Makes this process a child subreaper: orphaned descendants are reparented to it.
 Status BecomeSubreaper();
-// Kills (SIGKILL) and reaps every remaining child of this process. Returns how many.
+// Kills (SIGKILL) and reaps every remaining live child of this process. Returns how
+// many were still alive (zombies are reaped but not counted).
 int KillAndReapAllChildren();
+// Reaps children that have already exited (zombies), except the pids in `keep`
+// (whose owners reap them to read their status). Returns how many were reaped.
+int ReapZombieChildren(const std::set<pid_t>& keep);
 // Signal name: "SIGKILL".
 std::string SignalName(int sig);
 

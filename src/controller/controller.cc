@@ -461,6 +461,22 @@ void Controller::Impl::OnFault(const Incident& inc, Json extra) {
       j["since_injection_s"] = inc.detect_time - chaos_[i].fired_at;
     }
   }
+  // Stacks from every agent's report of this attempt go into one file, so a hang's
+  // file holds every rank of the job: the blocked peers and the culprit alike.
+  if (extra.is_object() && extra.contains("stacks") && extra["stacks"].is_object() &&
+      !extra["stacks"].empty()) {
+    std::string path =
+        opts_.run_dir + "/logs/hang-attempt-" + std::to_string(attempt_) + "-stacks.txt";
+    std::ofstream f(path, std::ios::app);
+    std::string ranks;
+    for (auto it = extra["stacks"].begin(); it != extra["stacks"].end(); ++it) {
+      f << "===== rank " << it.key() << " =====\n"
+        << (it.value().is_string() ? it.value().get<std::string>() : it.value().dump()) << "\n";
+      ranks += (ranks.empty() ? "" : ",") + it.key();
+    }
+    j["stacks_file"] = path;
+    Event("StacksCaptured", "stacks of ranks " + ranks + " stored in " + path);
+  }
   if (stage_ != Stage::kRunning) {
     // A consequence of a fault already being handled (peers of a crashed rank fail too).
     j["secondary"] = true;
@@ -486,17 +502,6 @@ void Controller::Impl::OnFault(const Incident& inc, Json extra) {
                      (inc.rank >= 0 ? " on rank " + std::to_string(inc.rank) : "") +
                      (inc.node >= 0 ? " on node slot " + std::to_string(inc.node) : "");
   Event("FaultDetected", what + ": " + inc.detail);
-  if (extra.is_object() && extra.contains("stacks") && extra["stacks"].is_object() &&
-      !extra["stacks"].empty()) {
-    std::string path =
-        opts_.run_dir + "/logs/hang-attempt-" + std::to_string(attempt_) + "-stacks.txt";
-    std::ofstream f(path);
-    for (auto it = extra["stacks"].begin(); it != extra["stacks"].end(); ++it) {
-      f << "===== rank " << it.key() << " =====\n"
-        << (it.value().is_string() ? it.value().get<std::string>() : it.value().dump()) << "\n";
-    }
-    Event("StacksCaptured", "stacks of every rank stored in " + path);
-  }
   Event("Decision", std::string(ActionName(d.action)) + ": " + d.reason);
   decision_ = d;
   if (d.action == Action::kGiveUp) {

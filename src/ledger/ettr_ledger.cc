@@ -125,24 +125,7 @@ void EttrLedger::OnFault(const Incident& incident, const std::string& action) {
 
   // Time up to the fault belongs to what was going on; a startup cut short is the
   // previous incident's reinit cost, a step cut short is this fault's rework.
-  IncidentRow* prev = Row();
-  switch (phase_) {
-    case Phase::kRestarting: {
-      const double d = Attribute(fault_time, TimeCategory::kRestart);
-      if (prev) prev->restart_s += d;
-      break;
-    }
-    case Phase::kStarting: {
-      const double d = Attribute(fault_time, TimeCategory::kReinit);
-      if (prev) prev->reinit_s += d;
-      break;
-    }
-    case Phase::kIdle:
-      Attribute(fault_time, TimeCategory::kIdle);
-      break;
-    case Phase::kRunning:
-      break;  // attributed to the new row below
-  }
+  if (phase_ != Phase::kRunning) CloseOpen(fault_time);  // a running step: rework, below
 
   IncidentRow row;
   row.incident = incident;

@@ -1,6 +1,5 @@
 #include "spec/job_spec.h"
 
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -11,149 +10,15 @@
 #include <sstream>
 #include <system_error>
 
+#include "spec/job_spec_schema.h"
 #include "spec/spec_reader.h"
+#include "spec/yaml_document.h"
 
 namespace bulwark {
+namespace spec_internal {
 namespace {
 
 namespace fs = std::filesystem;
-using spec_internal::Entry;
-using spec_internal::FieldDef;
-using spec_internal::SpecReader;
-
-constexpr int kMaxNodes = 1024;
-constexpr int kMaxProcsPerNode = 256;
-constexpr double kMaxSeconds = 1e9;  // keeps every duration representable in int64 ns
-constexpr size_t kMaxNameLen = 63;
-constexpr size_t kMaxSpecBytes = 1 << 20;
-
-constexpr FieldDef kTopFields[] = {
-    {"name",
-     "set name to a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
-     "with a letter or digit, at most 63 characters (e.g. name: gpt-char)"},
-    {"nodes", "set nodes to the number of machines, an integer from 1 to 1024"},
-    {"procsPerNode", "set procsPerNode to the number of ranks per node, an integer from 1 to 256"},
-    {"command",
-     "set command to a non-empty list of strings, e.g. command: [\"/usr/bin/python3\", "
-     "\"train.py\"]"},
-    {"args", "set args to a list of strings, e.g. args: [\"--steps\", \"600\"]"},
-    {"env", "set env to a mapping of NAME: value, e.g. env: {OMP_NUM_THREADS: \"1\"}"},
-    {"workdir",
-     "set workdir to a directory path (relative paths resolve against the spec file's "
-     "directory) or omit it"},
-    {"checkpoint",
-     "set checkpoint to a mapping with any of: dir, intervalSteps, intervalSeconds, keep"},
-    {"faultPolicy",
-     "set faultPolicy to a mapping with any of: restartBudget, backoff, hangTimeout, spareNodes, "
-     "heartbeat, stopGraceSeconds, maxSameFaultWithoutProgress"},
-    {"chaos",
-     "set chaos to a list of faults, e.g. chaos: [{kind: kill_rank, atSeconds: 30, rank: 1}]"},
-};
-
-constexpr FieldDef kCheckpointFields[] = {
-    {"dir", "set checkpoint.dir to a directory path (relative paths resolve against workdir)"},
-    {"intervalSteps", "set checkpoint.intervalSteps to an integer >= 0 (0 = no step trigger)"},
-    {"intervalSeconds",
-     "set checkpoint.intervalSeconds to a number of seconds >= 0 (0 = no time trigger)"},
-    {"keep", "set checkpoint.keep to how many committed checkpoints to retain (an integer >= 1)"},
-};
-
-constexpr FieldDef kFaultFields[] = {
-    {"restartBudget", "set faultPolicy.restartBudget to the maximum restarts, an integer >= 0"},
-    {"backoff", "set faultPolicy.backoff to a mapping {baseSeconds: 1, capSeconds: 30}"},
-    {"hangTimeout",
-     "set faultPolicy.hangTimeout to a mapping {floorSeconds: 30, multiplier: 10, "
-     "startupSeconds: 300}"},
-    {"spareNodes", "set faultPolicy.spareNodes to the number of warm standby nodes, 0 to 1024"},
-    {"heartbeat", "set faultPolicy.heartbeat to a mapping {intervalSeconds: 1, misses: 3}"},
-    {"stopGraceSeconds",
-     "set faultPolicy.stopGraceSeconds to the seconds between SIGTERM and SIGKILL, >= 0"},
-    {"maxSameFaultWithoutProgress",
-     "set faultPolicy.maxSameFaultWithoutProgress to an integer >= 1"},
-};
-
-constexpr FieldDef kBackoffFields[] = {
-    {"baseSeconds", "set faultPolicy.backoff.baseSeconds to the first backoff in seconds, > 0"},
-    {"capSeconds",
-     "set faultPolicy.backoff.capSeconds to the backoff ceiling in seconds, >= baseSeconds"},
-};
-
-constexpr FieldDef kHangFields[] = {
-    {"floorSeconds",
-     "set faultPolicy.hangTimeout.floorSeconds to the minimum hang timeout in seconds, > 0"},
-    {"multiplier",
-     "set faultPolicy.hangTimeout.multiplier to k in max(floor, k * p99 step time), >= 1"},
-    {"startupSeconds",
-     "set faultPolicy.hangTimeout.startupSeconds to the launch-to-first-step limit, > 0"},
-};
-
-constexpr FieldDef kHeartbeatFields[] = {
-    {"intervalSeconds", "set faultPolicy.heartbeat.intervalSeconds to a number of seconds > 0"},
-    {"misses", "set faultPolicy.heartbeat.misses to an integer >= 1"},
-};
-
-constexpr FieldDef kChaosFields[] = {
-    {"kind", "set kind to one of: kill_rank, hang_rank, nan_loss, kill_agent"},
-    {"atSeconds", "set atSeconds to seconds since job start (>= 0), or use atStep instead"},
-    {"atStep", "set atStep to a training step (an integer >= 0), or use atSeconds instead"},
-    {"rank", "set rank to a global rank from 0 to world size - 1"},
-    {"node", "set node to a node index from 0 to nodes - 1"},
-};
-
-constexpr ChaosKind kAllKinds[] = {ChaosKind::kKillRank, ChaosKind::kHangRank, ChaosKind::kNanLoss,
-                                   ChaosKind::kKillAgent};
-
-// Set by the agent for every rank (docs/protocol.md section 3); a spec may not
-// override them.
-constexpr const char* kReservedEnv[] = {
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "ROLE_NAME",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_RUN_ID",
-};
-
-bool IsReservedEnv(const std::string& s) {
-  if (s.rfind("BULWARK_", 0) == 0) return true;
-  for (const char* r : kReservedEnv) {
-    if (s == r) return true;
-  }
-  return false;
-}
-
-bool IsDnsLabel(const std::string& s) {
-  if (s.empty() || s.size() > kMaxNameLen) return false;
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  for (char c : s) {
-    if (!alnum(c) && c != '-') return false;
-  }
-  return alnum(s.front()) && alnum(s.back());
-}
-
-bool IsEnvName(const std::string& s) {
-  if (s.empty()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    bool ok = c == '_' || (c < 0x80 && std::isalpha(c)) || (i > 0 && c < 0x80 && std::isdigit(c));
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// Lexically normalizes and drops a trailing separator ("/a/b/" -> "/a/b").
-std::string CleanPath(const fs::path& p) {
-  std::string s = p.lexically_normal().string();
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
 
 class Parser {
  public:
@@ -184,7 +49,7 @@ class Parser {
 
   void ParseIdentity(std::map<std::string, Entry>& f, int line) {
     if (auto it = f.find("name"); it == f.end()) {
-      Missing(line, "name", kTopFields[0].hint);
+      Missing(line, "name", HintFor(kTopFields, "name"));
     } else if (r_.ReadString(it->second, &spec_.name) && !IsDnsLabel(spec_.name)) {
       std::string problem = spec_.name.size() > kMaxNameLen
                                 ? "must be at most 63 characters"
@@ -206,7 +71,7 @@ class Parser {
     nodes_ok_ = nodes_ok;
 
     if (auto it = f.find("command"); it == f.end()) {
-      Missing(line, "command", kTopFields[3].hint);
+      Missing(line, "command", HintFor(kTopFields, "command"));
     } else if (r_.ReadStringList(it->second, &spec_.command)) {
       if (spec_.command.empty()) {
         r_.Error(it->second.line, "command", "must not be empty", "an empty list", it->second.hint);
@@ -227,23 +92,24 @@ class Parser {
       return;
     }
     std::map<std::string, int> first_line;
-    for (auto it = e.value.begin(); it != e.value.end(); ++it) {
-      const int kl = SpecReader::LineOf(it->first, e.line);
-      if (!it->first.IsScalar()) {
-        r_.Error(kl, "env", "variable names must be strings", SpecReader::Describe(it->first),
-                 e.hint);
+    // yaml-cpp iterators yield pairs by value; `it->first` would dangle.
+    for (const auto& kv : e.value) {
+      const YAML::Node k = kv.first;
+      const YAML::Node v = kv.second;
+      const int kl = SpecReader::LineOf(k, e.line);
+      if (!k.IsScalar()) {
+        r_.Error(kl, "env", "variable names must be strings", SpecReader::Describe(k), e.hint);
         continue;
       }
-      const std::string key = it->first.Scalar();
+      const std::string key = k.Scalar();
       const std::string path = "env." + key;
       if (!IsEnvName(key)) {
-        r_.Error(kl, path, "invalid environment variable name", SpecReader::Describe(it->first),
+        r_.Error(kl, path, "invalid environment variable name", SpecReader::Describe(k),
                  "use letters, digits and '_', not starting with a digit (e.g. MY_VAR)");
         continue;
       }
       if (IsReservedEnv(key)) {
-        r_.Error(kl, path, "reserved: the agent sets it for every rank",
-                 SpecReader::Describe(it->first),
+        r_.Error(kl, path, "reserved: the agent sets it for every rank", SpecReader::Describe(k),
                  "remove it (see docs/protocol.md, Environment of a rank)");
         continue;
       }
@@ -253,7 +119,6 @@ class Parser {
                  "keep only one \"" + key + "\"");
         continue;
       }
-      const YAML::Node& v = it->second;
       if (v.IsScalar()) {
         spec_.env[key] = v.Scalar();
       } else if (v.IsNull()) {
@@ -385,7 +250,8 @@ class Parser {
     ChaosFault fault;
     bool kind_ok = false;
     if (auto it = f.find("kind"); it == f.end()) {
-      r_.Error(line, path + ".kind", "required field is missing", "nothing", kChaosFields[0].hint);
+      r_.Error(line, path + ".kind", "required field is missing", "nothing",
+               HintFor(kChaosFields, "kind"));
     } else {
       std::string s;
       if (r_.ReadString(it->second, &s)) {
@@ -426,7 +292,7 @@ class Parser {
       auto it = f.find(want);
       if (it == f.end()) {
         r_.Error(line, path + "." + want, "required field is missing", "nothing",
-                 by_node ? kChaosFields[4].hint : kChaosFields[3].hint);
+                 by_node ? HintFor(kChaosFields, "node") : HintFor(kChaosFields, "rank"));
       } else if (by_node) {
         long limit = nodes_ok_ ? spec_.nodes - 1 : kMaxNodes - 1;
         long v = 0;
@@ -456,100 +322,36 @@ Status JoinErrors(const std::vector<std::string>& errors) {
   return InvalidArgument(msg);
 }
 
-std::string SyntaxError(const std::string& source, const YAML::Mark& mark, const std::string& msg) {
-  const int line = mark.line >= 0 ? mark.line + 1 : 1;
-  const int col = mark.column >= 0 ? mark.column + 1 : 1;
-  return source + ":" + std::to_string(line) + ": (yaml syntax): " + msg +
-         " (got invalid YAML at column " + std::to_string(col) +
-         "); fix the YAML syntax there (check indentation, quotes, brackets and the space "
-         "after ':')";
-}
-
-// Records where each document starts; everything else is ignored.
-class DocumentStarts : public YAML::EventHandler {
- public:
-  std::vector<YAML::Mark> starts;
-  void OnDocumentStart(const YAML::Mark& m) override { starts.push_back(m); }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
-// Syntax-checks the whole stream without building nodes and counts documents.
-// yaml-cpp 0.7 neither rejects nor consumes a stray flow indicator such as ','
-// in block context: it reports endless empty documents at the same position (and
-// YAML::LoadAll then allocates until OOM). A document that starts where the
-// previous one started is therefore reported as a syntax error here, and the
-// document loop is capped. Throws YAML::Exception on other syntax errors.
-Status ScanDocuments(const std::string& text, const std::string& source, int* count,
-                     int* second_line) {
-  std::istringstream in(text);
-  YAML::Parser parser(in);
-  DocumentStarts h;
-  for (int i = 0; i < 3 && parser.HandleNextDocument(h); ++i) {
-    const size_t n = h.starts.size();
-    if (n >= 2 && h.starts[n - 1].pos == h.starts[n - 2].pos) {
-      const YAML::Mark& m = h.starts[n - 1];
-      std::string what = "unexpected character";
-      if (m.pos >= 0 && static_cast<size_t>(m.pos) < text.size()) {
-        what += std::string(" '") + text[static_cast<size_t>(m.pos)] + "'";
-      }
-      return InvalidArgument(SyntaxError(source, m, what));
-    }
-  }
-  *count = static_cast<int>(h.starts.size());
-  *second_line = h.starts.size() >= 2 && h.starts[1].line >= 0 ? h.starts[1].line + 1 : 1;
-  return Status::Ok();
-}
-
 Result<JobSpec> ParseImpl(const std::string& text, const std::string& source,
                           const std::string& base_dir) {
   SpecReader hints(source);
   if (text.size() > kMaxSpecBytes) {
     hints.Error(1, "", "the spec is too large", std::to_string(text.size()) + " bytes",
                 "a job spec should be a few KiB of YAML (limit 1 MiB)");
-    return JoinErrors(hints.errors());
+    return JoinErrors(hints.SortedErrors());
   }
-  int count = 0, second_line = 1;
-  YAML::Node root;
-  try {
-    BW_RETURN_IF_ERROR(ScanDocuments(text, source, &count, &second_line));
-    if (count > 1) {
-      hints.Error(second_line, "", "the spec must be a single YAML document",
-                  "more than one document",
-                  "remove the extra '---' documents or split them into separate files");
-      return JoinErrors(hints.errors());
-    }
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(SyntaxError(source, e.mark, e.msg));
-  }
-  if (count == 0 || root.IsNull()) {
+  Result<YAML::Node> doc = LoadSingleDocument(text, source);
+  if (!doc.ok()) return doc.status();
+  const YAML::Node root = *doc;
+  if (root.IsNull()) {
     hints.Error(1, "", "the spec is empty", "an empty document",
                 "add at least name and command; see docs/job-spec.md");
-    return JoinErrors(hints.errors());
+    return JoinErrors(hints.SortedErrors());
   }
   if (!root.IsMap()) {
     hints.Error(SpecReader::LineOf(root, 1), "", "the spec must be a mapping of fields",
                 SpecReader::Describe(root),
                 "start the file with fields such as name: my-job and command: [...]");
-    return JoinErrors(hints.errors());
+    return JoinErrors(hints.SortedErrors());
   }
   Parser p(source, base_dir);
   p.Parse(root);
-  if (!p.reader().errors().empty()) return JoinErrors(p.reader().errors());
+  if (p.reader().has_errors()) return JoinErrors(p.reader().SortedErrors());
   return std::move(p.spec());
 }
 
 }  // namespace
+}  // namespace spec_internal
 
 const char* ChaosKindName(ChaosKind k) {
   switch (k) {
@@ -568,7 +370,7 @@ const char* ChaosKindName(ChaosKind k) {
 Result<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source_name,
                              const std::string& base_dir) {
   try {
-    return ParseImpl(yaml_text, source_name, base_dir);
+    return spec_internal::ParseImpl(yaml_text, source_name, base_dir);
   } catch (const std::exception& e) {
     return InvalidArgument(source_name + ":1: (top level): could not be parsed (got " +
                            std::string(e.what()) + "); check the file against docs/job-spec.md");
@@ -581,7 +383,7 @@ Result<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& so
 
 Result<JobSpec> LoadJobSpec(const std::string& path) {
   std::error_code ec;
-  fs::path abs = fs::absolute(path, ec);
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
   if (ec) return InvalidArgument("spec path " + path + ": " + ec.message());
   std::FILE* f = std::fopen(abs.c_str(), "rb");
   if (f == nullptr) return ErrnoStatus("open job spec " + path, errno);
@@ -591,7 +393,7 @@ Result<JobSpec> LoadJobSpec(const std::string& path) {
   while (true) {
     size_t n = std::fread(buf, 1, sizeof(buf), f);
     text.append(buf, n);
-    if (text.size() > kMaxSpecBytes) break;
+    if (text.size() > spec_internal::kMaxSpecBytes) break;
     if (n < sizeof(buf)) {
       if (std::ferror(f)) read_errno = errno;
       break;
@@ -599,13 +401,13 @@ Result<JobSpec> LoadJobSpec(const std::string& path) {
   }
   std::fclose(f);
   if (read_errno != 0) return ErrnoStatus("read job spec " + path, read_errno);
-  if (text.size() > kMaxSpecBytes) {
+  if (text.size() > spec_internal::kMaxSpecBytes) {
     return InvalidArgument(path +
                            ":1: (top level): file too large (got more than 1 MiB); a "
                            "job spec should be a few KiB of YAML");
   }
   Result<JobSpec> r = ParseJobSpec(text, path, abs.parent_path().string());
-  if (r.ok()) r->source_path = CleanPath(abs);
+  if (r.ok()) r->source_path = spec_internal::CleanPath(abs);
   return r;
 }
 

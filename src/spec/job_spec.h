@@ -71,10 +71,19 @@ struct JobSpec {
 };
 
 // Parses and validates YAML text. `source_name` prefixes error lines; `base_dir`
-// resolves relative workdir/checkpoint.dir.
+// resolves relative workdir/checkpoint.dir ("" = the current directory; a relative
+// base_dir is made absolute against it). On success workdir and checkpoint.dir are
+// absolute and lexically normalized (no trailing '/'), source_path is "". Paths are
+// not checked for existence. On failure returns InvalidArgument whose message holds
+// one line per problem: "<source>:<line>: <field.path>: <problem> (got <value>); <fix>"
+// (line 1-based; YAML syntax errors use the path "(yaml syntax)", document-level
+// problems "(top level)"). Inputs over 1 MiB are rejected. Never throws.
+// Thread-safe: no shared state.
 Result<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source_name,
                              const std::string& base_dir);
-// Reads the file then ParseJobSpec with base_dir = the file's directory.
+// Reads the file then ParseJobSpec with source_name = `path` and base_dir = the
+// file's directory; sets source_path to the absolute path. An unreadable file gives
+// the errno-derived Status (NotFound for a missing file). Never throws.
 Result<JobSpec> LoadJobSpec(const std::string& path);
 
 }  // namespace bulwark

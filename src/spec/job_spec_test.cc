@@ -173,6 +173,19 @@ TEST(JobSpecTest, BadExampleReportsEveryError) {
   EXPECT_THAT(m, HasSubstr(path + ":7: checkpoint.keep: must be a whole number (got 1.5)"));
   EXPECT_THAT(m, HasSubstr(path + ":9: chaos[0].kind: unknown chaos kind"));
   EXPECT_EQ(Lines(m).size(), 6u) << m;
+  // Errors are ordered by line even though unknown keys are found first.
+  int prev = 0;
+  for (const std::string& l : Lines(m)) {
+    const int line = std::stoi(l.substr(path.size() + 1));
+    EXPECT_GE(line, prev) << m;
+    prev = line;
+  }
+}
+
+TEST(JobSpecTest, LoadJobSpecDirectoryIsAnError) {
+  auto r = LoadJobSpec(kTestdata);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(kTestdata));
 }
 
 struct BadCase {

@@ -117,7 +117,16 @@ void SpecReader::Error(int line, const std::string& path, const std::string& pro
   std::ostringstream os;
   os << source_ << ":" << line << ": " << (path.empty() ? "(top level)" : path) << ": " << problem
      << " (got " << got << "); " << fix;
-  errors_.push_back(os.str());
+  errors_.emplace_back(line, os.str());
+}
+
+std::vector<std::string> SpecReader::SortedErrors() const {
+  std::vector<std::pair<int, std::string>> sorted = errors_;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (auto& e : sorted) out.push_back(std::move(e.second));
+  return out;
 }
 
 std::map<std::string, Entry> SpecReader::Fields(const YAML::Node& map, int line,
@@ -131,9 +140,10 @@ std::map<std::string, Entry> SpecReader::Fields(const YAML::Node& map, int line,
   }
   std::vector<std::string> names;
   for (const FieldDef& f : fields) names.emplace_back(f.key);
-  for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& k = it->first;
-    const YAML::Node& v = it->second;
+  // yaml-cpp iterators yield pairs by value; `it->first` would dangle.
+  for (const auto& kv : map) {
+    const YAML::Node k = kv.first;
+    const YAML::Node v = kv.second;
     const int key_line = LineOf(k, line);
     if (!k.IsScalar()) {
       Error(key_line, path, "field names must be plain strings", Describe(k),

@@ -13,6 +13,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bulwark::spec_internal {
@@ -50,7 +51,9 @@ class SpecReader {
 
   void Error(int line, const std::string& path, const std::string& problem, const std::string& got,
              const std::string& fix);
-  const std::vector<std::string>& errors() const { return errors_; }
+  bool has_errors() const { return !errors_.empty(); }
+  // The reported errors ordered by line (stable: same-line errors keep report order).
+  std::vector<std::string> SortedErrors() const;
 
   // Validates that `map` is a mapping (null counts as empty) whose keys are all in
   // `fields`; reports non-mapping values, unknown keys (with suggestions),
@@ -73,7 +76,7 @@ class SpecReader {
   bool RequireNumberScalar(const Entry& e, const char* what);
 
   std::string source_;
-  std::vector<std::string> errors_;
+  std::vector<std::pair<int, std::string>> errors_;  // (line, full message)
 };
 
 }  // namespace bulwark::spec_internal

@@ -1,0 +1,89 @@
+#include "spec/yaml_document.h"
+
+#include <yaml-cpp/eventhandler.h>
+
+#include <new>
+#include <sstream>
+#include <vector>
+
+namespace bulwark::spec_internal {
+namespace {
+
+std::string SyntaxError(const std::string& source, const YAML::Mark& mark, const std::string& msg) {
+  const int line = mark.line >= 0 ? mark.line + 1 : 1;
+  const int col = mark.column >= 0 ? mark.column + 1 : 1;
+  return source + ":" + std::to_string(line) + ": (yaml syntax): " + msg +
+         " (got invalid YAML at column " + std::to_string(col) +
+         "); fix the YAML syntax there (check indentation, quotes, brackets and the space "
+         "after ':')";
+}
+
+// Records where each document starts; everything else is ignored.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& m) override { starts.push_back(m); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Syntax-checks the whole stream without building nodes and counts documents.
+// yaml-cpp 0.7 neither rejects nor consumes a stray flow indicator such as ','
+// in block context: it reports endless empty documents at the same position (and
+// YAML::LoadAll then allocates until OOM). A document that starts where the
+// previous one started is therefore reported as a syntax error here, and the
+// document loop is capped. Throws YAML::Exception on other syntax errors.
+Status ScanDocuments(const std::string& text, const std::string& source, int* count,
+                     int* second_line) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts h;
+  for (int i = 0; i < 3 && parser.HandleNextDocument(h); ++i) {
+    const size_t n = h.starts.size();
+    if (n >= 2 && h.starts[n - 1].pos == h.starts[n - 2].pos) {
+      const YAML::Mark& m = h.starts[n - 1];
+      std::string what = "unexpected character";
+      if (m.pos >= 0 && static_cast<size_t>(m.pos) < text.size()) {
+        what += std::string(" '") + text[static_cast<size_t>(m.pos)] + "'";
+      }
+      return InvalidArgument(SyntaxError(source, m, what));
+    }
+  }
+  *count = static_cast<int>(h.starts.size());
+  *second_line = h.starts.size() >= 2 && h.starts[1].line >= 0 ? h.starts[1].line + 1 : 1;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string& source) {
+  try {
+    int count = 0, second_line = 1;
+    BW_RETURN_IF_ERROR(ScanDocuments(text, source, &count, &second_line));
+    if (count > 1) {
+      return InvalidArgument(source + ":" + std::to_string(second_line) +
+                             ": (top level): the spec must be a single YAML document (got more "
+                             "than one document); remove the extra '---' documents or split "
+                             "them into separate files");
+    }
+    if (count == 0) return YAML::Node(YAML::NodeType::Null);
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(SyntaxError(source, e.mark, e.msg));
+  } catch (const std::bad_alloc&) {
+    return InvalidArgument(source +
+                           ":1: (yaml syntax): the YAML parser ran out of memory (got "
+                           "malformed or huge input); fix the YAML syntax");
+  }
+}
+
+}  // namespace bulwark::spec_internal

@@ -1,0 +1,21 @@
+// Loading the single YAML document of a spec with yaml-cpp, robustly.
+// Internal to the spec component. Thread-safe (no shared state); the returned
+// node is owned by the caller.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+#include "common/status.h"
+
+namespace bulwark::spec_internal {
+
+// Parses `text` as at most one YAML document; an empty stream (or only comments)
+// yields a Null node. Syntax errors and more than one document give
+// InvalidArgument with one "<source>:<line>: (yaml syntax|top level): ..." line.
+// Never throws (yaml-cpp exceptions, including bad_alloc from malformed input,
+// are converted).
+Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string& source);
+
+}  // namespace bulwark::spec_internal
