@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/net.h"
 #include "common/proc.h"
@@ -293,6 +294,89 @@ TEST_F(E2E, UnmodifiedScriptWithoutSdkIsRestartedAfterACrash) {
   EXPECT_EQ((*inc)["subtype"], "exit 1");
   EXPECT_EQ((*inc)["resumed_from_step"], -1);
   EXPECT_NE(o.output.find("plain: rank 1/4 restart 1"), std::string::npos) << o.output;
+  ExpectNoLeftovers();
+}
+
+// Runs `bulwark ARGS...` to completion and returns (exit code, output).
+std::pair<int, std::string> RunCli(const std::string& bin, std::vector<std::string> args) {
+  SpawnOptions so;
+  so.argv = {bin};
+  so.argv.insert(so.argv.end(), args.begin(), args.end());
+  so.env = CurrentEnv();
+  auto c = Spawn(so);
+  if (!c.ok()) return {-1, c.status().ToString()};
+  std::string out;
+  bool eof = false;
+  double deadline = Now() + 30;
+  while (!eof && Now() < deadline) {
+    PollReadable({c->output.get()}, 0.1);
+    out += ReadAvailable(c->output.get(), &eof);
+  }
+  auto e = WaitExit(c->pid, 10);
+  return {e ? e->code : -1, out};
+}
+
+TEST_F(E2E, ChaosCommandInjectsIntoARunningJob) {
+  std::string spec = WriteSpec("chaoscli", 1, 2, 300, kFastPolicy);
+  std::thread injector([&] {
+    double deadline = Now() + 60;
+    while (Now() < deadline) {
+      std::ifstream f(dir_ + "/run/logs/rank-0.log");
+      std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (s.find("starting at step") != std::string::npos) break;
+      PollReadable({}, 0.05);
+    }
+    std::string addr;
+    std::ifstream(dir_ + "/run/controller.addr") >> addr;
+    std::string bin = build_ + "/bin/bulwark";
+    auto bad = RunCli(bin, {"chaos", "kill_rank", "--rank", "7", "--controller", addr});
+    EXPECT_NE(bad.first, 0);
+    EXPECT_NE(bad.second.find("rank 7 out of range"), std::string::npos) << bad.second;
+    auto ok = RunCli(bin, {"chaos", "kill_rank", "--rank", "0", "--controller", addr});
+    EXPECT_EQ(ok.first, 0) << ok.second;
+    EXPECT_NE(ok.second.find("injected kill_rank"), std::string::npos) << ok.second;
+  });
+  auto o = Run(spec);
+  injector.join();
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const Json* inc = FirstIncident(o.report, "crash");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["rank"], 0);
+  EXPECT_EQ((*inc)["subtype"], "SIGKILL");
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, KilledControllerCarriesOnFromTheStore) {
+  std::string spec = WriteSpec("carryon", 1, 2, 400, kFastPolicy);
+  SpawnOptions so;
+  so.argv = {build_ + "/bin/bulwark", "run", spec, "--run-dir", dir_ + "/run", "--store",
+             dir_ + "/bulwark.db"};
+  so.env = CurrentEnv();
+  auto first = Spawn(so);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // Kill -9 the whole `bulwark run` once a checkpoint past step 30 is committed.
+  std::string out;
+  double deadline = Now() + 120;
+  bool committed = false;
+  while (!committed && Now() < deadline) {
+    PollReadable({first->output.get()}, 0.1);
+    out += ReadAvailable(first->output.get(), nullptr);
+    for (long step = 40; step <= 400 && !committed; step += 10) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "/ckpt/step-%012ld/COMMIT", step);
+      committed = fs::exists(dir_ + name);
+    }
+  }
+  ASSERT_TRUE(committed) << out;
+  kill(first->pid, SIGKILL);
+  ASSERT_TRUE(WaitExit(first->pid, 10).has_value());
+  ExpectNoLeftovers();  // its agents and ranks die with it
+  auto o = Run(spec);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("Resumed"), std::string::npos) << o.output;
+  EXPECT_GE(o.report["attempts"].get<int>(), 2);
+  EXPECT_NE(o.output.find("resuming after committed step"), std::string::npos) << o.output;
+  EXPECT_EQ(o.report["last_step"], 400);
   ExpectNoLeftovers();
 }
 
