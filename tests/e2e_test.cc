@@ -182,19 +182,25 @@ TEST_F(E2E, CrashIsDetectedAndResumesFromCommittedCheckpoint) {
 }
 
 TEST_F(E2E, HangIsDetectedWithEveryRanksStack) {
+  // Two nodes: the hung rank's agent reports, the other agent is asked for its stacks.
   auto o = Run(
-      WriteSpec("hang", 1, 2, 80,
+      WriteSpec("hang", 2, 1, 300,
                 std::string(kFastPolicy) + "chaos: [{kind: hang_rank, atStep: 30, rank: 1}]\n"));
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const Json* inc = FirstIncident(o.report, "hang");
   ASSERT_NE(inc, nullptr) << o.report.dump(2);
   EXPECT_EQ((*inc)["action"], "restart_in_place");
+  EXPECT_EQ((*inc)["rank"], 1);  // localised to the stopped rank
+  EXPECT_NE((*inc)["detail"].get<std::string>().find("localised: rank 1 was stopped"),
+            std::string::npos)
+      << (*inc)["detail"];
   std::string stacks_path = dir_ + "/run/logs/hang-attempt-0-stacks.txt";
   std::ifstream f(stacks_path);
   std::stringstream ss;
   ss << f.rdbuf();
   EXPECT_NE(ss.str().find("tiny_trainer.py"), std::string::npos) << "stacks: " << ss.str();
-  EXPECT_NE(ss.str().find("rank 1"), std::string::npos);
+  EXPECT_NE(ss.str().find("===== rank 0 ====="), std::string::npos) << ss.str();
+  EXPECT_NE(ss.str().find("===== rank 1 ====="), std::string::npos) << ss.str();
   ExpectNoLeftovers();
 }
 

@@ -163,6 +163,8 @@ void Agent::HandleController(const Json& msg) {
     HandleStop(msg);
   } else if (type == "chaos") {
     HandleChaos(msg);
+  } else if (type == "capture_stacks") {
+    HandleCaptureStacks(msg);
   } else if (type == "shutdown") {
     shutdown_requested_ = true;
     pending_start_.reset();

@@ -70,6 +70,10 @@ class Agent {
   void HandleStart(const Json& msg);
   void HandleStop(const Json& msg);
   void HandleChaos(const Json& msg);
+  // Another node reported a hang: capture this node's stacks now and send `stacks`.
+  void HandleCaptureStacks(const Json& msg);
+  // Captures every live rank's stack; fills `stopped` with ranks in state 'T'.
+  Json CaptureAllStacks(std::vector<int>* stopped);
   void HandleDatagram(const std::string& payload);
   void Launch(const StartSpec& spec);
   void BeginStop(double grace_s, long reply_attempt);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "common/json_util.h"
 #include "common/proc.h"
 
 namespace bulwark {
@@ -187,23 +188,12 @@ void Agent::CheckHangs() {
   if (stopping_ || !spec_) return;
   auto f = detector_.CheckHangs();
   if (!f) return;
-  std::vector<StackTarget> targets;
-  for (const Rank& r : ranks_) {
-    if (r.alive) targets.push_back({r.rank, r.pid, r.stack_file});
-  }
-  auto stacks = CaptureStacks(targets, opts_.stacks, clock_, [this] {
-    MaybeHeartbeat();
-    if (conn_->HasPendingOutput()) (void)conn_->Flush(0);
-  });
   std::vector<int> stopped;
-  Json js = Json::object();
-  for (const auto& [rank, st] : stacks) {
-    js[std::to_string(rank)] = st.text;
-    if (st.state == 'T') stopped.push_back(rank);
-  }
+  Json js = CaptureAllStacks(&stopped);
   // A stopped process is the likeliest culprit even if a peer timed out first: ranks
   // report a step at slightly different instants, so the first to time out is often a
   // healthy rank blocked in a collective behind the stopped one.
+  f->stopped_ranks = stopped;
   if (!stopped.empty()) {
     f->rank = stopped.front();
     f->step = detector_.LastStep(f->rank);
@@ -222,6 +212,45 @@ void Agent::CheckHangs() {
   SendIncident(*f, js);
 }
 
+Json Agent::CaptureAllStacks(std::vector<int>* stopped) {
+  std::vector<StackTarget> targets;
+  for (const Rank& r : ranks_) {
+    if (r.alive) targets.push_back({r.rank, r.pid, r.stack_file});
+  }
+  auto stacks = CaptureStacks(targets, opts_.stacks, clock_, [this] {
+    MaybeHeartbeat();
+    if (conn_->HasPendingOutput()) (void)conn_->Flush(0);
+  });
+  Json js = Json::object();
+  for (const auto& [rank, st] : stacks) {
+    js[std::to_string(rank)] = st.text;
+    if (st.state == 'T') stopped->push_back(rank);
+  }
+  return js;
+}
+
+void Agent::HandleCaptureStacks(const Json& msg) {
+  auto attempt = JInt(msg, "attempt");
+  if (!attempt.ok()) {
+    Warn("controller: dropped capture_stacks: " + attempt.status().message());
+    return;
+  }
+  if (!spec_ || stopping_ || *attempt != spec_->attempt) {
+    Send({{"type", "stacks"},
+          {"attempt", *attempt},
+          {"stacks", Json::object()},
+          {"stopped", Json::array()}});
+    return;
+  }
+  std::vector<int> stopped;
+  Json js = CaptureAllStacks(&stopped);
+  Send({{"type", "stacks"},
+        {"attempt", *attempt},
+        {"stacks", js},
+        {"stopped", stopped},
+        {"node", opts_.node}});
+}
+
 void Agent::SendIncident(const DetectedFault& f, const Json& stacks) {
   if (!spec_) return;
   Rank* r = FindRank(f.rank);
@@ -238,6 +267,7 @@ void Agent::SendIncident(const DetectedFault& f, const Json& stacks) {
             {"node", opts_.node}};
   if (stacks.is_object()) m["stacks"] = stacks;
   if (!f.stalled_ranks.empty()) m["ranks"] = f.stalled_ranks;
+  if (f.kind == FaultKind::kHang) m["stopped"] = f.stopped_ranks;
   Send(m);
 }
 

@@ -36,6 +36,7 @@ struct DetectedFault {
   double detect_time = 0;  // wall seconds: when it was detected
   std::string detail;
   std::vector<int> stalled_ranks;  // hang only: every rank reported by this fault
+  std::vector<int> stopped_ranks;  // hang: ranks found stopped (state T) at capture
 };
 
 class FaultDetector {

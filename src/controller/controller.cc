@@ -12,6 +12,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "common/json_util.h"
+#include "controller/hang_localiser.h"
 #include "controller/incident_json.h"
 
 namespace bulwark {
@@ -61,7 +62,9 @@ class Controller::Impl {
   Result<RunResult> Run();
 
  private:
-  enum class Stage { kProvisioning, kRunning, kStopping, kBackoff, kDone };
+  // kDiagnosing: a hang was reported; every agent is capturing its ranks' stacks
+  // before the ranks are stopped, so the culprit can be localised.
+  enum class Stage { kProvisioning, kRunning, kDiagnosing, kStopping, kBackoff, kDone };
 
   // Setup and teardown.
   Status Setup();
@@ -78,6 +81,10 @@ class Controller::Impl {
   Status Launch();
   void StopAll();
   void OnFault(const Incident& inc, Json extra);
+  void Act(const Incident& inc, Json extra);
+  void BeginDiagnosis(const Incident& inc, const Json& extra);
+  void MergeDiagnosis(int slot, const Json& msg);
+  void FinishDiagnosis();
   void OnNodeGone(Node& n, const std::string& subtype, double fault_time);
   void OnCheckpointShard(int rank, long step);
   void Finish(JobPhase phase, const std::string& message);
@@ -114,6 +121,12 @@ class Controller::Impl {
   JobPhase final_phase_ = JobPhase::kFailed;
   std::string final_message_;
   Decision decision_;
+  // Hang diagnosis in progress.
+  Incident diag_incident_;
+  Json diag_extra_;
+  std::set<int> diag_waiting_;  // node slots whose stacks have not arrived
+  std::map<int, std::string> diag_stacks_;
+  std::set<int> diag_stopped_;
 
   double start_ = 0;
   int attempt_ = -1;
@@ -357,6 +370,10 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
     n.stopped_attempt = static_cast<int>(*attempt);
     return;
   }
+  if (type == "stacks") {
+    if (current && stage_ == Stage::kDiagnosing) MergeDiagnosis(n.slot, m);
+    return;
+  }
   if (!current) return;  // stale report from an earlier attempt
   if (type == "step") {
     auto rank = JInt(m, "rank");
@@ -446,6 +463,75 @@ void Controller::Impl::OnCheckpointShard(int rank, long step) {
 }
 
 void Controller::Impl::OnFault(const Incident& inc, Json extra) {
+  if (stage_ == Stage::kDiagnosing) {
+    MergeDiagnosis(inc.node, extra);  // another node's report of the same hang
+    Json j = IncidentToJson(inc);
+    j["attempt"] = attempt_;
+    j["secondary"] = true;
+    (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+    return;
+  }
+  if (stage_ == Stage::kRunning && inc.kind == FaultKind::kHang) {
+    BeginDiagnosis(inc, extra);
+    return;
+  }
+  Act(inc, std::move(extra));
+}
+
+void Controller::Impl::BeginDiagnosis(const Incident& inc, const Json& extra) {
+  diag_incident_ = inc;
+  diag_extra_ = extra;
+  diag_stacks_.clear();
+  diag_stopped_.clear();
+  diag_waiting_.clear();
+  MergeDiagnosis(inc.node, extra);
+  for (int s = 0; s < spec_.nodes; ++s) {
+    auto it = nodes_.find(slots_[s]);
+    if (s == inc.node || it == nodes_.end() || !it->second->connected()) continue;
+    (void)it->second->conn->Send(Json{{"type", "capture_stacks"}, {"attempt", attempt_}});
+    diag_waiting_.insert(s);
+  }
+  stage_ = Stage::kDiagnosing;
+  // Agents capture within their stack budget (1.8 s); a silent one is not waited for.
+  stage_deadline_ = clock_->NowWall() + 3;
+  Event("Diagnosing", "hang reported on node slot " + std::to_string(inc.node) +
+                          "; collecting every rank's stack before stopping");
+}
+
+void Controller::Impl::MergeDiagnosis(int slot, const Json& msg) {
+  diag_waiting_.erase(slot);
+  if (!msg.is_object()) return;
+  if (msg.contains("stacks") && msg["stacks"].is_object()) {
+    for (auto it = msg["stacks"].begin(); it != msg["stacks"].end(); ++it) {
+      int rank = std::atoi(it.key().c_str());
+      if (it.value().is_string()) diag_stacks_[rank] = it.value().get<std::string>();
+    }
+  }
+  if (msg.contains("stopped") && msg["stopped"].is_array()) {
+    for (const auto& r : msg["stopped"]) {
+      if (r.is_number_integer()) diag_stopped_.insert(r.get<int>());
+    }
+  }
+}
+
+void Controller::Impl::FinishDiagnosis() {
+  Incident inc = diag_incident_;
+  HangVerdict v = LocaliseHang(diag_stacks_, diag_stopped_);
+  if (v.culprit >= 0) {
+    inc.rank = v.culprit;
+    inc.node = v.culprit / spec_.procs_per_node;
+  }
+  inc.detail += "; localised: " + v.reason;
+  Json extra = diag_extra_.is_object() ? diag_extra_ : Json::object();
+  Json all = Json::object();
+  for (const auto& [rank, text] : diag_stacks_) all[std::to_string(rank)] = text;
+  extra["stacks"] = all;
+  Event("HangLocalised", v.reason);
+  stage_ = Stage::kRunning;
+  Act(inc, extra);
+}
+
+void Controller::Impl::Act(const Incident& inc, Json extra) {
   double now = clock_->NowWall();
   Json j = IncidentToJson(inc);
   j["attempt"] = attempt_;
@@ -745,6 +831,9 @@ void Controller::Impl::Reconcile() {
       break;
     }
     case Stage::kRunning:
+      break;
+    case Stage::kDiagnosing:
+      if (diag_waiting_.empty() || now > stage_deadline_) FinishDiagnosis();
       break;
     case Stage::kStopping: {
       bool all = true;
