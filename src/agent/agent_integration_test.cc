@@ -277,6 +277,21 @@ TEST(AgentIntegration, NanAndHangWithStacks) {
   EXPECT_EQ((*fwd)["attempt"], 0);
   EXPECT_EQ((*fwd)["tokens"], 64);
 
+  // Another node's hang: capture this node's stacks on request, ranks keep running.
+  fc.Send({{"type", "capture_stacks"}, {"attempt", 7}});  // stale attempt: nothing captured
+  auto stale = fc.WaitFor("stacks");
+  ASSERT_TRUE(stale) << fc.agent_output();
+  EXPECT_TRUE((*stale)["stacks"].empty());
+  fc.Send({{"type", "capture_stacks"}, {"attempt", 0}});
+  auto cap = fc.WaitFor("stacks");
+  ASSERT_TRUE(cap) << fc.agent_output();
+  EXPECT_EQ((*cap)["attempt"], 0);
+  EXPECT_TRUE((*cap)["stopped"].empty());
+  ASSERT_TRUE((*cap)["stacks"].contains("0")) << cap->dump();
+  EXPECT_NE((*cap)["stacks"]["0"].get<std::string>().find("train_step"), std::string::npos)
+      << cap->dump();
+  EXPECT_TRUE(AnyGroupAlive(pgids));
+
   fc.Send({{"type", "chaos"}, {"action", "hang_rank"}, {"rank", 0}});
   auto hang = fc.WaitFor("incident", [](const Json& m) { return m["kind"] == "hang"; });
   ASSERT_TRUE(hang) << fc.agent_output();

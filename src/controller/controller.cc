@@ -902,6 +902,8 @@ Result<RunResult> Controller::Impl::Run() {
 }
 
 void Controller::Impl::Shutdown() {
+  std::error_code ec;
+  std::filesystem::remove(opts_.run_dir + "/controller.addr", ec);  // nobody listens now
   for (auto& [id, n] : nodes_) {
     if (n->connected()) (void)n->conn->Flush(1);
   }
