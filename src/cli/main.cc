@@ -175,8 +175,10 @@ int CmdDescribe(const std::string& store_path, const std::string& job, bool list
     auto ev = (*store)->ListEvents(j.name);
     if (ev.ok()) {
       std::printf("Events:\n");
-      for (const auto& e : *ev)
-        std::printf("  %.3f  %-22s %s\n", e.t - j.created, e.reason.c_str(), e.message.c_str());
+      for (const auto& e : *ev) {
+        if (e.t + 1e-3 < j.created) continue;  // an earlier run of a job of this name
+        std::printf("  %8.3f  %-22s %s\n", e.t - j.created, e.reason.c_str(), e.message.c_str());
+      }
     }
     if (!j.report_json.empty()) {
       Json rep = Json::parse(j.report_json, nullptr, false);
