@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/net.h"
 #include "common/proc.h"
@@ -22,6 +23,44 @@ namespace fs = std::filesystem;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Runs argv to completion (bounded by timeout_s; killed after that) and returns its
+// exit code (-1 if it had to be killed or could not start) and combined output.
+std::pair<int, std::string> RunProcess(const std::vector<std::string>& argv,
+                                       const std::map<std::string, std::string>& extra_env,
+                                       double timeout_s) {
+  SpawnOptions so;
+  so.argv = argv;
+  so.env = CurrentEnv();
+  for (const auto& [k, v] : extra_env) so.env[k] = v;
+  auto c = Spawn(so);
+  if (!c.ok()) return {-1, c.status().ToString()};
+  std::string out;
+  bool eof = false;
+  double deadline = Now() + timeout_s;
+  while (!eof && Now() < deadline) {
+    PollReadable({c->output.get()}, 0.2);
+    out += ReadAvailable(c->output.get(), &eof);
+  }
+  auto e = WaitExit(c->pid, std::max(1.0, deadline - Now()));
+  if (!e) {
+    TerminateGroup(c->pid, c->pgid, 1);
+    return {-1, out + "\n(killed after " + std::to_string(timeout_s) + " s)"};
+  }
+  return {e->code, out};
+}
+
+// Polls `path` until it contains `text` or timeout_s passes; returns whether it did.
+bool WaitForFileText(const std::string& path, const std::string& text, double timeout_s) {
+  double deadline = Now() + timeout_s;
+  while (Now() < deadline) {
+    std::ifstream f(path);
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (s.find(text) != std::string::npos) return true;
+    PollReadable({}, 0.05);
+  }
+  return false;
 }
 
 struct RunOutcome {
@@ -68,30 +107,13 @@ class E2E : public ::testing::Test {
     return path;
   }
 
-  RunOutcome Run(const std::string& spec, std::map<std::string, std::string> env = {}) {
+  RunOutcome Run(const std::string& spec, const std::map<std::string, std::string>& env = {}) {
     RunOutcome o;
-    SpawnOptions so;
-    so.argv = {build_ + "/bin/bulwark", "run",       spec,          "--report",
-               dir_ + "/report.json",   "--run-dir", dir_ + "/run", "--store",
-               dir_ + "/bulwark.db"};
-    so.env = CurrentEnv();
-    for (auto& [k, v] : env) so.env[k] = v;
-    auto c = Spawn(so);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    if (!c.ok()) return o;
-    bool eof = false;
-    double deadline = Now() + 240;
-    while (!eof && Now() < deadline) {
-      PollReadable({c->output.get()}, 0.2);
-      o.output += ReadAvailable(c->output.get(), &eof);
-    }
-    auto e = WaitExit(c->pid, std::max(1.0, deadline - Now()));
-    if (!e) {
-      TerminateGroup(c->pid, c->pgid, 1);
-      ADD_FAILURE() << "bulwark run did not finish in time; output:\n" << o.output;
-      return o;
-    }
-    o.exit_code = e->code;
+    std::tie(o.exit_code, o.output) =
+        RunProcess({build_ + "/bin/bulwark", "run", spec, "--report", dir_ + "/report.json",
+                    "--run-dir", dir_ + "/run", "--store", dir_ + "/bulwark.db"},
+                   env, 240);
+    EXPECT_NE(o.exit_code, -1) << "bulwark run did not finish; output:\n" << o.output;
     std::ifstream rf(dir_ + "/report.json");
     std::stringstream ss;
     ss << rf.rdbuf();
@@ -237,13 +259,7 @@ TEST_F(E2E, SilentNodeIsLostAfterMissedHeartbeats) {
   std::string spec = WriteSpec("silent", 2, 1, 150, kFastPolicy);
   // Freeze node-1's agent once the job runs: its connection stays open but it goes quiet.
   std::thread freezer([&] {
-    double deadline = Now() + 60;
-    while (Now() < deadline) {
-      std::ifstream f(dir_ + "/run/logs/rank-1.log");
-      std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      if (s.find("starting at step") != std::string::npos) break;
-      PollReadable({}, 0.05);
-    }
+    EXPECT_TRUE(WaitForFileText(dir_ + "/run/logs/rank-1.log", "starting at step", 60));
     DIR* d = opendir("/proc");
     while (d && true) {
       dirent* de = readdir(d);
@@ -303,42 +319,17 @@ TEST_F(E2E, UnmodifiedScriptWithoutSdkIsRestartedAfterACrash) {
   ExpectNoLeftovers();
 }
 
-// Runs `bulwark ARGS...` to completion and returns (exit code, output).
-std::pair<int, std::string> RunCli(const std::string& bin, std::vector<std::string> args) {
-  SpawnOptions so;
-  so.argv = {bin};
-  so.argv.insert(so.argv.end(), args.begin(), args.end());
-  so.env = CurrentEnv();
-  auto c = Spawn(so);
-  if (!c.ok()) return {-1, c.status().ToString()};
-  std::string out;
-  bool eof = false;
-  double deadline = Now() + 30;
-  while (!eof && Now() < deadline) {
-    PollReadable({c->output.get()}, 0.1);
-    out += ReadAvailable(c->output.get(), &eof);
-  }
-  auto e = WaitExit(c->pid, 10);
-  return {e ? e->code : -1, out};
-}
-
 TEST_F(E2E, ChaosCommandInjectsIntoARunningJob) {
   std::string spec = WriteSpec("chaoscli", 1, 2, 300, kFastPolicy);
   std::thread injector([&] {
-    double deadline = Now() + 60;
-    while (Now() < deadline) {
-      std::ifstream f(dir_ + "/run/logs/rank-0.log");
-      std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      if (s.find("starting at step") != std::string::npos) break;
-      PollReadable({}, 0.05);
-    }
+    EXPECT_TRUE(WaitForFileText(dir_ + "/run/logs/rank-0.log", "starting at step", 60));
     std::string addr;
     std::ifstream(dir_ + "/run/controller.addr") >> addr;
     std::string bin = build_ + "/bin/bulwark";
-    auto bad = RunCli(bin, {"chaos", "kill_rank", "--rank", "7", "--controller", addr});
+    auto bad = RunProcess({bin, "chaos", "kill_rank", "--rank", "7", "--controller", addr}, {}, 30);
     EXPECT_NE(bad.first, 0);
     EXPECT_NE(bad.second.find("rank 7 out of range"), std::string::npos) << bad.second;
-    auto ok = RunCli(bin, {"chaos", "kill_rank", "--rank", "0", "--controller", addr});
+    auto ok = RunProcess({bin, "chaos", "kill_rank", "--rank", "0", "--controller", addr}, {}, 30);
     EXPECT_EQ(ok.first, 0) << ok.second;
     EXPECT_NE(ok.second.find("injected kill_rank"), std::string::npos) << ok.second;
   });

@@ -49,6 +49,17 @@ def machine():
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def run_logged(cmd, log_path, result_json):
+    """Runs cmd with its output in log_path; returns the JSON it wrote plus its exit code."""
+    print("bench: " + " ".join(cmd), flush=True)
+    with open(log_path, "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    with open(result_json) as f:
+        r = json.load(f)
+    r["exit_code"] = rc
+    return r
+
+
 def run_bulwark(bulwark, job, out):
     with open(job) as f:
         spec = yaml.safe_load(f)
@@ -60,26 +71,14 @@ def run_bulwark(bulwark, job, out):
     report = os.path.join(out, "bulwark.json")
     cmd = [bulwark, "run", bench_job, "--fresh", "--quiet", "--report", report,
            "--run-dir", os.path.join(out, "bulwark-run"), "--store", os.path.join(out, "bulwark.db")]
-    print("bench: " + " ".join(cmd), flush=True)
-    with open(os.path.join(out, "bulwark.log"), "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    with open(report) as f:
-        r = json.load(f)
-    r["exit_code"] = rc
-    return r
+    return run_logged(cmd, os.path.join(out, "bulwark.log"), report)
 
 
 def run_torchrun(job, out, extra):
     summary = os.path.join(out, "torchrun.json")
     cmd = [PYTHON, os.path.join(HERE, "run_torchrun_baseline.py"), "--job", job,
            "--out", summary, "--workdir", out] + extra
-    print("bench: " + " ".join(cmd), flush=True)
-    with open(os.path.join(out, "torchrun.log"), "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    with open(summary) as f:
-        r = json.load(f)
-    r["exit_code"] = rc
-    return r
+    return run_logged(cmd, os.path.join(out, "torchrun.log"), summary)
 
 
 def render(res):

@@ -190,24 +190,11 @@ void Agent::CheckHangs() {
   if (!f) return;
   std::vector<int> stopped;
   Json js = CaptureAllStacks(&stopped);
-  // A stopped process is the likeliest culprit even if a peer timed out first: ranks
-  // report a step at slightly different instants, so the first to time out is often a
-  // healthy rank blocked in a collective behind the stopped one.
+  // Which rank is the culprit is decided job-wide by the controller
+  // (controller/hang_localiser.h) from every agent's stacks and stopped ranks.
   f->stopped_ranks = stopped;
-  if (!stopped.empty()) {
-    f->rank = stopped.front();
-    f->step = detector_.LastStep(f->rank);
-    if (std::find(f->stalled_ranks.begin(), f->stalled_ranks.end(), f->rank) ==
-        f->stalled_ranks.end()) {
-      f->stalled_ranks.push_back(f->rank);
-    }
-  }
-  std::string note = "; culprit rank " + std::to_string(f->rank);
-  if (!stopped.empty()) {
-    note += "; stopped (SIGSTOP) rank(s):";
-    for (int r : stopped) note += " " + std::to_string(r);
-  }
-  f->detail += note;
+  if (!stopped.empty()) f->detail += "; stopped (SIGSTOP) rank(s):";
+  for (int r : stopped) f->detail += " " + std::to_string(r);
   Warn("hang detected: " + f->detail);
   SendIncident(*f, js);
 }

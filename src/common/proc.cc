@@ -245,8 +245,6 @@ int ReapZombieChildren(const std::set<pid_t>& keep) {
 
 int KillAndReapAllChildren() {
   int killed = 0;
-  pid_t self = getpid();
-  (void)self;
   ReapZombieChildren({});  // already dead: not leftovers
   for (int round = 0; round < 50; ++round) {
     std::vector<pid_t> kids;
