@@ -195,7 +195,7 @@ TEST_F(E2E, CrashIsDetectedAndResumesFromCommittedCheckpoint) {
   EXPECT_EQ((*inc)["action"], "restart_in_place");
   long resumed = (*inc)["resumed_from_step"];
   EXPECT_GE(resumed, 10);
-  EXPECT_LT(resumed, (*inc)["step"].get<long>());
+  EXPECT_LE(resumed, (*inc)["step"].get<long>());  // the crashed rank had reached it
   EXPECT_EQ(resumed % 10, 0);
   EXPECT_EQ(o.report["chaos"][0]["detected_as"], "crash");
   EXPECT_EQ(o.report["last_step"], 80);
