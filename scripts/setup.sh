@@ -11,7 +11,12 @@ PKGS=(
   libopenblas0-pthread    # fast BLAS for torch on CPU (the reference BLAS is ~6x slower)
   fortunes               # the text corpus the example language model trains on
   gdb                    # native stacks of hung ranks (optional at run time)
+  libcurl4-openssl-dev libssl-dev  # objstore: the S3 client (HTTP, SHA-256/HMAC)
 )
+# objstore's integration tests run s3rver on node. Take Debian's node/npm only when
+# none is installed (a NodeSource nodejs bundles npm and conflicts with Debian's npm).
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,4 +26,11 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# s3rver, the S3-compatible server of the objstore tests, pinned by
+# tools/s3rver/package-lock.json.
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -x "$ROOT/tools/s3rver/node_modules/.bin/s3rver" ]; then
+  echo "setup: installing s3rver into tools/s3rver/node_modules"
+  npm ci --prefix "$ROOT/tools/s3rver" --no-audit --no-fund
 fi

@@ -252,17 +252,27 @@ def main():
     bw = None
     start = 1
     ckpt_path = os.path.join(args.ckpt_dir, "ckpt.pt")
+    memory_tier = False
     if args.mode == "bulwark":
         import bulwark as bw
+        import bulwark.checkpoint as bwckpt
         bw.init()
+        # With the agent's memory tier, snapshot every step (a crash loses at most
+        # one); the agent persists every checkpoint.intervalSteps-th to disk.
+        memory_tier = bool(os.environ.get("BULWARK_STAGING_DIR"))
         rs = bw.resume_step()
         if rs >= 0:
-            state = bw.load(rs)
+            info = {}
+            state = bwckpt.load({"model": model.state_dict(), "optim": opt.state_dict(),
+                                 "step": 0}, info=info)
             if state is None:
-                sys.exit(f"[rank {rank}] bulwark.load({rs}) returned no checkpoint")
+                sys.exit(f"[rank {rank}] bulwark.checkpoint.load({rs}) found no checkpoint")
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["optim"])
             start = int(state["step"]) + 1
+            if rank == 0:
+                print(f"[rank 0] resumed step {info['step']} from the {info['tier']} tier",
+                      flush=True)
     elif args.mode == "torchsave":
         os.makedirs(args.ckpt_dir, exist_ok=True)
         if os.path.exists(ckpt_path):
@@ -340,9 +350,9 @@ def main():
             print(f"step {step:5d} val_loss {sum(vl) / len(vl):.4f}", flush=True)
 
         if bw is not None:
-            if bw.should_checkpoint(step):
-                bw.save(step, {"model": model.state_dict(),
-                               "optim": opt.state_dict(), "step": step})
+            if memory_tier or bw.should_checkpoint(step):
+                bwckpt.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                             "step": step}, step, replicated=True)
         elif args.mode == "torchsave" and step % args.ckpt_every == 0:
             t0 = time.time()
             if rank == 0:

@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +46,8 @@ Agent::Agent(AgentOptions opts, const Clock* clock)
 Agent::~Agent() {
   StopAllBlocking();
   CloseRanks();
+  persister_.reset();
+  if (!paths_.staging_dir.empty()) (void)ckpt::RemoveTree(ckpt::Env::Default(), paths_.staging_dir);
 }
 
 Status Agent::Setup() {
@@ -55,6 +58,16 @@ Status Agent::Setup() {
   paths_.python_dir = opts_.python_dir;
   paths_.lib_path = opts_.lib_path;
   BW_RETURN_IF_ERROR(MakeDirs(paths_.node_dir));
+  // The memory tier lives on tmpfs; the agent owns the directory and removes it.
+  struct stat shm;
+  if (::stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode)) {
+    paths_.staging_dir = "/dev/shm/bulwark-" +
+                         std::to_string(std::hash<std::string>()(opts_.run_dir) % 1000000007) +
+                         "-" + opts_.node;
+  } else {
+    paths_.staging_dir = paths_.node_dir + "/staging";
+  }
+  BW_RETURN_IF_ERROR(MakeDirs(paths_.staging_dir));
   // Rank sockets are the longest paths under node_dir: check the worst case up front.
   std::string longest = paths_.node_dir + "/rank-9999999.sock";
   if (longest.size() >= 108) {
@@ -117,6 +130,7 @@ int Agent::Run() {
     AdvanceStop();
     CheckHangs();
     MaybeHeartbeat();
+    DrainOutbox();
     if (conn_->HasPendingOutput()) (void)conn_->Flush(0);
     if (shutdown_requested_ && ranks_.empty() && !stopping_) {
       (void)conn_->Flush(2);
@@ -253,6 +267,15 @@ void Agent::HandleDatagram(const std::string& payload) {
   const Json& m = *parsed;
   const std::string type = m["type"].get<std::string>();
   if (type == "hello") return;  // the SDK is attached; nothing to do yet
+  if (type == "staged") {
+    auto rank = JInt(m, "rank");
+    if (!rank.ok()) {
+      Warn("sdk: dropped staged: " + rank.status().message());
+      return;
+    }
+    OnStaged(m, static_cast<int>(*rank));
+    return;
+  }
   if (type != "step" && type != "ckpt") {
     Warn("sdk: dropped datagram of unknown type '" + type + "'");
     return;
@@ -306,6 +329,73 @@ void Agent::HandleDatagram(const std::string& payload) {
   Send(out);
   if (type == "step") {
     if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) SendIncident(*f, nullptr);
+  }
+}
+
+void Agent::EnsurePersister(const StartSpec& spec) {
+  if (spec.memory_slots <= 0) {
+    persister_.reset();
+    return;
+  }
+  const std::string key = spec.ckpt_dir + "|" + spec.shared_dir + "|" + std::to_string(spec.world_size);
+  if (persister_ && key == persister_key_) return;
+  persister_.reset();
+  ckpt::PersistConfig pc;
+  pc.staging_dir = paths_.staging_dir;
+  pc.disk_dir = spec.ckpt_dir;
+  pc.shared_dir = spec.shared_dir;
+  pc.world = spec.world_size;
+  persister_key_ = key;
+  persister_ = std::make_unique<ckpt::Persister>(pc, ckpt::Env::Default(),
+                                                 [this](const ckpt::PersistEvent& e) {
+    Json m = {{"type", "ckpt"},   {"rank", e.rank},       {"step", e.step},
+              {"tier", e.tier},   {"bytes", e.bytes},     {"write_s", e.seconds},
+              {"hash_s", e.hash_s}, {"t", SystemClock::Get()->NowWall()}};
+    if (!e.status.ok()) m["error"] = e.status.ToString();
+    std::lock_guard<std::mutex> l(outbox_mu_);
+    outbox_.push_back(std::move(m));
+  });
+}
+
+void Agent::OnStaged(const Json& m, int rank) {
+  auto step = JInt(m, "step");
+  auto slot = JInt(m, "slot");
+  auto seq = JInt(m, "seq");
+  auto persist = m.contains("persist") && m["persist"].is_boolean() && m["persist"].get<bool>();
+  Status bad = !step.ok() ? step.status() : !slot.ok() ? slot.status() : seq.status();
+  if (!bad.ok()) {
+    Warn("sdk (rank " + std::to_string(rank) + "): dropped staged: " + bad.message());
+    return;
+  }
+  if (!spec_ || !FindRank(rank) || !persister_) {
+    Warn("sdk: dropped staged from rank " + std::to_string(rank) +
+         ": no running attempt with a memory tier has this rank on " + opts_.node);
+    return;
+  }
+  auto gen = JIntOr(m, "generation", 0);
+  persister_->OnStaged(rank, static_cast<int>(*slot), static_cast<uint64_t>(*seq),
+                       gen.ok() ? static_cast<uint64_t>(*gen) : 0, *step, persist);
+}
+
+Json Agent::MemoryInventory(const StartSpec& spec) {
+  Json out = Json::object();
+  if (!persister_) return out;
+  std::vector<int> ranks;
+  for (int i = 0; i < spec.nproc_per_node; ++i) ranks.push_back(spec.GlobalRank(i));
+  for (const auto& [rank, steps] : persister_->Inventory(ranks)) out[std::to_string(rank)] = steps;
+  return out;
+}
+
+void Agent::DrainOutbox() {
+  std::vector<Json> msgs;
+  {
+    std::lock_guard<std::mutex> l(outbox_mu_);
+    msgs.swap(outbox_);
+  }
+  for (Json& m : msgs) {
+    if (spec_) m["attempt"] = spec_->attempt;
+    if (m.contains("error")) Warn("checkpoint: " + m["error"].get<std::string>());
+    Send(m);
   }
 }
 

@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <deque>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "agent/fault_detector.h"
 #include "agent/rank_env.h"
 #include "agent/stack_capture.h"
+#include "ckpt/persister.h"
 #include "common/clock.h"
 #include "common/net.h"
 
@@ -92,6 +95,12 @@ class Agent {
   int RanksAlive() const;
   void CloseRanks();
   std::string LogTail(const Rank& r) const;
+  // Memory tier: (re)creates the persister for `spec`'s checkpoint settings.
+  void EnsurePersister(const StartSpec& spec);
+  void OnStaged(const Json& m, int rank);
+  // Sealed steps per rank of this node, for the `stopped` report.
+  Json MemoryInventory(const StartSpec& spec);
+  void DrainOutbox();
 
   AgentOptions opts_;
   const Clock* clock_;
@@ -108,6 +117,10 @@ class Agent {
   std::optional<StartSpec> pending_start_;
   bool shutdown_requested_ = false;
   double next_heartbeat_ = 0;
+  std::unique_ptr<ckpt::Persister> persister_;
+  std::string persister_key_;  // the settings persister_ was made for
+  std::mutex outbox_mu_;
+  std::vector<Json> outbox_;  // messages from the persister thread
 };
 
 }  // namespace bulwark

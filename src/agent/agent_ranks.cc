@@ -16,6 +16,10 @@
 
 namespace bulwark {
 namespace {
+constexpr double kFinalPersistTimeoutS = 120;
+}  // namespace
+
+namespace {
 
 constexpr size_t kTailLines = 30;
 constexpr size_t kMaxLineBytes = 64 * 1024;  // longer output without '\n' is split
@@ -36,6 +40,7 @@ std::string WallStamp(double wall) {
 
 void Agent::Launch(const StartSpec& spec) {
   spec_ = spec;
+  EnsurePersister(spec);
   stopping_ = false;
   stop_killed_ = false;
   std::error_code ec;
@@ -180,6 +185,14 @@ void Agent::OnRankExit(Rank& r, const ExitInfo& e) {
   if (auto f = detector_.OnExit(r.rank, e)) {
     SendIncident(*f, nullptr);
   } else if (e.ok()) {
+    // The rank's last checkpoints must be durable (and reported) before the
+    // controller can call the job done; its last `staged` report may still be queued.
+    for (const auto& d : UnixDgramRecvAll(dgram_.get())) HandleDatagram(d);
+    if (persister_ && !persister_->Drain(kFinalPersistTimeoutS)) {
+      Warn("checkpoint persist still running after " + std::to_string(kFinalPersistTimeoutS) +
+           " s at rank exit; the last checkpoint may not commit");
+    }
+    DrainOutbox();
     Send({{"type", "exited"}, {"attempt", spec_->attempt}, {"rank", r.rank}, {"code", 0}});
   }
 }
@@ -300,8 +313,10 @@ void Agent::FinishStop() {
   stopping_ = false;
   const long reply = stop_reply_attempt_;
   stop_reply_attempt_ = -1;
+  Json mem = spec_ ? MemoryInventory(*spec_) : Json::object();
+  DrainOutbox();
   spec_.reset();
-  if (reply >= 0) Send({{"type", "stopped"}, {"attempt", reply}});
+  if (reply >= 0) Send({{"type", "stopped"}, {"attempt", reply}, {"mem", mem}});
   if (pending_start_ && !shutdown_requested_) {
     StartSpec next = std::move(*pending_start_);
     pending_start_.reset();

@@ -41,6 +41,8 @@ Result<StartSpec> ParseStartMessage(const Json& m) {
   BW_FIELD(s.resume_step, JIntOr(m, "resume_step", -1));
   BW_FIELD(s.ckpt_dir, JStrOr(m, "ckpt_dir", ""));
   BW_FIELD(s.ckpt_interval_steps, JIntOr(m, "ckpt_interval_steps", 0));
+  BW_FIELD(s.memory_slots, JIntOr(m, "memory_slots", 0));
+  BW_FIELD(s.shared_dir, JStrOr(m, "shared_dir", ""));
   BW_FIELD(s.skip_from, JIntOr(m, "skip_from", -1));
   BW_FIELD(s.skip_to, JIntOr(m, "skip_to", -1));
   BW_FIELD(s.hang_floor_s, JNumOr(m, "hang_floor_s", 30));
@@ -55,6 +57,9 @@ Result<StartSpec> ParseStartMessage(const Json& m) {
   BW_RETURN_IF_ERROR(CheckPositive("nnodes", s.nnodes));
   BW_RETURN_IF_ERROR(CheckPositive("hang_floor_s", s.hang_floor_s));
   BW_RETURN_IF_ERROR(CheckPositive("startup_timeout_s", s.startup_timeout_s));
+  if (s.memory_slots != 0 && (s.memory_slots < 2 || s.memory_slots > 62)) {
+    return InvalidArgument("message 'start': field 'memory_slots' must be 0 or in [2, 62]");
+  }
   if (s.hang_multiplier < 0) {
     return InvalidArgument("message 'start': field 'hang_multiplier' must be >= 0");
   }
@@ -112,6 +117,11 @@ std::map<std::string, std::string> BuildRankEnv(const StartSpec& spec, int local
   env["BULWARK_RESUME_STEP"] = i(spec.resume_step);
   env["BULWARK_CKPT_DIR"] = spec.ckpt_dir;
   env["BULWARK_CKPT_INTERVAL_STEPS"] = i(spec.ckpt_interval_steps);
+  if (spec.memory_slots > 0 && !paths.staging_dir.empty()) {
+    env["BULWARK_STAGING_DIR"] = paths.staging_dir;
+    env["BULWARK_MEMORY_SLOTS"] = i(spec.memory_slots);
+  }
+  if (!spec.shared_dir.empty()) env["BULWARK_CKPT_SHARED_DIR"] = spec.shared_dir;
   env["BULWARK_SKIP_FROM"] = i(spec.skip_from);
   env["BULWARK_SKIP_TO"] = i(spec.skip_to);
   env["BULWARK_STACK_FILE"] = StackFilePath(spec, rank);

@@ -30,6 +30,8 @@ struct StartSpec {
   long resume_step = -1;
   std::string ckpt_dir;
   long ckpt_interval_steps = 0;
+  int memory_slots = 0;     // staging ring size K per rank; 0 = no memory tier
+  std::string shared_dir;   // shared checkpoint tier ("" = none)
   long skip_from = -1;
   long skip_to = -1;
   double hang_floor_s = 30;
@@ -50,6 +52,7 @@ struct AgentPaths {
   std::string node_dir;    // <run-dir>/<node>
   std::string python_dir;  // Bulwark Python package root ("" = do not touch PYTHONPATH)
   std::string lib_path;    // libbulwark.so ("" = leave BULWARK_LIB unset)
+  std::string staging_dir; // memory tier: this node's staging rings ("" = none)
 };
 
 std::string RankSockPath(const AgentPaths& paths, int global_rank);

@@ -36,7 +36,7 @@ Json StartMsg() {
 TEST(RankEnv, ParsesStartAndBuildsTorchrunEnv) {
   auto spec = ParseStartMessage(StartMsg());
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "/py", "/lib/libbulwark.so"};
+  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "/py", "/lib/libbulwark.so", ""};
   auto env = BuildRankEnv(*spec, 1, p, {{"PYTHONPATH", "/old"}, {"FOO", "base"}, {"HOME", "/h"}});
   EXPECT_EQ(env["RANK"], "3");
   EXPECT_EQ(env["LOCAL_RANK"], "1");

@@ -1,116 +1,224 @@
-// Sharded, checksummed, atomically committed checkpoints (format version 1).
+// Sharded, checksummed, atomically committed checkpoints (format version 2).
 //
-// On-disk layout (see docs/checkpoint-format.md for the byte layout):
-//   <dir>/step-<012d step>/shard-<05d rank>-of-<05d world>.bws   one per rank
-//   <dir>/step-<012d step>/COMMIT                                  written last
-// A step is "committed" iff its COMMIT record parses, its checksum line matches and
-// every shard it lists exists with the recorded size. A step directory without a
-// valid COMMIT is never loaded.
+// A tier root (a local disk or shared directory; the object tier mirrors the same
+// key layout, see tiers.h) holds, per step (docs/checkpoint-format.md has the bytes):
+//   <root>/step-<012d>/shard-<05d rank>-of-<05d world>.bws   one per rank
+//   <root>/step-<012d>/MANIFEST    shards, sizes, index checksums, dependencies
+//   <root>/step-<012d>/COMMIT      written last; pins the MANIFEST by size + xxh3
+// A step is committed iff COMMIT and MANIFEST verify and every shard listed exists
+// with its recorded size. Shards hold named tensors (dtype, shape, and for sharded
+// tensors the global shape and this piece's offsets) in chunks, each with an xxh3.
+// A chunk may be a reference instead of bytes: to the owner rank's shard of the
+// same step (replicated tensors are written once, spread over ranks) or to an
+// earlier step (incremental saves); MANIFEST lists the steps a step depends on so
+// retention keeps them.
 //
-// Thread-safety: all functions are stateless and safe to call concurrently for
-// different (step, rank) pairs. Concurrent WriteShard calls for the same shard, or
-// Retain racing a Commit of an older step, are the caller's to avoid.
-// Every function returns an error Status instead of throwing.
+// Thread-safety: functions are stateless; concurrent calls for different
+// (step, rank) pairs are safe. Retain racing a Commit of an older step is the
+// caller's to avoid. Every function returns a Status instead of throwing.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "ckpt/env.h"
 #include "common/status.h"
 
 namespace bulwark::ckpt {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint64_t kDefaultChunkSize = 4ull << 20;  // 4 MiB
 
-// A named byte range to save. Borrowed: `data` must stay valid during WriteShard.
+enum class DType : uint8_t { kU8, kI8, kI16, kI32, kI64, kF16, kBF16, kF32, kF64, kBool };
+const char* DTypeName(DType d);  // "uint8", "float32", ...
+Result<DType> ParseDType(const std::string& s);
+size_t DTypeSize(DType d);
+
+// Metadata of one tensor (or of a raw byte blob: dtype uint8, shape {n}).
+struct TensorMeta {
+  std::string name;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> shape;         // this piece
+  std::vector<int64_t> global_shape;  // empty: not sharded (= shape)
+  std::vector<int64_t> offsets;       // this piece's origin in the global tensor; empty = 0s
+  bool replicated = false;            // identical on every rank: stored once across ranks
+  uint64_t nbytes() const;
+  // Global shape / offsets with the defaults filled in.
+  std::vector<int64_t> GlobalShape() const;
+  std::vector<int64_t> Offsets() const;
+  // Checks name, shape, global shape and offsets are consistent.
+  Status Validate() const;
+};
+
+// A tensor to save. `data` is borrowed and must hold meta.nbytes() bytes.
+struct TensorView {
+  TensorMeta meta;
+  const void* data = nullptr;
+  // Optional precomputed xxh3 per chunk (from the staging seal); empty = hash here.
+  const uint64_t* chunk_hashes = nullptr;
+};
+
+// Where a chunk's bytes live. Local: `offset` into this shard's data region.
+// Reference: the same tensor's same chunk in shard (ref_step, ref_rank).
+struct ChunkLoc {
+  uint64_t hash = 0;
+  uint64_t offset = 0;
+  long ref_step = -1;  // >= 0: reference
+  int ref_rank = -1;
+  bool local() const { return ref_step < 0; }
+};
+
+struct TensorEntry {
+  TensorMeta meta;
+  std::vector<ChunkLoc> chunks;
+};
+
+// A shard's index: what it holds and where each chunk is.
+struct ShardIndex {
+  long step = 0;
+  int rank = 0;
+  int world = 1;
+  uint64_t chunk_size = kDefaultChunkSize;
+  std::vector<TensorEntry> tensors;
+  const TensorEntry* Find(const std::string& name) const;
+};
+
+struct WriteOptions {
+  uint64_t chunk_size = kDefaultChunkSize;
+  // Replicated tensors: write only the chunks this rank owns, reference the rest.
+  bool dedup_replicated = true;
+  // Incremental: this rank's index of an earlier step committed on the same root
+  // with the same world; chunks with an equal hash are referenced, not rewritten.
+  const ShardIndex* previous = nullptr;
+};
+
+struct ShardStats {
+  std::string path;
+  uint64_t file_bytes = 0;     // shard file size
+  uint64_t logical_bytes = 0;  // tensor bytes described
+  uint64_t written_bytes = 0;  // chunk bytes written to this file
+  double hash_s = 0;           // time spent hashing
+  double write_s = 0;          // total wall time
+};
+
+// The chunk checksum (xxh3_64).
+uint64_t ChunkHash(const void* data, size_t n);
+
+// "<root>/step-000000000042"
+std::string StepDir(const std::string& root, long step);
+// "shard-00003-of-00008.bws"
+std::string ShardFileName(int rank, int world);
+
+// Writes rank's shard of `step` durably (tmp -> fsync -> rename -> fsync dir).
+// Tensor names must be unique. If the step has a COMMIT it is removed first.
+Status WriteShard(Env* env, const std::string& root, long step, int rank, int world,
+                  const std::vector<TensorView>& tensors, const WriteOptions& opts,
+                  ShardStats* stats = nullptr);
+
+// Structure check of a shard (header, index, footer, size); fills `index`.
+Result<ShardIndex> ReadShardIndex(Env* env, const std::string& root, long step, int rank,
+                                  int world);
+
+struct ManifestShard {
+  int rank = 0;
+  std::string file;
+  uint64_t size = 0;
+  uint64_t index_xxh3 = 0;
+};
+
+struct Manifest {
+  uint32_t format = kFormatVersion;
+  long step = 0;
+  int world = 0;
+  std::vector<ManifestShard> shards;  // by rank, exactly `world`
+  std::vector<long> depends;          // earlier steps whose shards chunks reference
+  uint64_t logical_bytes = 0;
+  uint64_t stored_bytes = 0;  // sum of shard file sizes
+  double time = 0;
+};
+
+// Verifies every rank's shard of `step` (structure; with `verify_data` every chunk
+// including references), then writes MANIFEST and COMMIT durably.
+Status Commit(Env* env, const std::string& root, long step, int world, bool verify_data = false);
+
+// COMMIT -> MANIFEST checks, and every listed shard exists with its size.
+Result<Manifest> ReadCommitted(Env* env, const std::string& root, long step);
+
+// Committed steps, ascending. Invalid step directories are skipped; with
+// `skipped`, one reason per skipped directory is appended.
+Result<std::vector<long>> ListCommitted(Env* env, const std::string& root,
+                                        std::vector<std::string>* skipped = nullptr);
+// Newest committed step <= max_step (-1: any); -1 if none.
+Result<long> NewestCommitted(Env* env, const std::string& root, long max_step = -1);
+
+struct RetainOptions {
+  int keep = 3;           // newest committed steps kept (>= 1)
+  long golden_every = 0;  // > 0: committed steps divisible by this are never removed
+};
+// Deletes committed steps outside {newest `keep`} ∪ golden ∪ their dependencies,
+// and uncommitted step directories older than the newest committed step. Never
+// deletes the newest committed step or anything newer. COMMIT goes first, so a
+// crash mid-delete leaves the step uncommitted. `removed` (optional) gets the steps.
+Status Retain(Env* env, const std::string& root, const RetainOptions& opts,
+              std::vector<long>* removed = nullptr);
+
+struct VerifyReport {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  std::vector<std::string> problems;  // empty = verified
+};
+// ReadCommitted, then every shard's structure and index checksum against the
+// MANIFEST, and (full) every chunk's bytes, references resolved.
+Status VerifyStep(Env* env, const std::string& root, long step, bool full = true,
+                  VerifyReport* report = nullptr);
+
+// Reads tensors of one committed step. Opens the MANIFEST and every shard's index
+// (no chunk data) up front.
+//
+// Thread-safety: not thread-safe; use one reader per thread.
+class StepReader {
+ public:
+  static Result<std::unique_ptr<StepReader>> Open(Env* env, const std::string& root, long step);
+  ~StepReader();
+
+  const Manifest& manifest() const;
+  // The index of `rank`'s shard.
+  const ShardIndex& index(int rank) const;
+
+  // Fills dst (dst.meta gives dtype, the wanted piece's shape and its offsets in
+  // the global tensor) from the saved pieces of the tensor named dst.meta.name,
+  // whatever world they were saved with: pieces split along dim 0 are stitched
+  // (resharding). Every chunk read is checked against its xxh3; DATA_LOSS names
+  // the file and chunk. `prefer_rank` picks which rank's copy of a replicated
+  // tensor to read. NOT_FOUND if no piece covers the wanted region.
+  Status Load(const TensorMeta& want, void* dst, int prefer_rank = -1);
+  // Bytes read from files so far.
+  uint64_t bytes_read() const;
+
+  struct Impl;
+
+ private:
+  explicit StepReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience: raw named blobs (dtype uint8, 1-D), as the SDK's byte API uses.
 struct Blob {
   std::string name;
   const void* data = nullptr;
   size_t size = 0;
 };
-
-// A blob read back from a shard; owns its bytes.
 struct OwnedBlob {
   std::string name;
   std::vector<uint8_t> data;
 };
-
-struct WriteOptions {
-  uint64_t chunk_size = kDefaultChunkSize;  // checksum granularity, > 0
-};
-
-struct ShardStats {
-  std::string path;      // final shard path
-  uint64_t bytes = 0;    // file size
-  double write_s = 0.0;  // wall time of write + fsync + rename + dir fsync
-};
-
-// One shard as recorded in a COMMIT record.
-struct CommitShard {
-  int rank = 0;
-  std::string file;  // file name relative to the step directory
-  uint64_t size = 0;
-  uint64_t index_xxh3 = 0;  // xxh3_64 of the shard's JSON index
-};
-
-struct CommitRecord {
-  uint32_t format = kFormatVersion;
-  long step = 0;
-  int world = 0;
-  std::vector<CommitShard> shards;  // sorted by rank, exactly `world` entries
-  double time = 0.0;                // Unix seconds when committed
-};
-
-// "<dir>/step-000000000042"
-std::string StepDir(const std::string& dir, long step);
-// "shard-00003-of-00008.bws"
-std::string ShardFileName(int rank, int world);
-
-// Writes rank's shard of `step` durably: tmp file -> fsync -> rename -> fsync dir.
-// Blob names must be unique and non-empty. If the step already has a COMMIT, it is
-// removed first (the step becomes uncommitted until Commit runs again). `stats` may
-// be null.
-Status WriteShard(const std::string& dir, long step, int rank, int world,
-                  const std::vector<Blob>& blobs, ShardStats* stats,
-                  const WriteOptions& opts = WriteOptions());
-
-// Reads a shard and verifies every checksum (header, index, every data chunk,
-// footer, file size). Does not require a COMMIT; callers loading for resume should
-// use ReadCommit first (the SDK does).
-Result<std::vector<OwnedBlob>> ReadShard(const std::string& dir, long step, int rank, int world);
-
-// Verifies a shard's structure: header, index and footer checksums and the file
-// size; with `full_data` also every data chunk checksum.
-Status VerifyShard(const std::string& dir, long step, int rank, int world, bool full_data = true);
-
-// Verifies that every rank's shard of `step` exists and verifies (VerifyShard with
-// `verify_data`), then writes COMMIT durably (tmp -> fsync -> rename -> fsync dir).
-Status Commit(const std::string& dir, long step, int world, bool verify_data = false);
-
-// Parses and checks the COMMIT record of `step` (checksum line, step, shard list)
-// and that every listed shard exists with the recorded size.
-Result<CommitRecord> ReadCommit(const std::string& dir, long step);
-
-// Committed steps in ascending order. Step directories whose COMMIT is missing or
-// invalid are skipped; if `skipped` is non-null, one human-readable reason per
-// skipped step directory is appended. A missing `dir` yields an empty list.
-Result<std::vector<long>> ListCommitted(const std::string& dir,
-                                        std::vector<std::string>* skipped = nullptr);
-
-// Newest committed step <= max_step (max_step = -1: any); -1 if there is none.
-Result<long> NewestCommitted(const std::string& dir, long max_step = -1);
-
-// Deletes committed steps older than the newest `keep` committed ones, and
-// uncommitted step directories older than the newest committed step. Never deletes
-// the newest committed step nor anything newer than it. keep must be >= 1.
-// A deleted step loses its COMMIT first, so a crash mid-delete leaves it uncommitted.
-Status Retain(const std::string& dir, int keep);
-
-// ReadCommit plus a full VerifyShard of every shard, checking each shard's index
-// checksum and size against the COMMIT record.
-Status VerifyStep(const std::string& dir, long step);
+std::vector<TensorView> BlobsToTensors(const std::vector<Blob>& blobs);
+// Every tensor `rank` saved in `step`, as raw bytes (resolving references).
+Result<std::vector<OwnedBlob>> ReadRankTensors(Env* env, const std::string& root, long step,
+                                               int rank);
 
 }  // namespace bulwark::ckpt

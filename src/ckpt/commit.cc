@@ -1,19 +1,21 @@
-// COMMIT records, listing and retention.
+// MANIFEST and COMMIT records, listing and retention.
 //
-// COMMIT file = one JSON line + one checksum line:
-//   {"format":1,"step":S,"world":W,"shards":[{"rank":0,"file":"shard-00000-of-0000W.bws",
-//     "size":N,"index_xxh3":"<16 hex>"},...],"time":T}\n
-//   xxh3 <16 hex digits of xxh3_64 over the JSON line, excluding its newline>\n
-// It is written via tmp -> fsync -> rename -> fsync dir (internal::WriteFileAtomic)
-// only after every shard verifies, so its presence is the single commit point.
-#include <dirent.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// COMMIT PROTOCOL (run once per step and tier, by whoever knows that every rank's
+// shard is durable on that tier — the controller):
+//   1. Check every rank's shard (structure, or every chunk with verify_data) and
+//      that every step its chunks reference is itself committed.
+//   2. Write MANIFEST (one JSON line + "xxh3 <hex>" line) via tmp -> fsync ->
+//      rename -> fsync dir.
+//   3. Write COMMIT = {"format","step","manifest_size","manifest_xxh3"} + checksum
+//      line, the same way. COMMIT's rename is the single commit point.
+// A crash before 3 completes leaves the step uncommitted (readers skip it; Retain
+// removes it once a newer step commits). A torn or unsynced file fails its
+// checksum line. MANIFEST changed after commit fails COMMIT's size/xxh3 pin; a
+// shard changed after commit fails MANIFEST's size (ReadCommitted) or index xxh3
+// (StepReader::Open); chunk bytes fail their chunk xxh3.
 #include <algorithm>
-#include <cerrno>
-#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/format.h"
@@ -22,155 +24,207 @@
 namespace bulwark::ckpt {
 namespace {
 
-// Steps of every "step-<12 digits>" directory under `dir`, ascending.
-Result<std::vector<long>> ListStepDirs(const std::string& dir) {
+using Json = nlohmann::json;
+
+// Steps of every "step-<12 digits>" directory under `root`, ascending.
+Result<std::vector<long>> ListStepDirs(Env* env, const std::string& root) {
+  BW_ASSIGN_OR_RETURN(std::vector<std::string> names, env->ListDir(root));
   std::vector<long> steps;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) return steps;
-    return ErrnoStatus("open checkpoint directory " + dir, errno);
-  }
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
+  for (const std::string& name : names) {
     if (name.size() != 17 || name.compare(0, 5, "step-") != 0) continue;
     if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       continue;
     }
     steps.push_back(std::stol(name.substr(5)));
   }
-  ::closedir(d);
   std::sort(steps.begin(), steps.end());
   return steps;
 }
 
-std::string EncodeCommit(const CommitRecord& r) {
-  nlohmann::json shards = nlohmann::json::array();
-  for (const CommitShard& s : r.shards) {
+std::string WithChecksum(const std::string& line) {
+  return line + "\nxxh3 " + internal::Hex64(internal::Hash(line.data(), line.size())) + "\n";
+}
+
+// Splits "<json>\nxxh3 <hex>\n", checking the checksum line.
+Result<Json> ParseChecked(const std::string& content, const std::string& path) {
+  size_t nl = content.find('\n');
+  if (nl == std::string::npos) return DataLoss(path + ": no checksum line (truncated)");
+  const std::string line = content.substr(0, nl);
+  if (content.substr(nl + 1) != "xxh3 " + internal::Hex64(internal::Hash(line.data(), line.size())) + "\n") {
+    return DataLoss(path + ": checksum line missing or mismatched (truncated or corrupted)");
+  }
+  try {
+    return Json::parse(line);
+  } catch (const std::exception& e) {
+    return DataLoss(path + ": malformed JSON: " + e.what());
+  }
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  Json shards = Json::array();
+  for (const ManifestShard& s : m.shards) {
     shards.push_back({{"rank", s.rank},
                       {"file", s.file},
                       {"size", s.size},
                       {"index_xxh3", internal::Hex64(s.index_xxh3)}});
   }
-  nlohmann::json j = {{"format", r.format},
-                      {"step", r.step},
-                      {"world", r.world},
-                      {"shards", std::move(shards)},
-                      {"time", r.time}};
-  std::string line = j.dump();
-  return line + "\nxxh3 " + internal::Hex64(internal::Hash(line.data(), line.size())) + "\n";
+  Json j = {{"format", m.format},     {"step", m.step},
+            {"world", m.world},       {"shards", std::move(shards)},
+            {"depends", m.depends},   {"logical_bytes", m.logical_bytes},
+            {"stored_bytes", m.stored_bytes}, {"time", m.time}};
+  return WithChecksum(j.dump());
 }
 
-Status RemoveStep(const std::string& dir, long step) {
-  const std::string step_dir = StepDir(dir, step);
-  const std::string commit = step_dir + "/" + internal::kCommitName;
-  if (::unlink(commit.c_str()) == 0) {
-    BW_RETURN_IF_ERROR(internal::FsyncDir(step_dir));
-  } else if (errno != ENOENT) {
-    return ErrnoStatus("unlink " + commit, errno);
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(step_dir, ec);
-  if (ec) return Internal("remove " + step_dir + ": " + ec.message());
-  return Status::Ok();
+Status RemoveStep(Env* env, const std::string& root, long step) {
+  const std::string dir = StepDir(root, step);
+  BW_RETURN_IF_ERROR(env->RemoveFile(dir + "/" + internal::kCommitName));
+  BW_RETURN_IF_ERROR(env->SyncDir(dir));
+  return RemoveTree(env, dir);
 }
 
 }  // namespace
 
-Status Commit(const std::string& dir, long step, int world, bool verify_data) {
+Status Commit(Env* env, const std::string& root, long step, int world, bool verify_data) {
   if (world < 1 || world > 99999) {
     return InvalidArgument("world size " + std::to_string(world) + " is out of range [1, 99999]");
   }
   if (step < 0) return InvalidArgument("commit step must be >= 0, got " + std::to_string(step));
-  const std::string step_dir = StepDir(dir, step);
-  CommitRecord rec;
-  rec.step = step;
-  rec.world = world;
+  const std::string step_dir = StepDir(root, step);
+  Manifest m;
+  m.step = step;
+  m.world = world;
+  std::set<long> deps;
   for (int rank = 0; rank < world; ++rank) {
-    CommitShard s;
+    ManifestShard s;
     s.rank = rank;
     s.file = ShardFileName(rank, world);
     internal::Header h;
-    Status st = internal::CheckShardFile(step_dir + "/" + s.file, step, rank, world, verify_data,
-                                         &h, nullptr);
+    ShardIndex idx;
+    Status st = internal::CheckShardFile(env, step_dir + "/" + s.file, step, rank, world, &h, &idx);
     if (!st.ok()) {
       return Status(st.code(), "refusing to commit step " + std::to_string(step) + ": rank " +
                                    std::to_string(rank) + ": " + st.message());
     }
     s.size = h.file_size;
     s.index_xxh3 = h.index_xxh3;
-    rec.shards.push_back(std::move(s));
+    m.stored_bytes += h.file_size;
+    for (const TensorEntry& t : idx.tensors) {
+      m.logical_bytes += t.meta.nbytes();
+      for (const ChunkLoc& c : t.chunks) {
+        if (!c.local() && c.ref_step != step) deps.insert(c.ref_step);
+      }
+    }
+    if (verify_data) {
+      st = internal::VerifyLocalChunks(env, step_dir + "/" + s.file, idx, h);
+      if (!st.ok()) {
+        return Status(st.code(), "refusing to commit step " + std::to_string(step) + ": rank " +
+                                     std::to_string(rank) + ": " + st.message());
+      }
+    }
+    m.shards.push_back(std::move(s));
   }
-  rec.time = SystemClock::Get()->NowWall();
-  return internal::WriteFileAtomic(step_dir, internal::kCommitName, EncodeCommit(rec))
-      .Annotate("commit step " + std::to_string(step));
+  for (long d : deps) {
+    Result<Manifest> dm = ReadCommitted(env, root, d);
+    if (!dm.ok()) {
+      return FailedPrecondition("refusing to commit step " + std::to_string(step) +
+                                ": it references step " + std::to_string(d) +
+                                ", which is not committed: " + dm.status().message());
+    }
+  }
+  m.depends.assign(deps.begin(), deps.end());
+  m.time = SystemClock::Get()->NowWall();
+  const std::string manifest = EncodeManifest(m);
+  BW_RETURN_IF_ERROR(WriteFileAtomic(env, step_dir, internal::kManifestName, manifest)
+                         .Annotate("commit step " + std::to_string(step)));
+  Json c = {{"format", kFormatVersion},
+            {"step", step},
+            {"manifest_size", manifest.size()},
+            {"manifest_xxh3", internal::Hex64(internal::Hash(manifest.data(), manifest.size()))}};
+  BW_RETURN_IF_ERROR(WriteFileAtomic(env, step_dir, internal::kCommitName, WithChecksum(c.dump()))
+                         .Annotate("commit step " + std::to_string(step)));
+  return Status::Ok();
 }
 
-Result<CommitRecord> ReadCommit(const std::string& dir, long step) {
-  const std::string step_dir = StepDir(dir, step);
-  const std::string path = step_dir + "/" + internal::kCommitName;
-  BW_ASSIGN_OR_RETURN(std::string content, internal::ReadFile(path));
-  size_t nl = content.find('\n');
-  if (nl == std::string::npos) return DataLoss(path + ": no checksum line (truncated)");
-  const std::string line = content.substr(0, nl);
-  const std::string want =
-      "xxh3 " + internal::Hex64(internal::Hash(line.data(), line.size())) + "\n";
-  if (content.substr(nl + 1) != want) {
-    return DataLoss(path + ": checksum line missing or mismatched (truncated or corrupted)");
+Result<Manifest> ReadCommitted(Env* env, const std::string& root, long step) {
+  const std::string step_dir = StepDir(root, step);
+  const std::string cpath = step_dir + "/" + internal::kCommitName;
+  const std::string mpath = step_dir + "/" + internal::kManifestName;
+  Result<std::string> craw = ReadWholeFile(env, cpath);
+  if (!craw.ok()) {
+    if (craw.status().code() == Code::kNotFound) return NotFound(cpath + " is missing (step not committed)");
+    return craw.status();
   }
-  CommitRecord rec;
+  BW_ASSIGN_OR_RETURN(Json c, ParseChecked(*craw, cpath));
+  uint64_t msize = 0, mhash = 0;
   try {
-    nlohmann::json j = nlohmann::json::parse(line);
-    rec.format = j.at("format").get<uint32_t>();
-    rec.step = j.at("step").get<long>();
-    rec.world = j.at("world").get<int>();
-    rec.time = j.at("time").get<double>();
-    for (const auto& s : j.at("shards")) {
-      CommitShard cs;
-      cs.rank = s.at("rank").get<int>();
-      cs.file = s.at("file").get<std::string>();
-      cs.size = s.at("size").get<uint64_t>();
-      if (!internal::ParseHex64(s.at("index_xxh3").get<std::string>(), &cs.index_xxh3)) {
-        return DataLoss(path + ": malformed index_xxh3 for rank " + std::to_string(cs.rank));
-      }
-      rec.shards.push_back(std::move(cs));
+    if (c.at("format").get<uint32_t>() != kFormatVersion) {
+      return DataLoss(cpath + ": unsupported COMMIT format " + c.at("format").dump());
+    }
+    if (c.at("step").get<long>() != step) return DataLoss(cpath + ": records another step");
+    msize = c.at("manifest_size").get<uint64_t>();
+    if (!internal::ParseHex64(c.at("manifest_xxh3").get<std::string>(), &mhash)) {
+      return DataLoss(cpath + ": malformed manifest_xxh3");
     }
   } catch (const std::exception& e) {
-    return DataLoss(path + ": malformed COMMIT JSON: " + e.what());
+    return DataLoss(cpath + ": malformed COMMIT: " + e.what());
   }
-  if (rec.format != kFormatVersion) {
-    return DataLoss(path + ": unsupported COMMIT format " + std::to_string(rec.format));
+  Result<std::string> mraw = ReadWholeFile(env, mpath);
+  if (!mraw.ok()) return DataLoss(cpath + ": committed MANIFEST is unreadable: " + mraw.status().message());
+  if (mraw->size() != msize || internal::Hash(mraw->data(), mraw->size()) != mhash) {
+    return DataLoss(mpath + ": does not match the size/xxh3 COMMIT pinned (changed after commit)");
   }
-  if (rec.step != step) {
-    return DataLoss(path + ": records step " + std::to_string(rec.step) + " but lives in " +
-                    step_dir);
-  }
-  if (rec.world < 1 || rec.shards.size() != static_cast<size_t>(rec.world)) {
-    return DataLoss(path + ": lists " + std::to_string(rec.shards.size()) + " shards for world " +
-                    std::to_string(rec.world));
-  }
-  for (int r = 0; r < rec.world; ++r) {
-    const CommitShard& s = rec.shards[r];
-    if (s.rank != r || s.file != ShardFileName(r, rec.world)) {
-      return DataLoss(path + ": shard entry " + std::to_string(r) + " is malformed");
+  BW_ASSIGN_OR_RETURN(Json j, ParseChecked(*mraw, mpath));
+  Manifest m;
+  try {
+    m.format = j.at("format").get<uint32_t>();
+    m.step = j.at("step").get<long>();
+    m.world = j.at("world").get<int>();
+    m.time = j.at("time").get<double>();
+    m.depends = j.at("depends").get<std::vector<long>>();
+    m.logical_bytes = j.at("logical_bytes").get<uint64_t>();
+    m.stored_bytes = j.at("stored_bytes").get<uint64_t>();
+    for (const auto& s : j.at("shards")) {
+      ManifestShard ms;
+      ms.rank = s.at("rank").get<int>();
+      ms.file = s.at("file").get<std::string>();
+      ms.size = s.at("size").get<uint64_t>();
+      if (!internal::ParseHex64(s.at("index_xxh3").get<std::string>(), &ms.index_xxh3)) {
+        return DataLoss(mpath + ": malformed index_xxh3 for rank " + std::to_string(ms.rank));
+      }
+      m.shards.push_back(std::move(ms));
     }
-    struct stat st;
+  } catch (const std::exception& e) {
+    return DataLoss(mpath + ": malformed MANIFEST: " + e.what());
+  }
+  if (m.format != kFormatVersion || m.step != step) {
+    return DataLoss(mpath + ": wrong format or step");
+  }
+  if (m.world < 1 || m.shards.size() != static_cast<size_t>(m.world)) {
+    return DataLoss(mpath + ": lists " + std::to_string(m.shards.size()) + " shards for world " +
+                    std::to_string(m.world));
+  }
+  for (int r = 0; r < m.world; ++r) {
+    const ManifestShard& s = m.shards[r];
+    if (s.rank != r || s.file != ShardFileName(r, m.world)) {
+      return DataLoss(mpath + ": shard entry " + std::to_string(r) + " is malformed");
+    }
     const std::string shard = step_dir + "/" + s.file;
-    if (::stat(shard.c_str(), &st) != 0) {
-      return DataLoss(path + ": committed shard " + shard + " is missing");
-    }
-    if (static_cast<uint64_t>(st.st_size) != s.size) {
-      return DataLoss(shard + ": has " + std::to_string(st.st_size) + " bytes, COMMIT records " +
+    Result<uint64_t> size = env->FileSize(shard);
+    if (!size.ok()) return DataLoss(mpath + ": committed shard " + shard + " is missing");
+    if (*size != s.size) {
+      return DataLoss(shard + ": has " + std::to_string(*size) + " bytes, MANIFEST records " +
                       std::to_string(s.size));
     }
   }
-  return rec;
+  return m;
 }
 
-Result<std::vector<long>> ListCommitted(const std::string& dir, std::vector<std::string>* skipped) {
-  BW_ASSIGN_OR_RETURN(std::vector<long> steps, ListStepDirs(dir));
+Result<std::vector<long>> ListCommitted(Env* env, const std::string& root,
+                                        std::vector<std::string>* skipped) {
+  BW_ASSIGN_OR_RETURN(std::vector<long> steps, ListStepDirs(env, root));
   std::vector<long> out;
   for (long step : steps) {
-    Result<CommitRecord> r = ReadCommit(dir, step);
+    Result<Manifest> r = ReadCommitted(env, root, step);
     if (r.ok()) {
       out.push_back(step);
     } else if (skipped != nullptr) {
@@ -180,43 +234,58 @@ Result<std::vector<long>> ListCommitted(const std::string& dir, std::vector<std:
   return out;
 }
 
-Result<long> NewestCommitted(const std::string& dir, long max_step) {
-  BW_ASSIGN_OR_RETURN(std::vector<long> steps, ListCommitted(dir));
+Result<long> NewestCommitted(Env* env, const std::string& root, long max_step) {
+  BW_ASSIGN_OR_RETURN(std::vector<long> steps, ListCommitted(env, root));
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (max_step < 0 || *it <= max_step) return *it;
   }
   return -1L;
 }
 
-Status Retain(const std::string& dir, int keep) {
-  if (keep < 1) return InvalidArgument("retain keep must be >= 1, got " + std::to_string(keep));
-  BW_ASSIGN_OR_RETURN(std::vector<long> all, ListStepDirs(dir));
-  BW_ASSIGN_OR_RETURN(std::vector<long> committed, ListCommitted(dir));
-  if (committed.empty()) return Status::Ok();
-  const long newest = committed.back();
-  std::vector<long> keep_steps(
-      committed.end() - std::min<size_t>(committed.size(), static_cast<size_t>(keep)),
-      committed.end());
-  for (long step : all) {
-    if (step >= newest) continue;
-    if (std::find(keep_steps.begin(), keep_steps.end(), step) != keep_steps.end()) continue;
-    BW_RETURN_IF_ERROR(RemoveStep(dir, step));
+Status Retain(Env* env, const std::string& root, const RetainOptions& opts,
+              std::vector<long>* removed) {
+  if (opts.keep < 1) {
+    return InvalidArgument("retention keep must be >= 1, got " + std::to_string(opts.keep));
   }
-  return internal::FsyncDir(dir);
-}
-
-Status VerifyStep(const std::string& dir, long step) {
-  BW_ASSIGN_OR_RETURN(CommitRecord rec, ReadCommit(dir, step));
-  const std::string step_dir = StepDir(dir, step);
-  for (const CommitShard& s : rec.shards) {
-    internal::Header h;
-    BW_RETURN_IF_ERROR(internal::CheckShardFile(step_dir + "/" + s.file, step, s.rank, rec.world,
-                                                true, &h, nullptr));
-    if (h.index_xxh3 != s.index_xxh3 || h.file_size != s.size) {
-      return DataLoss(step_dir + "/" + s.file + ": does not match the shard recorded in COMMIT");
+  BW_ASSIGN_OR_RETURN(std::vector<long> all, ListStepDirs(env, root));
+  std::map<long, std::vector<long>> deps;  // committed step -> direct dependencies
+  for (long s : all) {
+    Result<Manifest> m = ReadCommitted(env, root, s);
+    if (m.ok()) deps[s] = m->depends;
+  }
+  if (deps.empty()) return Status::Ok();
+  const long newest = deps.rbegin()->first;
+  std::set<long> keep;
+  int n = 0;
+  for (auto it = deps.rbegin(); it != deps.rend(); ++it) {
+    if (n++ < opts.keep || (opts.golden_every > 0 && it->first % opts.golden_every == 0)) {
+      keep.insert(it->first);
     }
   }
-  return Status::Ok();
+  std::vector<long> todo(keep.begin(), keep.end());
+  while (!todo.empty()) {
+    long s = todo.back();
+    todo.pop_back();
+    for (long d : deps[s]) {
+      if (keep.insert(d).second) todo.push_back(d);
+    }
+  }
+  // Newest first: only newer steps reference a step, so removing dependents before
+  // their dependencies means a crash part-way never leaves a committed step whose
+  // referenced shards are gone.
+  std::vector<long> doomed;
+  for (long step : all) {
+    if (step < newest && !keep.count(step)) doomed.push_back(step);
+  }
+  const size_t first = removed != nullptr ? removed->size() : 0;
+  Status st;
+  for (auto it = doomed.rbegin(); st.ok() && it != doomed.rend(); ++it) {
+    st = RemoveStep(env, root, *it);
+    if (st.ok() && removed != nullptr) removed->push_back(*it);
+  }
+  if (removed != nullptr) std::sort(removed->begin() + static_cast<long>(first), removed->end());
+  BW_RETURN_IF_ERROR(st);
+  return env->SyncDir(root);
 }
 
 }  // namespace bulwark::ckpt

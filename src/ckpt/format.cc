@@ -6,7 +6,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -16,21 +18,22 @@ namespace {
 void Put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
-void Put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
 uint32_t Get32(const uint8_t* p) {
   uint32_t v = 0;
   for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
   return v;
+}
+
+}  // namespace
+
+void Put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 uint64_t Get64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-
-}  // namespace
 
 uint64_t Hash(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
@@ -78,9 +81,9 @@ Status DecodeHeader(const uint8_t in[kHeaderSize], const std::string& what, Head
   }
   if (Get64(in + 56) != Hash(in, 56)) return DataLoss(what + ": header checksum mismatch");
   h->version = Get32(in + 8);
-  if (h->version != 1) {
+  if (h->version != kFormatVersion) {
     return DataLoss(what + ": unsupported shard format version " + std::to_string(h->version) +
-                    " (this build reads version 1)");
+                    " (this build reads version " + std::to_string(kFormatVersion) + ")");
   }
   if (Get32(in + 12) != kHeaderSize) return DataLoss(what + ": bad header size field");
   h->step = static_cast<long>(Get64(in + 16));
@@ -109,60 +112,140 @@ Status DecodeFooter(const uint8_t in[kFooterSize], const std::string& what, Foot
   return Status::Ok();
 }
 
-std::string EncodeIndex(long step, int rank, int world, const Index& index) {
-  nlohmann::json j;
-  j["format"] = 1;
-  j["step"] = step;
-  j["rank"] = rank;
-  j["world"] = world;
-  nlohmann::json blobs = nlohmann::json::array();
-  for (const BlobEntry& b : index.blobs) {
-    nlohmann::json chunks = nlohmann::json::array();
-    for (uint64_t c : b.chunks) chunks.push_back(Hex64(c));
-    blobs.push_back({{"name", b.name},
-                     {"offset", b.offset},
-                     {"size", b.size},
-                     {"chunk_size", b.chunk_size},
-                     {"chunks", std::move(chunks)}});
+namespace {
+
+using Json = nlohmann::json;
+
+}  // namespace
+
+void MetaToJson(const TensorMeta& m, void* out) {
+  Json& j = *static_cast<Json*>(out);
+  j["name"] = m.name;
+  j["dtype"] = DTypeName(m.dtype);
+  j["shape"] = m.shape;
+  if (!m.global_shape.empty()) j["global_shape"] = m.global_shape;
+  if (!m.offsets.empty()) j["offsets"] = m.offsets;
+  if (m.replicated) j["replicated"] = true;
+  j["nbytes"] = m.nbytes();
+}
+
+Status MetaFromJson(const void* in, const std::string& what, TensorMeta* m) {
+  const Json& j = *static_cast<const Json*>(in);
+  try {
+    m->name = j.at("name").get<std::string>();
+    Result<DType> d = ParseDType(j.at("dtype").get<std::string>());
+    if (!d.ok()) return DataLoss(what + ": tensor '" + m->name + "': " + d.status().message());
+    m->dtype = *d;
+    m->shape = j.at("shape").get<std::vector<int64_t>>();
+    m->global_shape = j.value("global_shape", std::vector<int64_t>{});
+    m->offsets = j.value("offsets", std::vector<int64_t>{});
+    m->replicated = j.value("replicated", false);
+    Status v = m->Validate();
+    if (!v.ok()) return DataLoss(what + ": " + v.message());
+    if (j.at("nbytes").get<uint64_t>() != m->nbytes()) {
+      return DataLoss(what + ": tensor '" + m->name + "' nbytes disagrees with its shape");
+    }
+  } catch (const std::exception& e) {
+    return DataLoss(what + ": malformed tensor entry: " + e.what());
   }
-  j["blobs"] = std::move(blobs);
+  return Status::Ok();
+}
+
+std::string EncodeIndex(const ShardIndex& index) {
+  Json j;
+  j["format"] = kFormatVersion;
+  j["step"] = index.step;
+  j["rank"] = index.rank;
+  j["world"] = index.world;
+  j["chunk_size"] = index.chunk_size;
+  Json tensors = Json::array();
+  for (const TensorEntry& t : index.tensors) {
+    Json e;
+    MetaToJson(t.meta, &e);
+    Json chunks = Json::array();
+    for (const ChunkLoc& c : t.chunks) {
+      if (c.local()) {
+        chunks.push_back(Json::array({Hex64(c.hash), c.offset}));
+      } else {
+        chunks.push_back(Json::array({Hex64(c.hash), c.ref_step, c.ref_rank}));
+      }
+    }
+    e["chunks"] = std::move(chunks);
+    tensors.push_back(std::move(e));
+  }
+  j["tensors"] = std::move(tensors);
   return j.dump();
 }
 
 Status DecodeIndex(const std::string& json, uint64_t data_len, const std::string& what,
-                   Index* index) {
-  index->blobs.clear();
+                   ShardIndex* index) {
+  *index = ShardIndex();
   try {
-    nlohmann::json j = nlohmann::json::parse(json);
-    uint64_t expect_off = 0;
-    for (const auto& b : j.at("blobs")) {
-      BlobEntry e;
-      e.name = b.at("name").get<std::string>();
-      e.offset = b.at("offset").get<uint64_t>();
-      e.size = b.at("size").get<uint64_t>();
-      e.chunk_size = b.at("chunk_size").get<uint64_t>();
-      if (e.chunk_size == 0) return DataLoss(what + ": blob '" + e.name + "' has chunk_size 0");
-      if (e.offset != expect_off || e.size > data_len - expect_off) {
-        return DataLoss(what + ": blob '" + e.name + "' range is outside the data region");
-      }
-      expect_off += e.size;
-      uint64_t n_chunks = (e.size + e.chunk_size - 1) / e.chunk_size;
-      const auto& chunks = b.at("chunks");
-      if (chunks.size() != n_chunks) {
-        return DataLoss(what + ": blob '" + e.name + "' lists " + std::to_string(chunks.size()) +
-                        " chunk checksums, expected " + std::to_string(n_chunks));
-      }
-      for (const auto& c : chunks) {
-        uint64_t v;
-        if (!ParseHex64(c.get<std::string>(), &v)) {
-          return DataLoss(what + ": blob '" + e.name + "' has a malformed chunk checksum");
-        }
-        e.chunks.push_back(v);
-      }
-      index->blobs.push_back(std::move(e));
+    Json j = Json::parse(json);
+    if (j.at("format").get<uint32_t>() != kFormatVersion) {
+      return DataLoss(what + ": index format " + j.at("format").dump() + " is not " +
+                      std::to_string(kFormatVersion));
     }
-    if (expect_off != data_len) {
-      return DataLoss(what + ": index covers " + std::to_string(expect_off) +
+    index->step = j.at("step").get<long>();
+    index->rank = j.at("rank").get<int>();
+    index->world = j.at("world").get<int>();
+    index->chunk_size = j.at("chunk_size").get<uint64_t>();
+    if (index->chunk_size == 0) return DataLoss(what + ": chunk_size is 0");
+    // Local chunk extents, to check they tile the data region exactly.
+    std::vector<std::pair<uint64_t, uint64_t>> extents;
+    std::map<std::string, int> seen;
+    for (const Json& t : j.at("tensors")) {
+      TensorEntry e;
+      BW_RETURN_IF_ERROR(MetaFromJson(&t, what, &e.meta));
+      if (!seen.emplace(e.meta.name, 1).second) {
+        return DataLoss(what + ": tensor '" + e.meta.name + "' appears twice");
+      }
+      const uint64_t nb = e.meta.nbytes();
+      const uint64_t n_chunks = ChunkCount(nb, index->chunk_size);
+      const Json& chunks = t.at("chunks");
+      if (chunks.size() != n_chunks) {
+        return DataLoss(what + ": tensor '" + e.meta.name + "' lists " +
+                        std::to_string(chunks.size()) + " chunks, expected " +
+                        std::to_string(n_chunks));
+      }
+      for (uint64_t i = 0; i < n_chunks; ++i) {
+        const Json& c = chunks[i];
+        ChunkLoc loc;
+        if (!c.is_array() || (c.size() != 2 && c.size() != 3) ||
+            !ParseHex64(c[0].get<std::string>(), &loc.hash)) {
+          return DataLoss(what + ": tensor '" + e.meta.name + "' chunk " + std::to_string(i) +
+                          " is malformed");
+        }
+        const uint64_t len = std::min(index->chunk_size, nb - i * index->chunk_size);
+        if (c.size() == 2) {
+          loc.offset = c[1].get<uint64_t>();
+          if (loc.offset > data_len || len > data_len - loc.offset) {
+            return DataLoss(what + ": tensor '" + e.meta.name + "' chunk " + std::to_string(i) +
+                            " lies outside the data region");
+          }
+          extents.emplace_back(loc.offset, len);
+        } else {
+          loc.ref_step = c[1].get<long>();
+          loc.ref_rank = c[2].get<int>();
+          if (loc.ref_step < 0 || loc.ref_step > index->step || loc.ref_rank < 0 ||
+              loc.ref_rank >= index->world ||
+              (loc.ref_step == index->step && loc.ref_rank == index->rank)) {
+            return DataLoss(what + ": tensor '" + e.meta.name + "' chunk " + std::to_string(i) +
+                            " has an invalid reference");
+          }
+        }
+        e.chunks.push_back(loc);
+      }
+      index->tensors.push_back(std::move(e));
+    }
+    std::sort(extents.begin(), extents.end());
+    uint64_t expect = 0;
+    for (const auto& [off, len] : extents) {
+      if (off != expect) return DataLoss(what + ": local chunks do not tile the data region");
+      expect += len;
+    }
+    if (expect != data_len) {
+      return DataLoss(what + ": index covers " + std::to_string(expect) +
                       " data bytes but the data region has " + std::to_string(data_len));
     }
   } catch (const std::exception& e) {
@@ -171,101 +254,113 @@ Status DecodeIndex(const std::string& json, uint64_t data_len, const std::string
   return Status::Ok();
 }
 
-Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("write " + path, errno);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
-Status PReadAll(int fd, void* buf, size_t n, uint64_t off, const std::string& path) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("read " + path, errno);
-    }
-    if (r == 0) return DataLoss(path + ": unexpected end of file (truncated)");
-    p += r;
-    n -= static_cast<size_t>(r);
-    off += static_cast<uint64_t>(r);
-  }
-  return Status::Ok();
-}
-
-Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open directory " + dir, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return ErrnoStatus("fsync directory " + dir, err);
-  return Status::Ok();
-}
-
-Status MkdirAll(const std::string& dir) {
-  if (dir.empty()) return InvalidArgument("checkpoint directory is empty");
-  std::string cur;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    cur = dir.substr(0, pos);
-    if (cur.empty()) continue;
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoStatus("mkdir " + cur, errno);
-    }
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus("stat " + dir, errno);
-  if (!S_ISDIR(st.st_mode)) return FailedPrecondition(dir + " exists and is not a directory");
-  return Status::Ok();
-}
-
-Status WriteFileAtomic(const std::string& dir, const std::string& name,
-                       const std::string& content) {
-  std::string tmp = dir + "/" + name + ".tmp." + std::to_string(::getpid());
-  std::string final_path = dir + "/" + name;
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("create " + tmp, errno);
-  Status st = WriteAll(fd, content.data(), content.size(), tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + tmp, errno);
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    st = ErrnoStatus("rename " + tmp + " -> " + final_path, errno);
-  }
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  return FsyncDir(dir);
-}
-
-Result<std::string> ReadFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open " + path, errno);
-  std::string out;
-  char buf[65536];
-  while (true) {
-    ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return ErrnoStatus("read " + path, err);
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  return out;
+int ReplicaOwner(const std::string& name, uint64_t chunk, int world) {
+  if (world <= 1) return 0;
+  uint64_t h = XXH3_64bits(name.data(), name.size());
+  return static_cast<int>((h + chunk) % static_cast<uint64_t>(world));
 }
 
 }  // namespace bulwark::ckpt::internal
+
+namespace bulwark::ckpt {
+namespace {
+
+struct DTypeInfo {
+  DType d;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kU8, "uint8", 1},      {DType::kI8, "int8", 1},      {DType::kI16, "int16", 2},
+    {DType::kI32, "int32", 4},     {DType::kI64, "int64", 8},    {DType::kF16, "float16", 2},
+    {DType::kBF16, "bfloat16", 2}, {DType::kF32, "float32", 4},  {DType::kF64, "float64", 8},
+    {DType::kBool, "bool", 1},
+};
+
+std::string Dims(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+uint64_t ChunkHash(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+const char* DTypeName(DType d) {
+  for (const DTypeInfo& i : kDTypes) {
+    if (i.d == d) return i.name;
+  }
+  return "unknown";
+}
+
+size_t DTypeSize(DType d) {
+  for (const DTypeInfo& i : kDTypes) {
+    if (i.d == d) return i.size;
+  }
+  return 1;
+}
+
+Result<DType> ParseDType(const std::string& s) {
+  std::string names;
+  for (const DTypeInfo& i : kDTypes) {
+    if (s == i.name) return i.d;
+    names += std::string(names.empty() ? "" : ", ") + i.name;
+  }
+  return InvalidArgument("unknown dtype '" + s + "' (known: " + names + ")");
+}
+
+uint64_t TensorMeta::nbytes() const {
+  uint64_t n = DTypeSize(dtype);
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d < 0 ? 0 : d);
+  return n;
+}
+
+std::vector<int64_t> TensorMeta::GlobalShape() const {
+  return global_shape.empty() ? shape : global_shape;
+}
+
+std::vector<int64_t> TensorMeta::Offsets() const {
+  return offsets.empty() ? std::vector<int64_t>(shape.size(), 0) : offsets;
+}
+
+Status TensorMeta::Validate() const {
+  if (name.empty()) return InvalidArgument("tensor name must not be empty");
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidArgument("tensor '" + name + "' has a negative dimension " + Dims(shape));
+  }
+  std::vector<int64_t> g = GlobalShape(), o = Offsets();
+  if (g.size() != shape.size() || o.size() != shape.size()) {
+    return InvalidArgument("tensor '" + name + "': shape " + Dims(shape) + ", global_shape " +
+                           Dims(g) + " and offsets " + Dims(o) + " must have the same rank");
+  }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (o[i] < 0 || o[i] + shape[i] > g[i]) {
+      return InvalidArgument("tensor '" + name + "': piece " + Dims(shape) + " at offsets " +
+                             Dims(o) + " does not fit in global_shape " + Dims(g));
+    }
+  }
+  return Status::Ok();
+}
+
+const TensorEntry* ShardIndex::Find(const std::string& n) const {
+  for (const TensorEntry& t : tensors) {
+    if (t.meta.name == n) return &t;
+  }
+  return nullptr;
+}
+
+std::vector<TensorView> BlobsToTensors(const std::vector<Blob>& blobs) {
+  std::vector<TensorView> out;
+  for (const Blob& b : blobs) {
+    TensorView v;
+    v.meta.name = b.name;
+    v.meta.dtype = DType::kU8;
+    v.meta.shape = {static_cast<int64_t>(b.size)};
+    v.data = b.data;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace bulwark::ckpt

@@ -1,20 +1,22 @@
-// Internal: the byte-level shard format and file helpers shared by the writer,
-// reader and committer. Not part of the public API (see checkpoint.h).
+// Internal: the byte-level shard format (version 2) shared by the writer, reader,
+// committer and staging ring. Not part of the public API (see checkpoint.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
 #include "common/status.h"
 
 namespace bulwark::ckpt::internal {
 
-inline constexpr char kHeaderMagic[8] = {'B', 'W', 'S', 'H', 'A', 'R', 'D', '1'};
-inline constexpr char kFooterMagic[8] = {'B', 'W', 'S', 'H', 'E', 'N', 'D', '1'};
+inline constexpr char kHeaderMagic[8] = {'B', 'W', 'S', 'H', 'A', 'R', 'D', '2'};
+inline constexpr char kFooterMagic[8] = {'B', 'W', 'S', 'H', 'E', 'N', 'D', '2'};
 inline constexpr uint64_t kHeaderSize = 64;
 inline constexpr uint64_t kFooterSize = 32;
 inline constexpr char kCommitName[] = "COMMIT";
+inline constexpr char kManifestName[] = "MANIFEST";
 
 // Fixed 64-byte little-endian header at offset 0.
 struct Header {
@@ -33,21 +35,11 @@ struct Footer {
   uint64_t index_xxh3 = 0;
 };
 
-struct BlobEntry {
-  std::string name;
-  uint64_t offset = 0;  // relative to the start of the data region
-  uint64_t size = 0;
-  uint64_t chunk_size = 0;
-  std::vector<uint64_t> chunks;  // xxh3_64 per chunk
-};
-
-struct Index {
-  std::vector<BlobEntry> blobs;
-};
-
 uint64_t Hash(const void* data, size_t n);
 std::string Hex64(uint64_t v);
 bool ParseHex64(const std::string& s, uint64_t* out);
+void Put64(uint8_t* p, uint64_t v);
+uint64_t Get64(const uint8_t* p);
 
 void EncodeHeader(const Header& h, uint8_t out[kHeaderSize]);
 // Checks magic, checksum and version; `what` names the file in errors.
@@ -55,26 +47,34 @@ Status DecodeHeader(const uint8_t in[kHeaderSize], const std::string& what, Head
 void EncodeFooter(const Footer& f, uint8_t out[kFooterSize]);
 Status DecodeFooter(const uint8_t in[kFooterSize], const std::string& what, Footer* f);
 
-std::string EncodeIndex(long step, int rank, int world, const Index& index);
-// Parses the JSON index and checks that blobs are contiguous from offset 0, cover
-// exactly `data_len` bytes and carry the right number of chunk checksums.
+// JSON index of a shard (or of a staging slot, where chunks may be absent).
+std::string EncodeIndex(const ShardIndex& index);
+// Parses and validates: tensor metas are well formed, every tensor has
+// ceil(nbytes / chunk_size) chunks, local chunks lie inside [0, data_len) without
+// overlap and cover exactly data_len bytes. `what` names the file in errors.
 Status DecodeIndex(const std::string& json, uint64_t data_len, const std::string& what,
-                   Index* index);
+                   ShardIndex* index);
+// JSON of one tensor's metadata (no chunks), and its inverse.
+void MetaToJson(const TensorMeta& m, void* json_out);  // json_out: nlohmann::json*
+Status MetaFromJson(const void* json_in, const std::string& what, TensorMeta* m);
 
-// File helpers; all return errno-derived Status naming the path.
-Status WriteAll(int fd, const void* data, size_t n, const std::string& path);
-Status PReadAll(int fd, void* buf, size_t n, uint64_t off, const std::string& path);
-Status FsyncDir(const std::string& dir);
-Status MkdirAll(const std::string& dir);
-// Writes `content` to `dir/name` durably via "<name>.tmp.<pid>" -> fsync -> rename
-// -> fsync dir.
-Status WriteFileAtomic(const std::string& dir, const std::string& name, const std::string& content);
-Result<std::string> ReadFile(const std::string& path);
+// Number of chunks of an `nbytes` tensor.
+inline uint64_t ChunkCount(uint64_t nbytes, uint64_t chunk_size) {
+  return (nbytes + chunk_size - 1) / chunk_size;
+}
 
 // Opens a shard and verifies header, index, footer and file size against the
-// expected (step, rank, world); with `full_data` also every chunk checksum. Fills
-// `h` and `idx` (either may be null). Defined in shard_reader.cc.
-Status CheckShardFile(const std::string& path, long step, int rank, int world, bool full_data,
-                      Header* h, Index* idx);
+// expected (step, rank, world) (-1 = any). Fills `h` and `idx` (either may be
+// null). Chunk data is not read.
+Status CheckShardFile(Env* env, const std::string& path, long step, int rank, int world,
+                      Header* h, ShardIndex* idx);
+
+// Reads every local chunk of an opened shard and checks its xxh3.
+Status VerifyLocalChunks(Env* env, const std::string& path, const ShardIndex& idx,
+                         const Header& h);
+
+// Rank owning chunk `chunk` of replicated tensor `name` (dedup: written once,
+// spread over ranks).
+int ReplicaOwner(const std::string& name, uint64_t chunk, int world);
 
 }  // namespace bulwark::ckpt::internal

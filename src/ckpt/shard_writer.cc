@@ -1,22 +1,23 @@
-// Shard writer.
+// Shard writer (format version 2).
 //
-// WRITE PROTOCOL (crash-consistent; see docs/checkpoint-format.md for the analysis)
-//   1. mkdir -p <dir>/step-<012d>/ and fsync <dir> so the step directory is durable.
-//   2. If the step already has a COMMIT, unlink it and fsync the step directory: a
-//      step whose shards are being replaced must not stay committed.
-//   3. Hash every blob in chunks (xxh3_64), build the JSON index, then write
-//      header | index | data | footer to "<shard>.tmp.<pid>".
+// WRITE PROTOCOL (crash-consistent; docs/checkpoint-format.md has the analysis)
+//   1. mkdir -p <root>/step-<012d>/ and fsync <root> so the step directory is durable.
+//   2. If the step already has a COMMIT, unlink COMMIT then MANIFEST and fsync the
+//      step directory: a step whose shards are being replaced must stop being
+//      committed before any shard changes.
+//   3. Hash every tensor chunk (xxh3_64) unless the caller supplies the hashes, pick
+//      each chunk's location (local bytes, or a reference to the owner rank's shard
+//      of this step for replicated tensors, or to an earlier step for unchanged
+//      chunks), then write header | index | local chunks | footer to
+//      "<shard>.tmp.<pid>".
 //   4. fsync the tmp file, rename it onto "<shard>", fsync the step directory.
-// Only after step 4 is the shard reported durable (`ckpt` datagram). A crash before
-// the rename leaves a ".tmp.<pid>" file that readers ignore and Retain removes; a
-// crash after it leaves a complete shard in an uncommitted step, which is never
-// loaded until Commit (commit.cc) writes COMMIT the same tmp -> fsync -> rename ->
-// fsync-dir way.
-#include <fcntl.h>
+// Only after step 4 is the shard reported durable. A crash before the rename
+// leaves a ".tmp.<pid>" file that readers ignore and Retain removes; a crash after
+// it leaves a complete shard in an uncommitted step, never loaded until Commit
+// (commit.cc) writes MANIFEST and COMMIT the same tmp -> fsync -> rename way.
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <set>
 
@@ -29,10 +30,10 @@ namespace bulwark::ckpt {
 using internal::kFooterSize;
 using internal::kHeaderSize;
 
-std::string StepDir(const std::string& dir, long step) {
+std::string StepDir(const std::string& root, long step) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "step-%012ld", step);
-  return dir + "/" + buf;
+  return root + "/" + buf;
 }
 
 std::string ShardFileName(int rank, int world) {
@@ -58,54 +59,102 @@ Status CheckArgs(long step, int rank, int world) {
   return Status::Ok();
 }
 
+bool SameMeta(const TensorMeta& a, const TensorMeta& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.GlobalShape() == b.GlobalShape() &&
+         a.Offsets() == b.Offsets();
+}
+
+struct Piece {
+  const uint8_t* data;
+  uint64_t len;
+};
+
 }  // namespace
 
-Status WriteShard(const std::string& dir, long step, int rank, int world,
-                  const std::vector<Blob>& blobs, ShardStats* stats, const WriteOptions& opts) {
-  double t0 = SystemClock::Get()->NowMono();
+Status WriteShard(Env* env, const std::string& root, long step, int rank, int world,
+                  const std::vector<TensorView>& tensors, const WriteOptions& opts,
+                  ShardStats* stats) {
+  const Clock* clk = SystemClock::Get();
+  const double t0 = clk->NowMono();
   BW_RETURN_IF_ERROR(CheckArgs(step, rank, world));
   if (opts.chunk_size == 0) return InvalidArgument("WriteOptions.chunk_size must be > 0");
+  const ShardIndex* prev = opts.previous;
+  if (prev != nullptr && (prev->world != world || prev->rank != rank ||
+                          prev->chunk_size != opts.chunk_size || prev->step >= step)) {
+    prev = nullptr;  // not comparable: write in full
+  }
   std::set<std::string> names;
-  for (const Blob& b : blobs) {
-    if (b.name.empty()) return InvalidArgument("blob name must not be empty");
-    if (!names.insert(b.name).second) {
-      return InvalidArgument("duplicate blob name '" + b.name + "'; blob names must be unique");
+  for (const TensorView& t : tensors) {
+    BW_RETURN_IF_ERROR(t.meta.Validate());
+    if (!names.insert(t.meta.name).second) {
+      return InvalidArgument("duplicate tensor name '" + t.meta.name +
+                             "'; tensor names must be unique");
     }
-    if (b.size > 0 && b.data == nullptr) {
-      return InvalidArgument("blob '" + b.name + "' has size > 0 but null data");
+    if (t.meta.nbytes() > 0 && t.data == nullptr) {
+      return InvalidArgument("tensor '" + t.meta.name + "' has bytes but null data");
     }
   }
 
-  // Steps 1-2: durable step directory, stale COMMIT removed.
-  BW_RETURN_IF_ERROR(internal::MkdirAll(dir));
-  const std::string step_dir = StepDir(dir, step);
-  BW_RETURN_IF_ERROR(internal::MkdirAll(step_dir));
-  BW_RETURN_IF_ERROR(internal::FsyncDir(dir));
-  const std::string commit_path = step_dir + "/" + internal::kCommitName;
-  if (::unlink(commit_path.c_str()) == 0) {
-    BW_RETURN_IF_ERROR(internal::FsyncDir(step_dir));
-  } else if (errno != ENOENT) {
-    return ErrnoStatus("unlink stale " + commit_path, errno);
+  // Steps 1-2.
+  const std::string step_dir = StepDir(root, step);
+  BW_RETURN_IF_ERROR(env->MkdirAll(step_dir));
+  BW_RETURN_IF_ERROR(env->SyncDir(root));
+  if (env->FileSize(step_dir + "/" + internal::kCommitName).ok() ||
+      env->FileSize(step_dir + "/" + internal::kManifestName).ok()) {
+    BW_RETURN_IF_ERROR(env->RemoveFile(step_dir + "/" + internal::kCommitName));
+    BW_RETURN_IF_ERROR(env->RemoveFile(step_dir + "/" + internal::kManifestName));
+    BW_RETURN_IF_ERROR(env->SyncDir(step_dir));
   }
 
-  // Step 3: checksums and index.
-  internal::Index index;
-  uint64_t data_len = 0;
-  for (const Blob& b : blobs) {
-    internal::BlobEntry e;
-    e.name = b.name;
-    e.offset = data_len;
-    e.size = b.size;
-    e.chunk_size = opts.chunk_size;
-    const uint8_t* p = static_cast<const uint8_t*>(b.data);
-    for (uint64_t off = 0; off < b.size; off += opts.chunk_size) {
-      uint64_t n = std::min<uint64_t>(opts.chunk_size, b.size - off);
-      e.chunks.push_back(internal::Hash(p + off, n));
+  // Step 3: index.
+  ShardIndex index;
+  index.step = step;
+  index.rank = rank;
+  index.world = world;
+  index.chunk_size = opts.chunk_size;
+  std::vector<Piece> pieces;
+  uint64_t data_len = 0, logical = 0;
+  double hash_s = 0;
+  for (const TensorView& t : tensors) {
+    TensorEntry e;
+    e.meta = t.meta;
+    const uint64_t nb = t.meta.nbytes();
+    logical += nb;
+    const uint8_t* p = static_cast<const uint8_t*>(t.data);
+    const TensorEntry* old = prev != nullptr ? prev->Find(t.meta.name) : nullptr;
+    if (old != nullptr && !SameMeta(old->meta, t.meta)) old = nullptr;
+    const uint64_t n_chunks = internal::ChunkCount(nb, opts.chunk_size);
+    for (uint64_t i = 0; i < n_chunks; ++i) {
+      const uint64_t off = i * opts.chunk_size;
+      const uint64_t len = std::min(opts.chunk_size, nb - off);
+      ChunkLoc loc;
+      if (t.chunk_hashes != nullptr) {
+        loc.hash = t.chunk_hashes[i];
+      } else {
+        const double h0 = clk->NowMono();
+        loc.hash = internal::Hash(p + off, len);
+        hash_s += clk->NowMono() - h0;
+      }
+      const int owner = t.meta.replicated && opts.dedup_replicated
+                            ? internal::ReplicaOwner(t.meta.name, i, world)
+                            : rank;
+      if (owner != rank) {
+        loc.ref_step = step;
+        loc.ref_rank = owner;
+      } else if (old != nullptr && old->chunks[i].hash == loc.hash) {
+        const ChunkLoc& o = old->chunks[i];
+        loc.ref_step = o.local() ? prev->step : o.ref_step;
+        loc.ref_rank = o.local() ? rank : o.ref_rank;
+      } else {
+        loc.offset = data_len;
+        data_len += len;
+        pieces.push_back({p + off, len});
+      }
+      e.chunks.push_back(loc);
     }
-    data_len += b.size;
-    index.blobs.push_back(std::move(e));
+    index.tensors.push_back(std::move(e));
   }
-  const std::string index_json = internal::EncodeIndex(step, rank, world, index);
+  const std::string index_json = internal::EncodeIndex(index);
   internal::Header h;
   h.version = kFormatVersion;
   h.step = step;
@@ -121,30 +170,42 @@ Status WriteShard(const std::string& dir, long step, int rank, int world,
 
   const std::string final_path = step_dir + "/" + ShardFileName(rank, world);
   const std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("create " + tmp, errno);
-  Status st = internal::WriteAll(fd, header, kHeaderSize, tmp);
-  if (st.ok()) st = internal::WriteAll(fd, index_json.data(), index_json.size(), tmp);
-  for (size_t i = 0; st.ok() && i < blobs.size(); ++i) {
-    st = internal::WriteAll(fd, blobs[i].data, blobs[i].size, tmp);
+  Status st;
+  {
+    BW_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp));
+    st = f->Append(header, kHeaderSize);
+    if (st.ok()) st = f->Append(index_json.data(), index_json.size());
+    // Coalesce adjacent pieces (consecutive chunks of one tensor) into one write.
+    for (size_t i = 0; st.ok() && i < pieces.size();) {
+      const uint8_t* base = pieces[i].data;
+      uint64_t len = pieces[i].len;
+      size_t j = i + 1;
+      while (j < pieces.size() && pieces[j].data == base + len && len < (64ull << 20)) {
+        len += pieces[j].len;
+        ++j;
+      }
+      st = f->Append(base, len);
+      i = j;
+    }
+    if (st.ok()) st = f->Append(footer, kFooterSize);
+    // Step 4.
+    if (st.ok()) st = f->Sync();
+    if (st.ok()) st = f->Close();
   }
-  if (st.ok()) st = internal::WriteAll(fd, footer, kFooterSize, tmp);
-  // Step 4: fsync, rename, fsync dir.
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + tmp, errno);
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    st = ErrnoStatus("rename " + tmp + " -> " + final_path, errno);
-  }
+  if (st.ok()) st = env->Rename(tmp, final_path);
   if (!st.ok()) {
-    ::unlink(tmp.c_str());
+    (void)env->RemoveFile(tmp);
     return st.Annotate("write shard rank " + std::to_string(rank) + " step " +
                        std::to_string(step));
   }
-  BW_RETURN_IF_ERROR(internal::FsyncDir(step_dir));
+  BW_RETURN_IF_ERROR(env->SyncDir(step_dir));
   if (stats != nullptr) {
     stats->path = final_path;
-    stats->bytes = h.file_size;
-    stats->write_s = SystemClock::Get()->NowMono() - t0;
+    stats->file_bytes = h.file_size;
+    stats->logical_bytes = logical;
+    stats->written_bytes = data_len;
+    stats->hash_s = hash_s;
+    stats->write_s = clk->NowMono() - t0;
   }
   return Status::Ok();
 }

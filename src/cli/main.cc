@@ -3,6 +3,7 @@
 //   validate SPEC   parse and validate a job spec
 //   chaos ACTION    inject a fault into a running job (talks to its controller)
 //   get / describe  read jobs, events and incidents from a store
+//   ckpt ls|inspect|verify|gc   inspect and maintain a checkpoint dir (ckpt_cmd.h)
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
+#include "cli/ckpt_cmd.h"
 #include "common/proc.h"
 #include "controller/controller.h"
 #include "spec/job_spec.h"
@@ -80,7 +82,7 @@ int CmdRun(const RunFlags& f) {
       (void)(*store)->PutJob(r);
     }
   } else if (!resuming) {
-    auto committed = ckpt::ListCommitted(spec->checkpoint.dir);
+    auto committed = ckpt::ListCommitted(ckpt::Env::Default(), spec->checkpoint.dir);
     if (committed.ok() && !committed->empty()) {
       std::fprintf(
           stderr,
@@ -236,7 +238,11 @@ int main(int argc, char** argv) {
   describe->add_option("job", djob, "job name")->required();
   describe->add_option("--store", store_path, "SQLite store")->check(CLI::ExistingFile);
 
+  int ckpt_rc = 2;
+  auto* ckpt_cmd = cli::AddCkptCommands(app, &ckpt_rc);
+
   CLI11_PARSE(app, argc, argv);
+  if (*ckpt_cmd) return ckpt_rc;
   if (*run) return CmdRun(rf);
   if (*validate) {
     auto s = LoadJobSpec(vspec);

@@ -36,6 +36,9 @@ struct Controller::Node {
   bool lost = false;
   bool retire = false;  // release once the current attempt is stopped
   int stopped_attempt = -1;
+  // Memory tier: rank -> steps sealed in this node's staging rings, as reported
+  // in `stopped` (valid until the next attempt starts).
+  std::map<int, std::vector<long>> mem;
   bool connected() const { return conn && !conn->closed() && !lost; }
 };
 
@@ -86,7 +89,10 @@ class Controller::Impl {
   void MergeDiagnosis(int slot, const Json& msg);
   void FinishDiagnosis();
   void OnNodeGone(Node& n, const std::string& subtype, double fault_time);
-  void OnCheckpointShard(int rank, long step);
+  void OnCheckpointShard(int rank, long step, const std::string& tier);
+  // Newest step <= max_step (-1: any) that every rank's current node holds in its
+  // memory tier (from the `stopped` reports); -1 if none.
+  long NewestInMemory(long max_step) const;
   void Finish(JobPhase phase, const std::string& message);
   void FireChaos(size_t i);
   bool EnsureSlotsFilled();
@@ -134,7 +140,7 @@ class Controller::Impl {
   long high_water_ = -1;
   double attempt_launched_at_ = 0;
   std::set<int> exited_ok_;
-  std::map<long, std::set<int>> shards_;
+  std::map<std::pair<std::string, long>, std::set<int>> shards_;  // (tier, step) -> durable ranks
   std::vector<long> committed_;
   JobHistory history_;
   std::vector<Json> incidents_;
@@ -200,7 +206,7 @@ Status Controller::Impl::Setup() {
   rec_.spec_yaml = yaml.str();
   rec_.spec_path = spec_.source_path;
   rec_.phase = JobPhase::kPending;
-  BW_ASSIGN_OR_RETURN(committed_, ckpt::ListCommitted(spec_.checkpoint.dir));
+  BW_ASSIGN_OR_RETURN(committed_, ckpt::ListCommitted(ckpt::Env::Default(), spec_.checkpoint.dir));
   history_.committed_steps = committed_;
   Persist();
   Event("Created", "job " + spec_.name + ": " + std::to_string(spec_.nodes) + " nodes x " +
@@ -368,6 +374,15 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
   }
   if (type == "stopped") {
     n.stopped_attempt = static_cast<int>(*attempt);
+    n.mem.clear();
+    if (m.contains("mem") && m["mem"].is_object()) {
+      for (const auto& [rank, steps] : m["mem"].items()) {
+        if (!steps.is_array()) continue;
+        for (const auto& s : steps) {
+          if (s.is_number_integer()) n.mem[std::atoi(rank.c_str())].push_back(s.get<long>());
+        }
+      }
+    }
     return;
   }
   if (type == "stacks") {
@@ -405,12 +420,23 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
   } else if (type == "ckpt") {
     auto rank = JInt(m, "rank");
     auto step = JInt(m, "step");
-    if (!rank.ok() || !step.ok()) {
+    auto tier = JStrOr(m, "tier", "disk");
+    if (!rank.ok() || !step.ok() || !tier.ok() || (*tier != "disk" && *tier != "shared")) {
       std::fprintf(stderr, "[bulwark] %s: dropped ckpt report: %s\n", n.id.c_str(),
-                   (!rank.ok() ? rank.status() : step.status()).message().c_str());
+                   (!rank.ok()   ? rank.status().message()
+                    : !step.ok() ? step.status().message()
+                    : !tier.ok() ? tier.status().message()
+                                 : "field 'tier' must be disk or shared")
+                       .c_str());
       return;
     }
-    OnCheckpointShard(static_cast<int>(*rank), *step);
+    if (m.contains("error")) {
+      Event("CheckpointShardFailed", "rank " + std::to_string(*rank) + " step " +
+                                         std::to_string(*step) + " (" + *tier +
+                                         "): " + m["error"].dump());
+      return;
+    }
+    OnCheckpointShard(static_cast<int>(*rank), *step, *tier);
   } else if (type == "exited") {
     auto rank = JInt(m, "rank");
     if (rank.ok()) exited_ok_.insert(static_cast<int>(*rank));
@@ -433,22 +459,34 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
   }
 }
 
-void Controller::Impl::OnCheckpointShard(int rank, long step) {
-  auto& s = shards_[step];
+void Controller::Impl::OnCheckpointShard(int rank, long step, const std::string& tier) {
+  auto key = std::make_pair(tier, step);
+  auto& s = shards_[key];
   s.insert(rank);
   if (static_cast<int>(s.size()) != spec_.world_size()) return;
-  shards_.erase(step);
-  Status st = ckpt::Commit(spec_.checkpoint.dir, step, spec_.world_size());
+  shards_.erase(key);
+  // Older steps still collecting shards on this tier can no longer commit usefully.
+  for (auto it = shards_.begin(); it != shards_.end();) {
+    it = (it->first.first == tier && it->first.second < step) ? shards_.erase(it) : std::next(it);
+  }
+  ckpt::Env* env = ckpt::Env::Default();
+  const std::string& root = tier == "shared" ? spec_.checkpoint.shared_dir : spec_.checkpoint.dir;
+  Status st = ckpt::Commit(env, root, step, spec_.world_size());
   if (!st.ok()) {
-    Event("CheckpointCommitFailed", "step " + std::to_string(step) + ": " + st.ToString());
+    Event("CheckpointCommitFailed", tier + " step " + std::to_string(step) + ": " + st.ToString());
+    return;
+  }
+  if (tier == "shared") {
+    Status r = ckpt::Retain(env, root, {spec_.checkpoint.keep, spec_.checkpoint.golden_every});
+    if (!r.ok()) Event("CheckpointRetentionFailed", "shared: " + r.ToString());
     return;
   }
   if (committed_.empty() || committed_.back() < step) committed_.push_back(step);
   history_.committed_steps = committed_;
   (void)store_->AddCheckpoint(spec_.name, step, clock_->NowWall());
-  Status r = ckpt::Retain(spec_.checkpoint.dir, spec_.checkpoint.keep);
+  Status r = ckpt::Retain(env, root, {spec_.checkpoint.keep, spec_.checkpoint.golden_every});
   if (!r.ok()) Event("CheckpointRetentionFailed", r.ToString());
-  auto listed = ckpt::ListCommitted(spec_.checkpoint.dir);
+  auto listed = ckpt::ListCommitted(ckpt::Env::Default(), spec_.checkpoint.dir);
   if (listed.ok()) committed_ = *listed;
   history_.committed_steps = committed_;
   rec_.last_committed_step = step;
@@ -730,10 +768,55 @@ bool Controller::Impl::EnsureSlotsFilled() {
   return all;
 }
 
+long Controller::Impl::NewestInMemory(long max_step) const {
+  if (spec_.checkpoint.memory_slots <= 0) return -1;
+  std::set<long> common;
+  for (int s = 0; s < spec_.nodes; ++s) {
+    auto it = nodes_.find(slots_[s]);
+    if (it == nodes_.end()) return -1;
+    const Node& n = *it->second;
+    for (int l = 0; l < spec_.procs_per_node; ++l) {
+      const int rank = s * spec_.procs_per_node + l;
+      auto m = n.mem.find(rank);
+      if (m == n.mem.end()) return -1;
+      std::set<long> have(m->second.begin(), m->second.end());
+      if (rank == 0) {
+        common = have;
+      } else {
+        std::set<long> both;
+        for (long x : common) {
+          if (have.count(x)) both.insert(x);
+        }
+        common.swap(both);
+      }
+    }
+  }
+  for (auto it = common.rbegin(); it != common.rend(); ++it) {
+    if (max_step < 0 || *it <= max_step) return *it;
+  }
+  return -1;
+}
+
 Status Controller::Impl::Launch() {
   attempt_++;
   long max_step = decision_.resume_step_max;
-  BW_ASSIGN_OR_RETURN(long resume, ckpt::NewestCommitted(spec_.checkpoint.dir, max_step));
+  BW_ASSIGN_OR_RETURN(long resume, ckpt::NewestCommitted(ckpt::Env::Default(),
+                                                         spec_.checkpoint.dir, max_step));
+  std::string resume_tier = resume >= 0 ? "disk" : "";
+  if (!spec_.checkpoint.shared_dir.empty()) {
+    Result<long> shared =
+        ckpt::NewestCommitted(ckpt::Env::Default(), spec_.checkpoint.shared_dir, max_step);
+    if (shared.ok() && *shared > resume) {
+      resume = *shared;
+      resume_tier = "shared";
+    }
+  }
+  long mem = NewestInMemory(max_step);
+  if (mem > resume) {
+    resume = mem;
+    resume_tier = "memory";
+  }
+  for (auto& [id, n] : nodes_) n->mem.clear();
   if (decision_.resume_from_scratch) resume = -1;
   BW_ASSIGN_OR_RETURN(int port, PickFreePort(opts_.bind_host));
   exited_ok_.clear();
@@ -764,6 +847,8 @@ Status Controller::Impl::Launch() {
                   {"resume_step", resume},
                   {"ckpt_dir", spec_.checkpoint.dir},
                   {"ckpt_interval_steps", spec_.checkpoint.interval_steps},
+                  {"memory_slots", spec_.checkpoint.memory_slots},
+                  {"shared_dir", spec_.checkpoint.shared_dir},
                   {"skip_from", decision_.skip_batches_from},
                   {"skip_to", decision_.skip_batches_to},
                   {"hang_floor_s", spec_.fault_policy.hang_timeout_floor_seconds},
@@ -783,7 +868,8 @@ Status Controller::Impl::Launch() {
   Event("AttemptStarted",
         "attempt " + std::to_string(attempt_) + " on " + std::to_string(spec_.nodes) +
             " nodes, rendezvous port " + std::to_string(port) +
-            (resume >= 0 ? ", resuming after committed step " + std::to_string(resume)
+            (resume >= 0 ? ", resuming after step " + std::to_string(resume) + " from the " +
+                               resume_tier + " tier"
                          : ", from scratch"));
   decision_ = Decision{};
   Persist();

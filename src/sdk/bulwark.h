@@ -12,11 +12,13 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/staging.h"
 #include "common/clock.h"
 #include "common/status.h"
 
@@ -34,6 +36,22 @@ struct Config {
   long ckpt_interval_steps = 0;  // BULWARK_CKPT_INTERVAL_STEPS
   long skip_from = -1;           // BULWARK_SKIP_FROM
   long skip_to = -1;             // BULWARK_SKIP_TO
+  std::string staging_dir;       // BULWARK_STAGING_DIR ("" = no memory tier: saves write disk)
+  long memory_slots = 3;         // BULWARK_MEMORY_SLOTS (staging ring size K)
+  std::string shared_dir;        // BULWARK_CKPT_SHARED_DIR (second file tier, "" = none)
+};
+
+// An open checkpoint of one step on one tier, for reading this rank's tensors.
+// Not thread-safe.
+class LoadSession {
+ public:
+  virtual ~LoadSession() = default;
+  virtual const std::string& tier() const = 0;  // "memory", "disk" or "shared"
+  virtual long step() const = 0;
+  // The tensors this rank saved.
+  virtual const std::vector<ckpt::TensorMeta>& tensors() const = 0;
+  // Fills dst for `want` (see ckpt::StepReader::Load), every chunk verified.
+  virtual Status Load(const ckpt::TensorMeta& want, void* dst) = 0;
 };
 
 // Parses the rank environment. Missing variables take the defaults above; a
@@ -68,8 +86,13 @@ class Client {
   long ResumeStep() const;
   // interval > 0 && step % interval == 0.
   bool ShouldCheckpoint(long step) const;
-  // Writes this rank's shard of `step` durably and sends a `ckpt` report. In
-  // standalone mode with world size 1 the step is also committed.
+  // Saves this rank's state of `step`. With a memory tier (BULWARK_STAGING_DIR)
+  // it copies the tensors into the agent's staging ring and returns: the agent
+  // seals it and persists it in the background when `step` is due for disk
+  // (ShouldCheckpoint). Without one it writes the shard durably itself (in
+  // standalone mode with world size 1 also committing it). Sends a `staged` or
+  // `ckpt` report. The time spent is reported as ckpt_stall.
+  Status SaveTensors(long step, const std::vector<ckpt::TensorView>& tensors);
   Status Save(long step, const std::vector<ckpt::Blob>& blobs);
   // Commits `step` for the whole world (all shards must be durable). The agent or
   // controller does this in managed mode; standalone multi-rank trainers call it on
@@ -78,6 +101,14 @@ class Client {
   // Loads this rank's blobs of committed `step` (-1 = the resume step). NOT_FOUND if
   // there is nothing to resume from; DATA_LOSS if the step is not committed/valid.
   Result<std::vector<ckpt::OwnedBlob>> Load(long step = -1);
+  // Opens `step` (-1 = the resume step) on the fastest tier holding it, starting at
+  // tier number `min_tier` (0 memory, 1 disk, 2 shared): callers that hit a
+  // corrupt chunk reopen with the failed session's tier + 1. A tier that does not
+  // hold the step, or whose copy fails verification, is skipped with its reason
+  // appended to `skipped`. NOT_FOUND/DATA_LOSS naming every tier's reason if none.
+  Result<std::unique_ptr<LoadSession>> OpenLoad(long step, int min_tier = 0,
+                                                std::vector<std::string>* skipped = nullptr);
+  static int TierNumber(const std::string& tier);
   // True once per `inject_nan` datagram received on the rank socket.
   bool PollInjectedNan();
   long SkipFrom() const;
@@ -97,6 +128,7 @@ class Client {
   double last_mark_ = 0.0;
   double stall_s_ = 0.0;
   bool nan_pending_ = false;
+  std::unique_ptr<ckpt::Stager> stager_;  // lazily opened memory tier
 };
 
 }  // namespace bulwark::sdk

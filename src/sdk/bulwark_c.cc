@@ -1,5 +1,6 @@
 #include "sdk/bulwark_c.h"
 
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -8,6 +9,10 @@
 
 struct bw_blobs {
   std::vector<bulwark::ckpt::OwnedBlob> blobs;
+};
+
+struct bw_reader {
+  std::unique_ptr<bulwark::sdk::LoadSession> session;
 };
 
 namespace {
@@ -140,5 +145,86 @@ size_t bw_blobs_size(const bw_blobs* b, size_t i) {
 }
 
 void bw_blobs_free(bw_blobs* b) { delete b; }
+
+int bw_ckpt_save(long step, size_t n, const char* const* names, const char* const* dtypes,
+                 const int* ndims, const long long* shapes, const void* const* data,
+                 const int* flags) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  if (n > 0 && (names == nullptr || dtypes == nullptr || ndims == nullptr || data == nullptr ||
+                flags == nullptr)) {
+    return Fail(bulwark::InvalidArgument("bw_ckpt_save: array arguments must be non-null"));
+  }
+  std::vector<bulwark::ckpt::TensorView> ts(n);
+  size_t dim = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (names[i] == nullptr || dtypes[i] == nullptr || ndims[i] < 0 || ndims[i] > 64) {
+      return Fail(bulwark::InvalidArgument("bw_ckpt_save: tensor " + std::to_string(i) +
+                                           " has a null name/dtype or bad ndim"));
+    }
+    auto dt = bulwark::ckpt::ParseDType(dtypes[i]);
+    if (!dt.ok()) return Fail(dt.status().Annotate(std::string("tensor '") + names[i] + "'"));
+    ts[i].meta.name = names[i];
+    ts[i].meta.dtype = *dt;
+    for (int d = 0; d < ndims[i]; ++d) ts[i].meta.shape.push_back(shapes[dim++]);
+    ts[i].meta.replicated = (flags[i] & 1) != 0;
+    ts[i].data = data[i];
+  }
+  Status st = TheClient().SaveTensors(step, ts);
+  return st.ok() ? BW_OK : Fail(st);
+}
+
+int bw_ckpt_open(long step, int min_tier, bw_reader** out) {
+  if (out == nullptr) return Fail(bulwark::InvalidArgument("bw_ckpt_open: out must be non-null"));
+  *out = nullptr;
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  auto r = TheClient().OpenLoad(step, min_tier);
+  if (!r.ok()) return Fail(r.status());
+  *out = new (std::nothrow) bw_reader{std::move(r).value()};
+  if (*out == nullptr) return Fail(bulwark::Internal("bw_ckpt_open: out of memory"));
+  return BW_OK;
+}
+
+const char* bw_load_tier(const bw_reader* l) { return l ? l->session->tier().c_str() : ""; }
+long bw_load_step(const bw_reader* l) { return l ? l->session->step() : -1; }
+size_t bw_load_count(const bw_reader* l) { return l ? l->session->tensors().size() : 0; }
+
+namespace {
+const bulwark::ckpt::TensorMeta* MetaAt(const bw_reader* l, size_t i) {
+  return (l && i < l->session->tensors().size()) ? &l->session->tensors()[i] : nullptr;
+}
+}  // namespace
+
+const char* bw_load_name(const bw_reader* l, size_t i) {
+  auto* m = MetaAt(l, i);
+  return m ? m->name.c_str() : nullptr;
+}
+const char* bw_load_dtype(const bw_reader* l, size_t i) {
+  auto* m = MetaAt(l, i);
+  return m ? bulwark::ckpt::DTypeName(m->dtype) : nullptr;
+}
+int bw_load_ndim(const bw_reader* l, size_t i) {
+  auto* m = MetaAt(l, i);
+  return m ? static_cast<int>(m->shape.size()) : -1;
+}
+long long bw_load_dim(const bw_reader* l, size_t i, int d) {
+  auto* m = MetaAt(l, i);
+  return (m && d >= 0 && d < static_cast<int>(m->shape.size())) ? m->shape[d] : -1;
+}
+size_t bw_load_nbytes(const bw_reader* l, size_t i) {
+  auto* m = MetaAt(l, i);
+  return m ? m->nbytes() : 0;
+}
+int bw_load_read(bw_reader* l, size_t i, void* dst, size_t nbytes) {
+  auto* m = MetaAt(l, i);
+  if (m == nullptr) return Fail(bulwark::InvalidArgument("bw_load_read: no tensor " + std::to_string(i)));
+  if (nbytes != m->nbytes() || (nbytes > 0 && dst == nullptr)) {
+    return Fail(bulwark::InvalidArgument("bw_load_read: tensor '" + m->name + "' has " +
+                                         std::to_string(m->nbytes()) + " bytes, destination has " +
+                                         std::to_string(nbytes)));
+  }
+  Status st = l->session->Load(*m, dst);
+  return st.ok() ? BW_OK : Fail(st);
+}
+void bw_load_close(bw_reader* l) { delete l; }
 
 }  // extern "C"

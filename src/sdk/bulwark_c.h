@@ -63,6 +63,30 @@ const void* bw_blobs_data(const bw_blobs* b, size_t i);
 size_t bw_blobs_size(const bw_blobs* b, size_t i);
 void bw_blobs_free(bw_blobs* b);
 
+/* Tensor checkpoints (python bulwark.checkpoint). Saves `n` tensors: names[i],
+ * dtypes[i] ("float32", "bfloat16", "int64", "uint8", "bool", ...), ndims[i] dims
+ * taken in order from the flat `shapes` array, data[i] (nbytes implied), flags[i]
+ * bit 0 = replicated across data-parallel ranks. Copies into the memory tier and
+ * returns (or writes the disk shard when there is no memory tier). */
+int bw_ckpt_save(long step, size_t n, const char* const* names, const char* const* dtypes,
+                 const int* ndims, const long long* shapes, const void* const* data,
+                 const int* flags);
+
+/* An open checkpoint step on one tier (see bulwark::sdk::Client::OpenLoad). */
+typedef struct bw_reader bw_reader;
+int bw_ckpt_open(long step, int min_tier, bw_reader** out);
+const char* bw_load_tier(const bw_reader* l); /* "memory", "disk", "shared" */
+long bw_load_step(const bw_reader* l);
+size_t bw_load_count(const bw_reader* l);
+const char* bw_load_name(const bw_reader* l, size_t i);
+const char* bw_load_dtype(const bw_reader* l, size_t i);
+int bw_load_ndim(const bw_reader* l, size_t i);
+long long bw_load_dim(const bw_reader* l, size_t i, int d);
+size_t bw_load_nbytes(const bw_reader* l, size_t i);
+/* Reads tensor i (verified) into dst, which must hold exactly its nbytes. */
+int bw_load_read(bw_reader* l, size_t i, void* dst, size_t nbytes);
+void bw_load_close(bw_reader* l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/net.h"
 #include "sdk/bulwark.h"
@@ -18,7 +20,10 @@ const char* const kVars[] = {"RANK",
                              "BULWARK_CKPT_DIR",
                              "BULWARK_CKPT_INTERVAL_STEPS",
                              "BULWARK_SKIP_FROM",
-                             "BULWARK_SKIP_TO"};
+                             "BULWARK_SKIP_TO",
+                             "BULWARK_STAGING_DIR",
+                             "BULWARK_MEMORY_SLOTS",
+                             "BULWARK_CKPT_SHARED_DIR"};
 
 // Parses env[name] as an integer in [lo, hi]; leaves *out untouched if unset/empty.
 Status ParseInt(const EnvMap& env, const char* name, long lo, long hi, long* out) {
@@ -63,6 +68,9 @@ Result<Config> ConfigFromEnv(const EnvMap& env) {
       ParseInt(env, "BULWARK_CKPT_INTERVAL_STEPS", 0, 999999999999L, &c.ckpt_interval_steps));
   BW_RETURN_IF_ERROR(ParseInt(env, "BULWARK_SKIP_FROM", -1, 999999999999L, &c.skip_from));
   BW_RETURN_IF_ERROR(ParseInt(env, "BULWARK_SKIP_TO", -1, 999999999999L, &c.skip_to));
+  c.staging_dir = Get(env, "BULWARK_STAGING_DIR");
+  c.shared_dir = Get(env, "BULWARK_CKPT_SHARED_DIR");
+  BW_RETURN_IF_ERROR(ParseInt(env, "BULWARK_MEMORY_SLOTS", 2, 62, &c.memory_slots));
   return c;
 }
 
@@ -90,6 +98,7 @@ void Client::ResetLocked() {
   initialized_ = false;
   nan_pending_ = false;
   stall_s_ = 0.0;
+  stager_.reset();
 }
 
 Status Client::Init(const EnvMap& env) {
@@ -161,17 +170,42 @@ bool Client::ShouldCheckpoint(long step) const {
   return cfg_.ckpt_interval_steps > 0 && step % cfg_.ckpt_interval_steps == 0;
 }
 
-Status Client::Save(long step, const std::vector<ckpt::Blob>& blobs) {
+Status Client::SaveTensors(long step, const std::vector<ckpt::TensorView>& tensors) {
   std::lock_guard<std::mutex> l(mu_);
   if (!initialized_) return FailedPrecondition("save called before init()");
+  const double t0 = clock_->NowMono();
+  if (!cfg_.staging_dir.empty()) {
+    if (!stager_) {
+      BW_ASSIGN_OR_RETURN(stager_, ckpt::Stager::Open(cfg_.staging_dir, cfg_.rank, cfg_.world_size,
+                                                      static_cast<int>(cfg_.memory_slots)));
+    }
+    Result<ckpt::StageResult> r = stager_->Stage(step, tensors);
+    const double stall = clock_->NowMono() - t0;
+    stall_s_ += stall;
+    BW_RETURN_IF_ERROR(r.status().Annotate("stage step " + std::to_string(step)));
+    const bool persist = cfg_.ckpt_interval_steps > 0 && step % cfg_.ckpt_interval_steps == 0;
+    SendLocked(Json{{"type", "staged"},
+                    {"rank", cfg_.rank},
+                    {"step", step},
+                    {"slot", r->slot},
+                    {"seq", r->seq},
+                    {"generation", r->generation},
+                    {"bytes", r->bytes},
+                    {"persist", persist},
+                    {"stall_s", stall},
+                    {"t", clock_->NowWall()}}
+                   .dump());
+    return Status::Ok();
+  }
   if (cfg_.ckpt_dir.empty()) {
     return FailedPrecondition("cannot save: BULWARK_CKPT_DIR is not set; set it to a directory");
   }
-  const double t0 = clock_->NowMono();
+  ckpt::Env* env = ckpt::Env::Default();
   ckpt::ShardStats stats;
-  Status st = ckpt::WriteShard(cfg_.ckpt_dir, step, cfg_.rank, cfg_.world_size, blobs, &stats);
+  Status st = ckpt::WriteShard(env, cfg_.ckpt_dir, step, cfg_.rank, cfg_.world_size, tensors,
+                               ckpt::WriteOptions(), &stats);
   if (st.ok() && cfg_.agent_sock.empty() && cfg_.world_size == 1) {
-    st = ckpt::Commit(cfg_.ckpt_dir, step, 1);
+    st = ckpt::Commit(env, cfg_.ckpt_dir, step, 1);
   }
   const double write_s = clock_->NowMono() - t0;
   stall_s_ += write_s;
@@ -179,11 +213,16 @@ Status Client::Save(long step, const std::vector<ckpt::Blob>& blobs) {
   SendLocked(Json{{"type", "ckpt"},
                   {"rank", cfg_.rank},
                   {"step", step},
-                  {"bytes", stats.bytes},
+                  {"tier", "disk"},
+                  {"bytes", stats.file_bytes},
                   {"write_s", write_s},
                   {"t", clock_->NowWall()}}
                  .dump());
   return Status::Ok();
+}
+
+Status Client::Save(long step, const std::vector<ckpt::Blob>& blobs) {
+  return SaveTensors(step, ckpt::BlobsToTensors(blobs));
 }
 
 Status Client::Commit(long step) {
@@ -191,27 +230,147 @@ Status Client::Commit(long step) {
   if (!initialized_) return FailedPrecondition("commit called before init()");
   if (cfg_.ckpt_dir.empty())
     return FailedPrecondition("cannot commit: BULWARK_CKPT_DIR is not set");
-  return ckpt::Commit(cfg_.ckpt_dir, step, cfg_.world_size);
+  return ckpt::Commit(ckpt::Env::Default(), cfg_.ckpt_dir, step, cfg_.world_size);
 }
 
-Result<std::vector<ckpt::OwnedBlob>> Client::Load(long step) {
+namespace {
+
+class MemorySession : public LoadSession {
+ public:
+  MemorySession(std::unique_ptr<ckpt::RingReader> r, std::unique_ptr<ckpt::Snapshot> s)
+      : reader_(std::move(r)), snap_(std::move(s)) {
+    for (const ckpt::TensorView& v : snap_->tensors()) metas_.push_back(v.meta);
+  }
+  const std::string& tier() const override { return tier_; }
+  long step() const override { return snap_->step(); }
+  const std::vector<ckpt::TensorMeta>& tensors() const override { return metas_; }
+  Status Load(const ckpt::TensorMeta& want, void* dst) override {
+    for (const ckpt::TensorView& v : snap_->tensors()) {
+      if (v.meta.name != want.name) continue;
+      if (v.meta.dtype != want.dtype || v.meta.shape != want.shape) {
+        return InvalidArgument("tensor '" + want.name +
+                               "' in the memory tier has another dtype or shape");
+      }
+      const uint64_t cs = snap_->chunk_size(), nb = v.meta.nbytes();
+      const uint8_t* src = static_cast<const uint8_t*>(v.data);
+      uint8_t* d = static_cast<uint8_t*>(dst);
+      for (uint64_t i = 0; i * cs < nb; ++i) {
+        const uint64_t len = std::min(cs, nb - i * cs);
+        std::memcpy(d + i * cs, src + i * cs, len);
+        if (ckpt::ChunkHash(d + i * cs, len) != v.chunk_hashes[i]) {
+          return DataLoss("memory tier: tensor '" + want.name + "' chunk " + std::to_string(i) +
+                          " checksum mismatch");
+        }
+      }
+      return Status::Ok();
+    }
+    return NotFound("tensor '" + want.name + "' is not in the memory tier snapshot");
+  }
+
+ private:
+  std::string tier_ = "memory";
+  std::unique_ptr<ckpt::RingReader> reader_;
+  std::unique_ptr<ckpt::Snapshot> snap_;
+  std::vector<ckpt::TensorMeta> metas_;
+};
+
+class FileSession : public LoadSession {
+ public:
+  FileSession(std::string tier, std::unique_ptr<ckpt::StepReader> r, int rank)
+      : tier_(std::move(tier)), reader_(std::move(r)), rank_(rank) {
+    for (const ckpt::TensorEntry& e : reader_->index(rank_).tensors) metas_.push_back(e.meta);
+  }
+  const std::string& tier() const override { return tier_; }
+  long step() const override { return reader_->manifest().step; }
+  const std::vector<ckpt::TensorMeta>& tensors() const override { return metas_; }
+  Status Load(const ckpt::TensorMeta& want, void* dst) override {
+    return reader_->Load(want, dst, rank_);
+  }
+
+ private:
+  std::string tier_;
+  std::unique_ptr<ckpt::StepReader> reader_;
+  int rank_;
+  std::vector<ckpt::TensorMeta> metas_;
+};
+
+}  // namespace
+
+int Client::TierNumber(const std::string& tier) {
+  return tier == "memory" ? 0 : tier == "disk" ? 1 : 2;
+}
+
+Result<std::unique_ptr<LoadSession>> Client::OpenLoad(long step, int min_tier,
+                                                      std::vector<std::string>* skipped) {
   std::lock_guard<std::mutex> l(mu_);
   if (!initialized_) return FailedPrecondition("load called before init()");
   if (step < 0) step = cfg_.resume_step;
   if (step < 0) return NotFound("no checkpoint to resume from (BULWARK_RESUME_STEP is -1)");
-  if (cfg_.ckpt_dir.empty()) return FailedPrecondition("cannot load: BULWARK_CKPT_DIR is not set");
-  Result<ckpt::CommitRecord> rec = ckpt::ReadCommit(cfg_.ckpt_dir, step);
-  if (!rec.ok()) {
-    return Status(rec.status().code(),
-                  "step " + std::to_string(step) +
-                      " is not a valid committed checkpoint: " + rec.status().message());
+  std::vector<std::string> reasons;
+  Code code = Code::kNotFound;  // becomes the most severe reason's code
+  auto note = [&](Code c) {
+    if (c == Code::kDataLoss || (c == Code::kFailedPrecondition && code == Code::kNotFound)) code = c;
+  };
+  if (min_tier <= 0 && !cfg_.staging_dir.empty()) {
+    Result<std::unique_ptr<ckpt::RingReader>> r =
+        ckpt::RingReader::Open(ckpt::RingPath(cfg_.staging_dir, cfg_.rank));
+    Status why = r.status();
+    if (r.ok()) {
+      Result<std::unique_ptr<ckpt::Snapshot>> s = (*r)->PinStep(step);
+      if (s.ok() && (*s)->world() == cfg_.world_size) {
+        return std::unique_ptr<LoadSession>(new MemorySession(std::move(*r), std::move(*s)));
+      }
+      why = s.ok() ? FailedPrecondition("saved by another world size") : s.status();
+    }
+    reasons.push_back("memory: " + why.message());
+    if (why.code() == Code::kDataLoss) note(Code::kDataLoss);
   }
-  if (rec->world != cfg_.world_size) {
-    return FailedPrecondition("step " + std::to_string(step) + " was saved by " +
-                              std::to_string(rec->world) + " ranks but WORLD_SIZE is " +
-                              std::to_string(cfg_.world_size));
+  const std::pair<const char*, std::string> files[] = {{"disk", cfg_.ckpt_dir},
+                                                       {"shared", cfg_.shared_dir}};
+  for (int t = 1; t <= 2; ++t) {
+    const auto& [name, dir] = files[t - 1];
+    if (t < min_tier || dir.empty()) continue;
+    Result<std::unique_ptr<ckpt::StepReader>> r =
+        ckpt::StepReader::Open(ckpt::Env::Default(), dir, step);
+    if (r.ok() && (*r)->manifest().world == cfg_.world_size) {
+      return std::unique_ptr<LoadSession>(new FileSession(name, std::move(*r), cfg_.rank));
+    }
+    note(r.ok() ? Code::kFailedPrecondition : r.status().code());
+    reasons.push_back(std::string(name) + ": " +
+                      (r.ok() ? "saved by " + std::to_string((*r)->manifest().world) +
+                                    " ranks but WORLD_SIZE is " + std::to_string(cfg_.world_size)
+                              : r.status().message()));
   }
-  return ckpt::ReadShard(cfg_.ckpt_dir, step, cfg_.rank, cfg_.world_size);
+  std::string all;
+  for (const std::string& s : reasons) {
+    all += (all.empty() ? "" : "; ") + s;
+    if (skipped != nullptr) skipped->push_back(s);
+  }
+  if (all.empty()) return FailedPrecondition("cannot load: no checkpoint tier configured (set BULWARK_CKPT_DIR)");
+  return Status(code, "step " + std::to_string(step) + " is not loadable from any tier: " + all);
+}
+
+Result<std::vector<ckpt::OwnedBlob>> Client::Load(long step) {
+  std::vector<std::string> skipped;
+  for (int tier = 0; tier <= 2;) {
+    BW_ASSIGN_OR_RETURN(auto session, OpenLoad(step, tier, &skipped));
+    std::vector<ckpt::OwnedBlob> out;
+    Status st;
+    for (const ckpt::TensorMeta& m : session->tensors()) {
+      ckpt::OwnedBlob b;
+      b.name = m.name;
+      b.data.resize(m.nbytes());
+      st = session->Load(m, b.data.data());
+      if (!st.ok()) break;
+      out.push_back(std::move(b));
+    }
+    if (st.ok()) return out;
+    if (st.code() != Code::kDataLoss) return st;
+    std::fprintf(stderr, "bulwark: skipping %s tier copy of step %ld: %s\n",
+                 session->tier().c_str(), session->step(), st.message().c_str());
+    tier = TierNumber(session->tier()) + 1;
+  }
+  return DataLoss("step " + std::to_string(step) + ": no intact copy on any tier");
 }
 
 bool Client::PollInjectedNan() {

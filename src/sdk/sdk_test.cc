@@ -109,7 +109,7 @@ TEST_F(SdkTest, StandaloneSaveCommitsAndLoads) {
   ASSERT_TRUE(c.Init({{"BULWARK_CKPT_DIR", dir_ + "/ckpt"}}).ok());
   std::string w = "weights", o = "optimizer";
   ASSERT_TRUE(c.Save(3, {{"w", w.data(), w.size()}, {"o", o.data(), o.size()}}).ok());
-  EXPECT_EQ(*ckpt::NewestCommitted(dir_ + "/ckpt"), 3);
+  EXPECT_EQ(*ckpt::NewestCommitted(ckpt::Env::Default(), dir_ + "/ckpt"), 3);
   auto blobs = c.Load(3);
   ASSERT_TRUE(blobs.ok()) << blobs.status().ToString();
   ASSERT_EQ(blobs->size(), 2u);
@@ -119,7 +119,7 @@ TEST_F(SdkTest, StandaloneSaveCommitsAndLoads) {
   ASSERT_TRUE(c2.Init({{"BULWARK_CKPT_DIR", dir_ + "/ckpt"}, {"BULWARK_RESUME_STEP", "3"}}).ok());
   EXPECT_TRUE(c2.Load().ok());
   // An uncommitted step is never loaded.
-  ASSERT_TRUE(ckpt::WriteShard(dir_ + "/ckpt", 4, 0, 1, {}, nullptr).ok());
+  ASSERT_TRUE(ckpt::WriteShard(ckpt::Env::Default(), dir_ + "/ckpt", 4, 0, 1, {}, ckpt::WriteOptions()).ok());
   EXPECT_EQ(c2.Load(4).status().code(), Code::kNotFound);
   // A different world size is refused clearly.
   Client c3;
@@ -149,7 +149,7 @@ TEST_F(SdkTest, ReportsReachTheAgent) {
   EXPECT_GT(ck["bytes"].get<long>(), 1000);
   EXPECT_DOUBLE_EQ(ck["write_s"].get<double>(), 0.5);
   // Managed mode: the agent/controller commits, not the SDK.
-  EXPECT_EQ(*ckpt::NewestCommitted(dir_ + "/ckpt"), -1);
+  EXPECT_EQ(*ckpt::NewestCommitted(ckpt::Env::Default(), dir_ + "/ckpt"), -1);
 
   ASSERT_TRUE(c.ReportStep(10, 2.5, 4096).ok());  // reads 103.5
   Json s = Recv();

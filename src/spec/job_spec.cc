@@ -171,6 +171,27 @@ class Parser {
       r_.ReadNumber(it->second, 0, false, kMaxSeconds, &c.interval_seconds);
     }
     ReadIntField(f, "keep", 1, INT_MAX, &c.keep);
+    if (auto it = f.find("memorySlots"); it != f.end()) {
+      long v = 0;
+      if (r_.ReadInt(it->second, 0, 62, &v)) {
+        if (v == 1) {
+          r_.Error(it->second.line, it->second.path, "must be 0 or at least 2", "1",
+                   "use 0 to turn the memory tier off, or 2..62 snapshots");
+        } else {
+          c.memory_slots = static_cast<int>(v);
+        }
+      }
+    }
+    if (auto it = f.find("sharedDir"); it != f.end()) {
+      std::string s;
+      if (r_.ReadString(it->second, &s) && !s.empty()) {
+        fs::path p(s);
+        c.shared_dir = CleanPath(p.is_absolute() ? p : fs::path(spec_.workdir) / p);
+      }
+    }
+    if (auto it = f.find("goldenEvery"); it != f.end()) {
+      r_.ReadInt(it->second, 0, LONG_MAX, &c.golden_every);
+    }
   }
 
   void ReadIntField(std::map<std::string, Entry>& f, const char* key, long lo, long hi, int* out) {

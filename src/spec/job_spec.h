@@ -37,7 +37,10 @@ struct CheckpointSpec {
   std::string dir;          // where shards and commits go; default "<workdir>/checkpoints/<name>"
   long interval_steps = 0;  // save every N steps (0 = off unless interval_seconds)
   double interval_seconds = 0;  // or every T seconds
-  int keep = 3;                 // committed checkpoints retained
+  int keep = 3;                 // committed checkpoints retained per file tier
+  int memory_slots = 3;         // memory tier: staging ring of K snapshots per rank (0 = off)
+  std::string shared_dir;       // optional shared tier (the NFS/Lustre role); "" = none
+  long golden_every = 0;        // steps divisible by this are never collected (0 = none)
 };
 
 struct FaultPolicySpec {

@@ -36,7 +36,8 @@ inline constexpr FieldDef kTopFields[] = {
      "set workdir to a directory path (relative paths resolve against the spec file's "
      "directory) or omit it"},
     {"checkpoint",
-     "set checkpoint to a mapping with any of: dir, intervalSteps, intervalSeconds, keep"},
+     "set checkpoint to a mapping with any of: dir, intervalSteps, intervalSeconds, keep, "
+     "memorySlots, sharedDir, goldenEvery"},
     {"faultPolicy",
      "set faultPolicy to a mapping with any of: restartBudget, backoff, hangTimeout, spareNodes, "
      "heartbeat, stopGraceSeconds, maxSameFaultWithoutProgress"},
@@ -50,6 +51,11 @@ inline constexpr FieldDef kCheckpointFields[] = {
     {"intervalSeconds",
      "set checkpoint.intervalSeconds to a number of seconds >= 0 (0 = no time trigger)"},
     {"keep", "set checkpoint.keep to how many committed checkpoints to retain (an integer >= 1)"},
+    {"memorySlots",
+     "set checkpoint.memorySlots to the staging ring size per rank, 0 (off) or 2 to 62"},
+    {"sharedDir", "set checkpoint.sharedDir to a directory path for the shared tier"},
+    {"goldenEvery",
+     "set checkpoint.goldenEvery to an integer >= 0: steps divisible by it are kept forever"},
 };
 
 inline constexpr FieldDef kFaultFields[] = {

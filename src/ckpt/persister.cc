@@ -1,0 +1,222 @@
+#include "ckpt/persister.h"
+
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "ckpt/staging.h"
+#include "common/clock.h"
+
+namespace bulwark::ckpt {
+namespace {
+
+struct Request {
+  int rank = 0;
+  int slot = 0;
+  uint64_t seq = 0;
+  long step = 0;
+  bool persist = false;
+  std::shared_ptr<Snapshot> snap;  // persist: pinned when the trainer reported it
+};
+
+void LowerPriority() {
+  sched_param p{};
+  (void)::sched_setscheduler(0, SCHED_IDLE, &p);  // this thread only (Linux)
+  // ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_CLASS_IDLE << 13).
+  (void)::syscall(SYS_ioprio_set, 1, 0, 3 << 13);
+}
+
+}  // namespace
+
+struct Persister::Impl {
+  PersistConfig cfg;
+  Env* env;
+  std::function<void(const PersistEvent&)> on_event;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Request> seal_q;            // seal-only requests, in order
+  std::map<int, Request> persist_q;      // newest persist request per rank
+  bool busy = false;
+  bool stop = false;
+  std::map<int, std::shared_ptr<RingReader>> rings;  // guarded by mu
+  std::thread thread;
+
+  // Requires mu. Reopens when the trainer regrew the ring (new generation).
+  std::shared_ptr<RingReader> Ring(int rank, uint64_t generation) {
+    auto& slot = rings[rank];
+    if (slot && (generation == 0 || slot->generation() == generation)) return slot;
+    Result<std::unique_ptr<RingReader>> r = RingReader::Open(RingPath(cfg.staging_dir, rank));
+    if (!r.ok()) return nullptr;
+    slot = std::move(*r);
+    return slot;
+  }
+
+  void Emit(const PersistEvent& e) {
+    if (on_event) on_event(e);
+  }
+
+  void WriteTier(const std::string& tier, const std::string& root, const Snapshot& snap,
+                 double hash_s) {
+    PersistEvent e;
+    e.rank = snap.rank();
+    e.step = snap.step();
+    e.tier = tier;
+    e.hash_s = hash_s;
+    WriteOptions o;
+    o.chunk_size = snap.chunk_size();
+    o.dedup_replicated = cfg.dedup_replicated;
+    Result<ShardIndex> prev = Status(Code::kNotFound, "");
+    if (cfg.incremental) {
+      Result<long> base = NewestCommitted(env, root, snap.step() - 1);
+      if (base.ok() && *base >= 0) {
+        Result<Manifest> m = ReadCommitted(env, root, *base);
+        if (m.ok() && m->world == snap.world()) {
+          prev = ReadShardIndex(env, root, *base, snap.rank(), snap.world());
+        }
+      }
+      if (prev.ok()) o.previous = &*prev;
+    }
+    ShardStats st;
+    e.status = WriteShard(env, root, snap.step(), snap.rank(), snap.world(), snap.tensors(), o, &st);
+    e.bytes = st.written_bytes;
+    e.seconds = st.write_s;
+    Emit(e);
+  }
+
+  void Handle(const Request& r) {
+    double hash_s = 0;
+    if (!r.persist) {
+      std::shared_ptr<RingReader> ring;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        ring = Ring(r.rank, 0);
+      }
+      if (ring) (void)ring->Pin(r.slot, r.seq, &hash_s, /*seal=*/true);  // seal, unpin
+      return;
+    }
+    Status st = r.snap->EnsureSealed(&hash_s);
+    if (!st.ok()) {
+      PersistEvent e;
+      e.rank = r.rank;
+      e.step = r.step;
+      e.tier = "disk";
+      e.status = st;
+      Emit(e);
+      return;
+    }
+    if (!cfg.disk_dir.empty()) WriteTier("disk", cfg.disk_dir, *r.snap, hash_s);
+    if (!cfg.shared_dir.empty()) WriteTier("shared", cfg.shared_dir, *r.snap, 0);
+  }
+
+  void Loop() {
+    if (cfg.low_priority) LowerPriority();
+    std::unique_lock<std::mutex> l(mu);
+    while (true) {
+      cv.wait(l, [&] { return stop || !seal_q.empty() || !persist_q.empty(); });
+      if (stop) break;
+      Request r;
+      if (!persist_q.empty()) {
+        r = persist_q.begin()->second;
+        persist_q.erase(persist_q.begin());
+      } else {
+        r = seal_q.front();
+        seal_q.pop_front();
+      }
+      busy = true;
+      l.unlock();
+      Handle(r);
+      l.lock();
+      busy = false;
+      cv.notify_all();
+    }
+  }
+};
+
+Persister::Persister(PersistConfig cfg, Env* env, std::function<void(const PersistEvent&)> on_event)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = std::move(cfg);
+  impl_->env = env;
+  impl_->on_event = std::move(on_event);
+  impl_->thread = std::thread([this] { impl_->Loop(); });
+}
+
+Persister::~Persister() {
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  impl_->thread.join();
+}
+
+void Persister::OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, long step,
+                         bool persist) {
+  Request r;
+  r.rank = rank;
+  r.slot = slot;
+  r.seq = seq;
+  r.step = step;
+  r.persist = persist;
+  std::lock_guard<std::mutex> l(impl_->mu);
+  if (persist) {
+    // Pin now, before the trainer's next saves can reuse the slot.
+    std::shared_ptr<RingReader> ring = impl_->Ring(rank, generation);
+    Result<std::unique_ptr<Snapshot>> snap =
+        ring ? ring->Pin(slot, seq, nullptr, /*seal=*/false)
+             : Result<std::unique_ptr<Snapshot>>(NotFound("staging ring of rank " +
+                                                          std::to_string(rank) + " is missing"));
+    if (!snap.ok()) {
+      PersistEvent e;
+      e.rank = rank;
+      e.step = step;
+      e.tier = "disk";
+      e.status = snap.status().Annotate("staged snapshot of rank " + std::to_string(rank) +
+                                        " step " + std::to_string(step) + " was not persisted");
+      if (impl_->on_event) impl_->on_event(e);
+      return;
+    }
+    r.snap = std::move(*snap);
+    auto it = impl_->persist_q.find(rank);
+    if (it != impl_->persist_q.end() && impl_->on_event) {
+      PersistEvent e;
+      e.rank = rank;
+      e.step = it->second.step;
+      e.tier = "disk";
+      e.status = Unavailable("persist of step " + std::to_string(it->second.step) +
+                             " skipped: step " + std::to_string(step) +
+                             " was staged before it started (disk slower than the cadence)");
+      impl_->on_event(e);
+    }
+    impl_->persist_q[rank] = r;
+  } else {
+    // Only the newest seal per rank matters; drop older queued ones.
+    for (auto it = impl_->seal_q.begin(); it != impl_->seal_q.end();) {
+      it = it->rank == rank ? impl_->seal_q.erase(it) : it + 1;
+    }
+    impl_->seal_q.push_back(r);
+  }
+  impl_->cv.notify_all();
+}
+
+bool Persister::Drain(double timeout_s) {
+  std::unique_lock<std::mutex> l(impl_->mu);
+  return impl_->cv.wait_for(l, std::chrono::duration<double>(timeout_s), [&] {
+    return impl_->seal_q.empty() && impl_->persist_q.empty() && !impl_->busy;
+  });
+}
+
+std::map<int, std::vector<long>> Persister::Inventory(const std::vector<int>& ranks) {
+  std::map<int, std::vector<long>> out;
+  for (int r : ranks) {
+    Result<std::unique_ptr<RingReader>> ring = RingReader::Open(RingPath(impl_->cfg.staging_dir, r));
+    out[r] = ring.ok() ? (*ring)->Steps() : std::vector<long>{};
+  }
+  return out;
+}
+
+}  // namespace bulwark::ckpt

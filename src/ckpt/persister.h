@@ -1,0 +1,73 @@
+// Background persister: the node agent's half of the checkpoint engine.
+//
+// The trainer stages a snapshot into its rank's ring (staging.h) and tells the
+// agent (`staged` datagram); the agent hands it to OnStaged. A single background
+// thread, at idle CPU and I/O priority so training keeps the cores, then
+//   1. seals the slot (per-chunk xxh3) so the memory tier can restore it, and
+//   2. if the step is due for disk, writes this rank's shard from the pinned slot
+//      to the disk tier (and the shared tier, if configured), with replicated
+//      tensors deduplicated across ranks and unchanged chunks referencing the
+//      newest committed step, and reports each durable shard through `on_event`.
+// Commit (MANIFEST + COMMIT) is the controller's: it alone knows when every rank
+// of a step is durable on a tier.
+// Pending work coalesces per rank: a newer staged step replaces an older one not
+// yet started, so a slow disk never queues unbounded work (skipped persists are
+// reported with a non-OK status).
+//
+// Thread-safety: OnStaged, Inventory and the destructor may be called from any
+// thread; `on_event` runs on the persister thread.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "common/status.h"
+
+namespace bulwark::ckpt {
+
+struct PersistConfig {
+  std::string staging_dir;
+  std::string disk_dir;    // required for persisting
+  std::string shared_dir;  // optional second file tier
+  int world = 1;
+  bool dedup_replicated = true;
+  bool incremental = true;
+  bool low_priority = true;  // SCHED_IDLE + idle I/O class for the persister thread
+};
+
+struct PersistEvent {
+  int rank = 0;
+  long step = 0;
+  std::string tier;  // "disk" or "shared"
+  Status status;
+  uint64_t bytes = 0;    // bytes written to the tier
+  double seconds = 0;    // write + fsync wall time
+  double hash_s = 0;     // sealing time (chunk checksums)
+};
+
+class Persister {
+ public:
+  Persister(PersistConfig cfg, Env* env, std::function<void(const PersistEvent&)> on_event);
+  ~Persister();  // finishes the write in progress, drops the rest, joins
+  Persister(const Persister&) = delete;
+  Persister& operator=(const Persister&) = delete;
+
+  // Non-blocking (a persist request pins the slot right away, a CAS). `persist`:
+  // the step is due for the disk tier. `generation`: the ring's, from the report.
+  void OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, long step, bool persist);
+  // Blocks until every queued request is done (tests, shutdown), at most timeout_s.
+  bool Drain(double timeout_s);
+  // Steps restorable from memory per rank (seals staged slots first).
+  std::map<int, std::vector<long>> Inventory(const std::vector<int>& ranks);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bulwark::ckpt

@@ -1,0 +1,124 @@
+// Shared-memory staging ring: the memory tier of the checkpoint engine.
+//
+// One ring file per rank, "<staging_dir>/rank-<r>.ring" on tmpfs (/dev/shm),
+// inside a directory the node agent owns: the agent creates the directory,
+// persists snapshots from it and deletes it when the job ends, so a staged
+// snapshot outlives a crashed trainer. The trainer (Stager) maps the ring and
+// copies tensors into a slot; the agent (RingReader) maps the same file, seals
+// slots (computes per-chunk xxh3) and persists them to disk in the background.
+//
+// RING PROTOCOL (lock-free, one writer process, any number of readers)
+//   Each slot has a 64-bit state word: [state:8][readers:8][seq:48].
+//   Writer claims a slot whose readers == 0 and state != WRITING by CAS to
+//   (WRITING, 0, seq+1), copies index + data, then stores (STAGED, 0, seq+1)
+//   with release order. It never claims the slot holding its newest complete
+//   snapshot, so a crash mid-copy always leaves that snapshot intact.
+//   Readers pin with CAS readers+1 on a STAGED/SEALED slot (same seq), read,
+//   and unpin with CAS readers-1. A pinned slot is never claimed by the writer.
+//   Sealing: a reader holding a pin computes the chunk hashes into the slot's
+//   hash area and CASes STAGED -> SEALED. Only SEALED slots are restorable.
+//   A writer that dies mid-copy leaves WRITING; the next Stager::Open (a new
+//   trainer process for the same rank) resets WRITING slots to EMPTY.
+// Memory: the file is K slots of fixed capacity plus a 4 KiB header, allocated
+// (posix_fallocate) once at the first save and reused; a save that no longer
+// fits regrows the ring into a new file that atomically replaces the old one.
+//
+// Thread-safety: a Stager is used by one thread (the SDK serialises calls); a
+// RingReader likewise. Different processes coordinate only via the state words.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "common/status.h"
+
+namespace bulwark::ckpt {
+
+// Path of rank's ring file in `staging_dir`.
+std::string RingPath(const std::string& staging_dir, int rank);
+
+struct StageResult {
+  int slot = -1;
+  uint64_t seq = 0;
+  uint64_t generation = 0;  // changes when the ring was regrown (new file)
+  uint64_t bytes = 0;
+};
+
+// Trainer side.
+class Stager {
+ public:
+  // Opens (or creates on first Stage) rank's ring. `slots` >= 2.
+  static Result<std::unique_ptr<Stager>> Open(const std::string& staging_dir, int rank,
+                                              int world, int slots,
+                                              uint64_t chunk_size = kDefaultChunkSize);
+  ~Stager();
+
+  // Copies `tensors` into a free slot as `step`; returns once they are staged.
+  // UNAVAILABLE if every other slot is pinned by the agent (the persister is
+  // behind): the caller may retry or skip this snapshot.
+  Result<StageResult> Stage(long step, const std::vector<TensorView>& tensors);
+
+  // Restores from the newest SEALED slot holding `step` into `dsts` (matched by
+  // name; dtype and shape must equal), verifying every chunk. NOT_FOUND if no
+  // sealed slot holds `step`.
+  Status Restore(long step, const std::vector<std::pair<TensorMeta, void*>>& dsts);
+  // Every tensor of sealed `step`, as raw bytes.
+  Result<std::vector<OwnedBlob>> RestoreAll(long step);
+  // Steps of SEALED slots, ascending.
+  std::vector<long> SealedSteps();
+  uint64_t mapped_bytes() const;
+
+  struct Impl;
+
+ private:
+  explicit Stager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A pinned, readable snapshot. Unpins on destruction.
+class Snapshot {
+ public:
+  virtual ~Snapshot() = default;
+  virtual long step() const = 0;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual uint64_t chunk_size() const = 0;
+  // Views into the shared mapping; chunk_hashes are valid once sealed.
+  virtual const std::vector<TensorView>& tensors() const = 0;
+  // Computes the chunk hashes if the slot is not sealed yet (adds to *hash_s).
+  virtual Status EnsureSealed(double* hash_s) = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+// Agent side: seals and reads rank rings. Not thread-safe.
+class RingReader {
+ public:
+  static Result<std::unique_ptr<RingReader>> Open(const std::string& path);
+  ~RingReader();
+  // Pins `slot` if it still holds `seq` (STAGED or SEALED), with `seal` also seals
+  // it (hash_s receives the hashing time) and returns the pinned snapshot.
+  // NOT_FOUND if the slot was overwritten since. Pinning is a CAS: cheap enough
+  // to do on the notification path so the trainer cannot overwrite the slot.
+  Result<std::unique_ptr<Snapshot>> Pin(int slot, uint64_t seq, double* hash_s = nullptr,
+                                        bool seal = true);
+  // Pins the newest SEALED slot holding `step` (sealing STAGED ones on the way).
+  Result<std::unique_ptr<Snapshot>> PinStep(long step);
+  // Steps of STAGED or SEALED slots (seals STAGED ones first), ascending.
+  std::vector<long> Steps();
+  uint64_t generation() const;
+
+  struct Impl;
+
+ private:
+  explicit RingReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Writes a snapshot's tensors into `staging_dir`'s ring for its rank as a sealed
+// slot (peer replication / prefetch into a replacement node's memory tier).
+Status StageCopy(const std::string& staging_dir, int slots, const Snapshot& snap);
+
+}  // namespace bulwark::ckpt
