@@ -894,7 +894,7 @@ TEST_F(CkptTest, ReshardRefusesPiecesSplitAlongOtherDimsOrWithGaps) {
 
 // Two committed steps of world 2 with 64-byte chunks: replicated (dedup), dim-0
 // sharded, per-rank, scalar and empty tensors; step 2 is incremental over step 1.
-class CorruptionTest : public CkptTest {
+class CkptCorruptionTest : public CkptTest {
  protected:
   void SetUp() override {
     CkptTest::SetUp();
@@ -960,7 +960,7 @@ class CorruptionTest : public CkptTest {
   std::vector<std::pair<long, std::string>> files_;  // (step, path)
 };
 
-TEST_F(CorruptionTest, BitFlipsAnywhereAreDetected) {
+TEST_F(CkptCorruptionTest, BitFlipsAnywhereAreDetected) {
   // Every byte of every file, with a rotating subset of 3 of its 8 bit positions
   // (every bit position is hit across consecutive bytes) to bound the runtime.
   uint64_t flips = 0, bytes = 0;
@@ -988,7 +988,7 @@ TEST_F(CorruptionTest, BitFlipsAnywhereAreDetected) {
   RecordProperty("flips", static_cast<int>(flips));
 }
 
-TEST_F(CorruptionTest, TruncationsAnywhereAreDetected) {
+TEST_F(CkptCorruptionTest, TruncationsAnywhereAreDetected) {
   uint64_t cuts = 0;
   for (const auto& [step, path] : files_) {
     const std::string orig = ReadAll(path);
