@@ -384,6 +384,7 @@ std::string CrashRoot() {
   const pid_t pid = ::fork();
   if (pid < 0) return ::testing::AssertionFailure() << "fork: " << std::strerror(errno);
   if (pid == 0) {
+    ::alarm(60);  // a hung writer dies by SIGALRM, failing the check below
     FaultEnv env(Env::Default(), kSeed + static_cast<uint64_t>(i) * 31 + attempt);
     env.Arm(mode, k);
     Status st = SaveStep(&env, root, i, attempt);
@@ -403,6 +404,10 @@ std::string CrashRoot() {
 TEST(CrashTest, KillWriterAtRandomPointsAlwaysRestoresNewestCompleteStep) {
   const std::string dir = CrashRoot();
   ASSERT_FALSE(dir.empty());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { fs::remove_all(dir); }
+  } cleanup{dir};
   const std::string root = dir + "/ckpt";
   ASSERT_TRUE(Env::Default()->MkdirAll(root).ok());
 
@@ -433,10 +438,12 @@ TEST(CrashTest, KillWriterAtRandomPointsAlwaysRestoresNewestCompleteStep) {
     max_ops = std::max(max_ops, plan.total);
     const uint64_t k = 1 + rng() % plan.total;
     const std::string phase = PhaseOf(plan, k);
-    const std::string ctx = "step " + std::to_string(step) + ": fault (mode " +
-                            std::to_string(static_cast<int>(mode)) + ") at op " +
-                            std::to_string(k) + " of " + std::to_string(plan.total) + " (" +
-                            plan.trace[k - 1] + "), phase " + phase;
+    const std::string ctx = "step " + std::to_string(step) + ": " +
+                            (error                                ? "I/O error"
+                             : mode == FaultEnv::Mode::kPowerLoss ? "power loss"
+                                                                  : "kill") +
+                            " at op " + std::to_string(k) + " of " + std::to_string(plan.total) +
+                            " (" + plan.trace[k - 1] + "), phase " + phase;
     if (error) {
       FaultEnv env(Env::Default(), kSeed + i);
       env.Arm(FaultEnv::Mode::kError, k);
@@ -512,7 +519,6 @@ TEST(CrashTest, KillWriterAtRandomPointsAlwaysRestoresNewestCompleteStep) {
       overwrite_outcomes[kAbsent], overwrite_outcomes[2], max_retained);
   ::testing::Test::RecordProperty("kill_points", kills);
   ::testing::Test::RecordProperty("error_points", errors);
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 // RING PROTOCOL (lock-free, one writer process, any number of readers)
 //   Each slot has a 64-bit state word: [state:8][readers:8][seq:48].
 //   Writer claims a slot whose readers == 0 and state != WRITING by CAS to
-//   (WRITING, 0, seq+1), copies index + data, then stores (STAGED, 0, seq+1)
+//   (WRITING, 0, s) where s = 1 + the highest seq of any slot (a ring-wide order),
+//   copies index + data, then stores (STAGED, 0, s)
 //   with release order. It never claims the slot holding its newest complete
 //   snapshot, so a crash mid-copy always leaves that snapshot intact.
 //   Readers pin with CAS readers+1 on a STAGED/SEALED slot (same seq), read,
