@@ -470,26 +470,25 @@ int FindStep(const Mapping& m, long step, bool allow_staged) {
   return best;
 }
 
-Status CopyVerified(const Mapping& m, int slot, const SlotTensor& t, void* dst) {
-  const uint64_t cs = m.hdr()->chunk_size;
-  const uint64_t nb = t.meta.nbytes();
-  const uint8_t* src = m.data_area(slot) + t.off;
-  const uint64_t* hashes = m.hash_area(slot) + t.hash_base;
-  uint8_t* d = static_cast<uint8_t*>(dst);
-  for (uint64_t i = 0; i * cs < nb; ++i) {
-    const uint64_t len = std::min(cs, nb - i * cs);
-    std::memcpy(d + i * cs, src + i * cs, len);
-    if (internal::Hash(d + i * cs, len) != hashes[i]) {
-      return DataLoss("memory tier: tensor '" + t.meta.name + "' chunk " + std::to_string(i) +
-                      " checksum mismatch in staging slot " + std::to_string(slot));
+}  // namespace
+
+Status CopyVerified(const TensorView& src, uint64_t chunk_size, void* dst) {
+  const uint64_t nb = src.meta.nbytes();
+  const uint8_t* from = static_cast<const uint8_t*>(src.data);
+  uint8_t* to = static_cast<uint8_t*>(dst);
+  for (uint64_t i = 0; i * chunk_size < nb; ++i) {
+    const uint64_t len = std::min(chunk_size, nb - i * chunk_size);
+    std::memcpy(to + i * chunk_size, from + i * chunk_size, len);
+    if (src.chunk_hashes == nullptr ||
+        internal::Hash(to + i * chunk_size, len) != src.chunk_hashes[i]) {
+      return DataLoss("memory tier: tensor '" + src.meta.name + "' chunk " + std::to_string(i) +
+                      " checksum mismatch");
     }
   }
   return Status::Ok();
 }
 
-}  // namespace
-
-Status Stager::Restore(long step, const std::vector<std::pair<TensorMeta, void*>>& dsts) {
+Result<std::unique_ptr<Snapshot>> Stager::PinSealed(long step) {
   Impl& s = *impl_;
   if (!s.m) {
     BW_ASSIGN_OR_RETURN(s.m, MapFile(s.path, false));
@@ -498,36 +497,32 @@ Status Stager::Restore(long step, const std::vector<std::pair<TensorMeta, void*>
   if (slot < 0) return NotFound("step " + std::to_string(step) + " is not in the memory tier");
   BW_ASSIGN_OR_RETURN(auto snap, PinAndSeal(s.m, slot, 0, true, nullptr));
   if (snap->step() != step) return NotFound("memory tier slot was overwritten");
-  std::vector<SlotTensor> ts;
-  BW_RETURN_IF_ERROR(ParseSlotIndex(*s.m, slot, &ts));
+  return snap;
+}
+
+Status Stager::Restore(long step, const std::vector<std::pair<TensorMeta, void*>>& dsts) {
+  BW_ASSIGN_OR_RETURN(auto snap, PinSealed(step));
   for (const auto& [want, dst] : dsts) {
+    const auto& ts = snap->tensors();
     auto it = std::find_if(ts.begin(), ts.end(),
-                           [&](const SlotTensor& t) { return t.meta.name == want.name; });
+                           [&](const TensorView& t) { return t.meta.name == want.name; });
     if (it == ts.end()) return NotFound("tensor '" + want.name + "' is not in the memory tier");
     if (it->meta.dtype != want.dtype || it->meta.shape != want.shape) {
       return InvalidArgument("tensor '" + want.name + "' in the memory tier has another dtype/shape");
     }
-    BW_RETURN_IF_ERROR(CopyVerified(*s.m, slot, *it, dst));
+    BW_RETURN_IF_ERROR(CopyVerified(*it, snap->chunk_size(), dst));
   }
   return Status::Ok();
 }
 
 Result<std::vector<OwnedBlob>> Stager::RestoreAll(long step) {
-  Impl& s = *impl_;
-  if (!s.m) {
-    BW_ASSIGN_OR_RETURN(s.m, MapFile(s.path, false));
-  }
-  int slot = FindStep(*s.m, step, false);
-  if (slot < 0) return NotFound("step " + std::to_string(step) + " is not in the memory tier");
-  BW_ASSIGN_OR_RETURN(auto snap, PinAndSeal(s.m, slot, 0, true, nullptr));
-  std::vector<SlotTensor> ts;
-  BW_RETURN_IF_ERROR(ParseSlotIndex(*s.m, slot, &ts));
+  BW_ASSIGN_OR_RETURN(auto snap, PinSealed(step));
   std::vector<OwnedBlob> out;
-  for (const SlotTensor& t : ts) {
+  for (const TensorView& t : snap->tensors()) {
     OwnedBlob b;
     b.name = t.meta.name;
     b.data.resize(t.meta.nbytes());
-    BW_RETURN_IF_ERROR(CopyVerified(*s.m, slot, t, b.data.data()));
+    BW_RETURN_IF_ERROR(CopyVerified(t, snap->chunk_size(), b.data.data()));
     out.push_back(std::move(b));
   }
   return out;

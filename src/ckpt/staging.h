@@ -38,6 +38,8 @@
 
 namespace bulwark::ckpt {
 
+class Snapshot;
+
 // Path of rank's ring file in `staging_dir`.
 std::string RingPath(const std::string& staging_dir, int rank);
 
@@ -75,6 +77,8 @@ class Stager {
   struct Impl;
 
  private:
+  // Pins the newest SEALED slot holding `step`; NOT_FOUND if none.
+  Result<std::unique_ptr<Snapshot>> PinSealed(long step);
   explicit Stager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -117,6 +121,10 @@ class RingReader {
   explicit RingReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Copies a sealed snapshot tensor into dst chunk by chunk, checking each chunk's
+// xxh3; DATA_LOSS names the tensor and chunk.
+Status CopyVerified(const TensorView& src, uint64_t chunk_size, void* dst);
 
 // Writes a snapshot's tensors into `staging_dir`'s ring for its rank as a sealed
 // slot (peer replication / prefetch into a replacement node's memory tier).

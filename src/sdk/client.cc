@@ -251,18 +251,7 @@ class MemorySession : public LoadSession {
         return InvalidArgument("tensor '" + want.name +
                                "' in the memory tier has another dtype or shape");
       }
-      const uint64_t cs = snap_->chunk_size(), nb = v.meta.nbytes();
-      const uint8_t* src = static_cast<const uint8_t*>(v.data);
-      uint8_t* d = static_cast<uint8_t*>(dst);
-      for (uint64_t i = 0; i * cs < nb; ++i) {
-        const uint64_t len = std::min(cs, nb - i * cs);
-        std::memcpy(d + i * cs, src + i * cs, len);
-        if (ckpt::ChunkHash(d + i * cs, len) != v.chunk_hashes[i]) {
-          return DataLoss("memory tier: tensor '" + want.name + "' chunk " + std::to_string(i) +
-                          " checksum mismatch");
-        }
-      }
-      return Status::Ok();
+      return ckpt::CopyVerified(v, snap_->chunk_size(), dst);
     }
     return NotFound("tensor '" + want.name + "' is not in the memory tier snapshot");
   }
