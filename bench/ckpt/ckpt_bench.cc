@@ -4,10 +4,12 @@
 //
 //   stall        Stager::Stage of the state (ring already allocated by a warm-up save)
 //                vs memcpy of the same bytes into a pre-faulted buffer.
-//   persist      RingReader::Pin (+seal: xxh3 per chunk) + WriteShard (tmp, fsync,
-//                rename, dir fsync) of a staged snapshot to --dir vs
-//                `dd if=/dev/zero of=<dir>/ddfile bs=8M count=N conv=fsync`; also the
-//                same WriteShard with the hashes precomputed (already sealed slot).
+//   persist      WriteShard (hash each chunk as it is written, tmp, fsync, rename,
+//                dir fsync) of a staged snapshot to --dir, as the persister does for an
+//                unsealed slot, vs `dd if=/dev/zero of=<dir>/ddfile bs=8M count=N
+//                conv=fsync`; also the same WriteShard with the hashes precomputed
+//                (sealed slot). checksum_cost: per repetition, the difference of the two
+//                writes (in alternating order); seal: hashing alone.
 //                sync(2) runs before each timed write so none pays for earlier writeback.
 //   restore_disk StepReader::Open + Load of every tensor (each chunk verified) into
 //                pre-faulted buffers vs `dd if=<file> of=/dev/null bs=8M`, both with
@@ -45,8 +47,7 @@ namespace ck = bulwark::ckpt;
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 [[noreturn]] void Die(const std::string& what) {
@@ -126,14 +127,22 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) Die("missing value for " + a);
       return argv[++i];
     };
-    if (a == "--tensors") o.tensors = std::stoi(next());
-    else if (a == "--tensor-mib") o.tensor_mib = std::stod(next());
-    else if (a == "--reps") o.reps = std::stoi(next());
-    else if (a == "--slots") o.slots = std::stoi(next());
-    else if (a == "--dir") o.dir = next();
-    else if (a == "--shm") o.shm = next();
-    else if (a == "--out") o.out = next();
-    else Die("unknown flag " + a + " (see the header of bench/ckpt/ckpt_bench.cc)");
+    if (a == "--tensors")
+      o.tensors = std::stoi(next());
+    else if (a == "--tensor-mib")
+      o.tensor_mib = std::stod(next());
+    else if (a == "--reps")
+      o.reps = std::stoi(next());
+    else if (a == "--slots")
+      o.slots = std::stoi(next());
+    else if (a == "--dir")
+      o.dir = next();
+    else if (a == "--shm")
+      o.shm = next();
+    else if (a == "--out")
+      o.out = next();
+    else
+      Die("unknown flag " + a + " (see the header of bench/ckpt/ckpt_bench.cc)");
   }
   if (o.dir.empty()) Die("--dir DISK_DIR is required (a directory on a real disk, not tmpfs)");
   ck::Env* env = ck::Env::Default();
@@ -144,8 +153,7 @@ int main(int argc, char** argv) {
   if (!mkdtemp(shm_tmpl.data())) Die("mkdtemp " + shm_tmpl);
   Check(env->MkdirAll(o.dir), "mkdir --dir");
   if (!mkdtemp(disk_tmpl.data())) Die("mkdtemp " + disk_tmpl);
-  const std::string staging = shm_tmpl, root = disk_tmpl + "/ckpt",
-                    ddfile = disk_tmpl + "/ddfile";
+  const std::string staging = shm_tmpl, root = disk_tmpl + "/ckpt", ddfile = disk_tmpl + "/ddfile";
   Check(env->MkdirAll(root), "mkdir root");
 
   // State: `tensors` float32 tensors of random data.
@@ -196,14 +204,19 @@ int main(int argc, char** argv) {
       Take(stager->Stage(++step, views), "Stage");
       stall.push_back(Now() - t0);
     };
-    if (r % 2) { stage(); stall_memcpy.push_back(memcpy_all()); }
-    else { stall_memcpy.push_back(memcpy_all()); stage(); }
+    if (r % 2) {
+      stage();
+      stall_memcpy.push_back(memcpy_all());
+    } else {
+      stall_memcpy.push_back(memcpy_all());
+      stage();
+    }
   }
 
   // 2. Persist (seal + write + fsync + rename + dir fsync) vs dd conv=fsync.
   auto reader = Take(ck::RingReader::Open(ck::RingPath(staging, 0)), "RingReader::Open");
   const uint64_t dd_count = (total + (8 << 20) - 1) / (8 << 20);
-  std::vector<double> persist, persist_noseal, seal, dd_write;
+  std::vector<double> persist, persist_noseal, seal, checksum_cost, dd_write;
   long last_persisted = -1;
   for (int r = 0; r < o.reps; ++r) {
     auto do_persist = [&] {
@@ -213,22 +226,34 @@ int main(int argc, char** argv) {
       // rewriting freed ones, which would otherwise bias the comparison.
       if (last_persisted >= 0) Check(ck::RemoveTree(env, ck::StepDir(root, last_persisted)), "rm");
       double hash_s = 0;
-      ::sync();  // start every timed write with no other dirty data pending
-      double t0 = Now();
+      // Seal (hash every chunk) outside the timing, for the "hashes precomputed" run and
+      // as a figure of its own.
       auto snap = Take(reader->Pin(sr.slot, sr.seq, &hash_s, true), "Pin+seal");
-      Check(snap->EnsureSealed(&hash_s), "EnsureSealed");
-      ck::WriteOptions wo;
-      ck::ShardStats ss;
-      Check(ck::WriteShard(env, root, step, 0, 1, snap->tensors(), wo, &ss), "WriteShard");
-      persist.push_back(Now() - t0);
       seal.push_back(hash_s);
-      // Same snapshot again, hashes now precomputed: write + fsync only.
-      Check(ck::RemoveTree(env, ck::StepDir(root, step)), "rm step");
-      Check(env->SyncDir(root), "sync root");
-      ::sync();
-      t0 = Now();
-      Check(ck::WriteShard(env, root, step, 0, 1, snap->tensors(), wo, &ss), "WriteShard noseal");
-      persist_noseal.push_back(Now() - t0);
+      // The persister's path for an unsealed slot: WriteShard hashes each chunk as it
+      // writes it. Same bytes, same options; only whether hashes are computed differs.
+      std::vector<ck::TensorView> unhashed = snap->tensors();
+      for (ck::TensorView& v : unhashed) v.chunk_hashes = nullptr;
+      ck::WriteOptions wo;
+      auto timed_write = [&](const std::vector<ck::TensorView>& ts, std::vector<double>* out) {
+        if (env->IsDir(ck::StepDir(root, step))) {
+          Check(ck::RemoveTree(env, ck::StepDir(root, step)), "rm step");
+          Check(env->SyncDir(root), "sync root");
+        }
+        ::sync();  // start every timed write with no other dirty data pending
+        ck::ShardStats ss;
+        double t0 = Now();
+        Check(ck::WriteShard(env, root, step, 0, 1, ts, wo, &ss), "WriteShard");
+        out->push_back(Now() - t0);
+      };
+      if (r % 2) {
+        timed_write(unhashed, &persist);
+        timed_write(snap->tensors(), &persist_noseal);
+      } else {
+        timed_write(snap->tensors(), &persist_noseal);
+        timed_write(unhashed, &persist);
+      }
+      checksum_cost.push_back(persist.back() - persist_noseal.back());
       last_persisted = step;
     };
     auto do_dd = [&] {
@@ -237,8 +262,13 @@ int main(int argc, char** argv) {
       dd_write.push_back(RunTimed({"dd", "if=/dev/zero", "of=" + ddfile, "bs=8M",
                                    "count=" + std::to_string(dd_count), "conv=fsync"}));
     };
-    if (r % 2) { do_persist(); do_dd(); }
-    else { do_dd(); do_persist(); }
+    if (r % 2) {
+      do_persist();
+      do_dd();
+    } else {
+      do_dd();
+      do_persist();
+    }
   }
   Check(ck::Commit(env, root, last_persisted, 1), "Commit");
   const std::string shard = ck::StepDir(root, last_persisted) + "/" + ck::ShardFileName(0, 1);
@@ -252,19 +282,34 @@ int main(int argc, char** argv) {
     for (int t = 0; t < o.tensors; ++t) Check(rdr->Load(views[t].meta, dst[t].p.get()), "Load");
     return Now() - t0;
   };
-  auto dd_read = [&] {
-    return RunTimed({"dd", "if=" + ddfile, "of=/dev/null", "bs=8M"});
-  };
+  auto dd_read = [&] { return RunTimed({"dd", "if=" + ddfile, "of=/dev/null", "bs=8M"}); };
   for (int r = 0; r < o.reps; ++r) {
-    auto a = [&] { env->DropCache(shard); rd_cold.push_back(load_all()); };
-    auto b = [&] { env->DropCache(ddfile); rd_cold_dd.push_back(dd_read()); };
-    if (r % 2) { a(); b(); } else { b(); a(); }
+    auto a = [&] {
+      env->DropCache(shard);
+      rd_cold.push_back(load_all());
+    };
+    auto b = [&] {
+      env->DropCache(ddfile);
+      rd_cold_dd.push_back(dd_read());
+    };
+    if (r % 2) {
+      a();
+      b();
+    } else {
+      b();
+      a();
+    }
   }
   if (std::memcmp(dst[0].p.get(), src[0].get(), tbytes) != 0) Die("restored bytes differ");
   for (int r = 0; r < o.reps; ++r) {
     // Warm: the previous read left both files cached.
-    if (r % 2) { rd_warm.push_back(load_all()); rd_warm_dd.push_back(dd_read()); }
-    else { rd_warm_dd.push_back(dd_read()); rd_warm.push_back(load_all()); }
+    if (r % 2) {
+      rd_warm.push_back(load_all());
+      rd_warm_dd.push_back(dd_read());
+    } else {
+      rd_warm_dd.push_back(dd_read());
+      rd_warm.push_back(load_all());
+    }
   }
 
   // 4. Restore from the memory tier vs memcpy.
@@ -275,8 +320,13 @@ int main(int argc, char** argv) {
       Check(stager->Restore(last_persisted, dsts), "Stager::Restore");
       rm.push_back(Now() - t0);
     };
-    if (r % 2) { a(); rm_memcpy.push_back(memcpy_all()); }
-    else { rm_memcpy.push_back(memcpy_all()); a(); }
+    if (r % 2) {
+      a();
+      rm_memcpy.push_back(memcpy_all());
+    } else {
+      rm_memcpy.push_back(memcpy_all());
+      a();
+    }
   }
   // Hash throughput alone (xxh3 over the state, 4 MiB chunks).
   std::vector<double> hash_only;
@@ -320,14 +370,15 @@ int main(int argc, char** argv) {
   fig("persist", persist, dd_write, "persist", "dd");
   fig("persist_noseal", persist_noseal, dd_write, "persist", "dd");
   fig("seal", seal, persist, "seal", "persist");
+  fig("checksum_cost", checksum_cost, persist, "cost", "persist");
   fig("restore_disk_cold", rd_cold, rd_cold_dd, "load", "dd");
   fig("restore_disk_warm", rd_warm, rd_warm_dd, "load", "dd");
   fig("restore_mem", rm, rm_memcpy, "restore", "memcpy");
   fig("hash", hash_only, stall_memcpy, "xxh3", "memcpy");
   j << "  \"first_stage_s\": " << first_stage_s << ",\n";
   j << "  \"shard_bytes\": " << shard_bytes << ",\n";
-  j << "  \"memory\": {\"ring_mapped_bytes\": " << mapped << ", \"slots_x_state_bytes\": "
-    << static_cast<uint64_t>(o.slots) * total << "}\n";
+  j << "  \"memory\": {\"ring_mapped_bytes\": " << mapped
+    << ", \"slots_x_state_bytes\": " << static_cast<uint64_t>(o.slots) * total << "}\n";
   j << "}\n";
   if (o.out.empty()) {
     std::fputs(j.str().c_str(), stdout);

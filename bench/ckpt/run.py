@@ -68,16 +68,19 @@ def figures(c, p):
         "memcpy (pre-faulted dst)", s["memcpy_s"] * 1e3, r, "<= 1.2x memcpy", r <= 1.2)
     pe = c["persist"]
     r = pe["persist_mib_s"] / pe["dd_mib_s"]
-    row("Persist (seal + write + fsync + rename)", pe["persist_mib_s"], "MiB/s",
+    row("Persist (hash + write + fsync + rename)", pe["persist_mib_s"], "MiB/s",
         "dd conv=fsync", pe["dd_mib_s"], r, ">= 85% of dd", r >= 0.85)
     pn = c["persist_noseal"]
     r = pn["persist_mib_s"] / pn["dd_mib_s"]
     row("Persist, hashes precomputed", pn["persist_mib_s"], "MiB/s", "dd conv=fsync",
         pn["dd_mib_s"], r, ">= 85% of dd", r >= 0.85)
+    cc = c["checksum_cost"]
+    r = cc["cost_s"] / cc["persist_s"]
+    row("Checksum cost (persist minus persist with hashes precomputed, paired)",
+        cc["cost_s"] * 1e3, "ms", "persist", cc["persist_s"] * 1e3, r, "<= 5%", r <= 0.05)
     se = c["seal"]
-    r = se["seal_s"] / se["persist_s"]
-    row("Checksum cost (seal / persist time)", se["seal_s"] * 1e3, "ms", "persist",
-        se["persist_s"] * 1e3, r, "<= 5%", r <= 0.05)
+    row("Hashing alone (seal of the slot, for reference)", se["seal_s"] * 1e3, "ms", "persist",
+        se["persist_s"] * 1e3, se["seal_s"] / se["persist_s"], "info", None)
     h = c["hash"]
     row("xxh3 throughput (4 MiB chunks)", h["xxh3_mib_s"], "MiB/s", "memcpy", h["memcpy_mib_s"],
         h["xxh3_mib_s"] / h["memcpy_mib_s"], "info", None)

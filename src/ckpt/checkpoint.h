@@ -1,7 +1,7 @@
 // Sharded, checksummed, atomically committed checkpoints (format version 2).
 //
 // A tier root (a local disk or shared directory; the object tier mirrors the same
-// key layout, see tiers.h) holds, per step (docs/checkpoint-format.md has the bytes):
+// key layout, see object_tier.h) holds, per step (docs/checkpoint-format.md has the bytes):
 //   <root>/step-<012d>/shard-<05d rank>-of-<05d world>.bws   one per rank
 //   <root>/step-<012d>/MANIFEST    shards, sizes, index checksums, dependencies
 //   <root>/step-<012d>/COMMIT      written last; pins the MANIFEST by size + xxh3
@@ -103,6 +103,8 @@ struct ShardStats {
   uint64_t written_bytes = 0;  // chunk bytes written to this file
   double hash_s = 0;           // time spent hashing
   double write_s = 0;          // total wall time
+  // Every chunk's xxh3, per tensor in input order (computed or as supplied).
+  std::vector<std::vector<uint64_t>> chunk_hashes;
 };
 
 // The chunk checksum (xxh3_64).
@@ -165,6 +167,19 @@ struct RetainOptions {
 // crash mid-delete leaves the step uncommitted. `removed` (optional) gets the steps.
 Status Retain(Env* env, const std::string& root, const RetainOptions& opts,
               std::vector<long>* removed = nullptr);
+
+// The retention decision, shared by every tier (Retain above, ObjectTier::Retain).
+// Pure: no I/O. `committed_deps` maps each committed step to its MANIFEST `depends`;
+// `all_steps` lists every step present on the tier, committed or not (committed
+// steps missing from it are added). Returns, ascending, the steps to delete: every
+// step older than the newest committed one that is not among the newest `keep`
+// committed steps (keep < 1 counts as 1), not golden (committed, divisible by
+// golden_every > 0) and not in the dependency closure of those. Nothing when no
+// step is committed. Callers delete newest first (reverse order), removing COMMIT
+// before anything else of a step, so a crash part-way never leaves a committed step
+// whose dependencies are gone.
+std::vector<long> PlanRetain(const std::map<long, std::vector<long>>& committed_deps,
+                             const std::vector<long>& all_steps, const RetainOptions& opts);
 
 struct VerifyReport {
   uint64_t chunks = 0;

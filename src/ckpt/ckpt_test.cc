@@ -29,6 +29,7 @@
 #include "ckpt/env.h"
 #include "ckpt/fault_env.h"
 #include "ckpt/staging.h"
+#include "ckpt/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -36,6 +37,7 @@ namespace bulwark::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace ::bulwark::ckpt::test_util;  // NOLINT(build/namespaces)
 using ::testing::HasSubstr;
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -44,74 +46,11 @@ constexpr size_t kBitsPerByte = 1;
 constexpr size_t kBitsPerByte = 3;
 #endif
 
-#define BW_ASSERT_OK(expr)                                 \
-  do {                                                     \
-    const ::bulwark::Status _st = (expr);                  \
-    ASSERT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
-  } while (0)
-#define BW_EXPECT_OK(expr)                                 \
-  do {                                                     \
-    const ::bulwark::Status _st = (expr);                  \
-    EXPECT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
-  } while (0)
-
 // ---------------------------------------------------------------------------
 // Helpers
 
-// A tensor with owned bytes.
-struct T {
-  TensorMeta meta;
-  std::vector<uint8_t> bytes;
-  TensorView view() const { return {meta, bytes.data(), nullptr}; }
-};
-
-std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> out(n);
-  for (auto& b : out) b = static_cast<uint8_t>(rng() >> 13);
-  return out;
-}
-
-T MakeT(const std::string& name, DType dt, std::vector<int64_t> shape, uint64_t seed,
-        std::vector<int64_t> global = {}, std::vector<int64_t> offsets = {},
-        bool replicated = false) {
-  T t;
-  t.meta.name = name;
-  t.meta.dtype = dt;
-  t.meta.shape = std::move(shape);
-  t.meta.global_shape = std::move(global);
-  t.meta.offsets = std::move(offsets);
-  t.meta.replicated = replicated;
-  t.bytes = RandomBytes(t.meta.nbytes(), seed);
-  return t;
-}
-
-std::vector<TensorView> Views(const std::vector<T>& ts) {
-  std::vector<TensorView> out;
-  for (const T& t : ts) out.push_back(t.view());
-  return out;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
-}
-
 bool IsDataLossOrNotFound(const Status& st) {
   return st.code() == Code::kDataLoss || st.code() == Code::kNotFound;
-}
-
-std::string MakeTempDir(const std::string& base, const std::string& prefix) {
-  std::string tmpl = base + "/" + prefix + ".XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) return "";
-  return tmpl;
 }
 
 class CkptTest : public ::testing::Test {
@@ -357,6 +296,9 @@ TEST_F(CkptTest, RejectsBadArgumentsAndMetasNamingTheTensor) {
       {"rank mismatch", {view("rankmm", {3, 2}, {6})}, "'rankmm'"},
       {"offsets rank mismatch", {view("offrank", {3}, {6}, {0, 0})}, "'offrank'"},
       {"null data", {null_data}, "'nul'"},
+      // Hostile sizes (a peer's or a file's metadata): no signed overflow, no wrap.
+      {"offset overflow", {view("ovf", {4}, {8}, {INT64_MAX - 1})}, "'ovf'"},
+      {"bytes overflow", {view("huge", {1ll << 40, 1ll << 40})}, "larger than 2^62"},
   };
   for (const Case& c : cases) {
     Status st = WriteShard(env(), root_, 1, 0, 1, c.views, o);

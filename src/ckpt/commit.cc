@@ -50,7 +50,8 @@ Result<Json> ParseChecked(const std::string& content, const std::string& path) {
   size_t nl = content.find('\n');
   if (nl == std::string::npos) return DataLoss(path + ": no checksum line (truncated)");
   const std::string line = content.substr(0, nl);
-  if (content.substr(nl + 1) != "xxh3 " + internal::Hex64(internal::Hash(line.data(), line.size())) + "\n") {
+  if (content.substr(nl + 1) !=
+      "xxh3 " + internal::Hex64(internal::Hash(line.data(), line.size())) + "\n") {
     return DataLoss(path + ": checksum line missing or mismatched (truncated or corrupted)");
   }
   try {
@@ -58,21 +59,6 @@ Result<Json> ParseChecked(const std::string& content, const std::string& path) {
   } catch (const std::exception& e) {
     return DataLoss(path + ": malformed JSON: " + e.what());
   }
-}
-
-std::string EncodeManifest(const Manifest& m) {
-  Json shards = Json::array();
-  for (const ManifestShard& s : m.shards) {
-    shards.push_back({{"rank", s.rank},
-                      {"file", s.file},
-                      {"size", s.size},
-                      {"index_xxh3", internal::Hex64(s.index_xxh3)}});
-  }
-  Json j = {{"format", m.format},     {"step", m.step},
-            {"world", m.world},       {"shards", std::move(shards)},
-            {"depends", m.depends},   {"logical_bytes", m.logical_bytes},
-            {"stored_bytes", m.stored_bytes}, {"time", m.time}};
-  return WithChecksum(j.dump());
 }
 
 Status RemoveStep(Env* env, const std::string& root, long step) {
@@ -83,6 +69,100 @@ Status RemoveStep(Env* env, const std::string& root, long step) {
 }
 
 }  // namespace
+
+namespace internal {
+
+std::string EncodeManifest(const Manifest& m) {
+  Json shards = Json::array();
+  for (const ManifestShard& s : m.shards) {
+    shards.push_back({{"rank", s.rank},
+                      {"file", s.file},
+                      {"size", s.size},
+                      {"index_xxh3", internal::Hex64(s.index_xxh3)}});
+  }
+  Json j = {{"format", m.format},
+            {"step", m.step},
+            {"world", m.world},
+            {"shards", std::move(shards)},
+            {"depends", m.depends},
+            {"logical_bytes", m.logical_bytes},
+            {"stored_bytes", m.stored_bytes},
+            {"time", m.time}};
+  return WithChecksum(j.dump());
+}
+
+std::string EncodeCommit(long step, const std::string& manifest) {
+  Json c = {{"format", kFormatVersion},
+            {"step", step},
+            {"manifest_size", manifest.size()},
+            {"manifest_xxh3", Hex64(Hash(manifest.data(), manifest.size()))}};
+  return WithChecksum(c.dump());
+}
+
+Result<CommitPin> DecodeCommit(const std::string& content, long step, const std::string& what) {
+  BW_ASSIGN_OR_RETURN(Json c, ParseChecked(content, what));
+  CommitPin pin;
+  try {
+    if (c.at("format").get<uint32_t>() != kFormatVersion) {
+      return DataLoss(what + ": unsupported COMMIT format " + c.at("format").dump());
+    }
+    if (c.at("step").get<long>() != step) return DataLoss(what + ": records another step");
+    pin.manifest_size = c.at("manifest_size").get<uint64_t>();
+    if (!ParseHex64(c.at("manifest_xxh3").get<std::string>(), &pin.manifest_xxh3)) {
+      return DataLoss(what + ": malformed manifest_xxh3");
+    }
+  } catch (const std::exception& e) {
+    return DataLoss(what + ": malformed COMMIT: " + e.what());
+  }
+  return pin;
+}
+
+Result<Manifest> DecodeManifest(const std::string& content, long step, const CommitPin& pin,
+                                const std::string& what) {
+  if (content.size() != pin.manifest_size ||
+      Hash(content.data(), content.size()) != pin.manifest_xxh3) {
+    return DataLoss(what + ": does not match the size/xxh3 COMMIT pinned (changed after commit)");
+  }
+  BW_ASSIGN_OR_RETURN(Json j, ParseChecked(content, what));
+  Manifest m;
+  try {
+    m.format = j.at("format").get<uint32_t>();
+    m.step = j.at("step").get<long>();
+    m.world = j.at("world").get<int>();
+    m.time = j.at("time").get<double>();
+    m.depends = j.at("depends").get<std::vector<long>>();
+    m.logical_bytes = j.at("logical_bytes").get<uint64_t>();
+    m.stored_bytes = j.at("stored_bytes").get<uint64_t>();
+    for (const auto& s : j.at("shards")) {
+      ManifestShard ms;
+      ms.rank = s.at("rank").get<int>();
+      ms.file = s.at("file").get<std::string>();
+      ms.size = s.at("size").get<uint64_t>();
+      if (!ParseHex64(s.at("index_xxh3").get<std::string>(), &ms.index_xxh3)) {
+        return DataLoss(what + ": malformed index_xxh3 for rank " + std::to_string(ms.rank));
+      }
+      m.shards.push_back(std::move(ms));
+    }
+  } catch (const std::exception& e) {
+    return DataLoss(what + ": malformed MANIFEST: " + e.what());
+  }
+  if (m.format != kFormatVersion || m.step != step) {
+    return DataLoss(what + ": wrong format or step");
+  }
+  if (m.world < 1 || m.shards.size() != static_cast<size_t>(m.world)) {
+    return DataLoss(what + ": lists " + std::to_string(m.shards.size()) + " shards for world " +
+                    std::to_string(m.world));
+  }
+  for (int r = 0; r < m.world; ++r) {
+    const ManifestShard& s = m.shards[r];
+    if (s.rank != r || s.file != ShardFileName(r, m.world)) {
+      return DataLoss(what + ": shard entry " + std::to_string(r) + " is malformed");
+    }
+  }
+  return m;
+}
+
+}  // namespace internal
 
 Status Commit(Env* env, const std::string& root, long step, int world, bool verify_data) {
   if (world < 1 || world > 99999) {
@@ -133,15 +213,12 @@ Status Commit(Env* env, const std::string& root, long step, int world, bool veri
   }
   m.depends.assign(deps.begin(), deps.end());
   m.time = SystemClock::Get()->NowWall();
-  const std::string manifest = EncodeManifest(m);
+  const std::string manifest = internal::EncodeManifest(m);
   BW_RETURN_IF_ERROR(WriteFileAtomic(env, step_dir, internal::kManifestName, manifest)
                          .Annotate("commit step " + std::to_string(step)));
-  Json c = {{"format", kFormatVersion},
-            {"step", step},
-            {"manifest_size", manifest.size()},
-            {"manifest_xxh3", internal::Hex64(internal::Hash(manifest.data(), manifest.size()))}};
-  BW_RETURN_IF_ERROR(WriteFileAtomic(env, step_dir, internal::kCommitName, WithChecksum(c.dump()))
-                         .Annotate("commit step " + std::to_string(step)));
+  BW_RETURN_IF_ERROR(
+      WriteFileAtomic(env, step_dir, internal::kCommitName, internal::EncodeCommit(step, manifest))
+          .Annotate("commit step " + std::to_string(step)));
   return Status::Ok();
 }
 
@@ -151,63 +228,18 @@ Result<Manifest> ReadCommitted(Env* env, const std::string& root, long step) {
   const std::string mpath = step_dir + "/" + internal::kManifestName;
   Result<std::string> craw = ReadWholeFile(env, cpath);
   if (!craw.ok()) {
-    if (craw.status().code() == Code::kNotFound) return NotFound(cpath + " is missing (step not committed)");
+    if (craw.status().code() == Code::kNotFound) {
+      return NotFound(cpath + " is missing (step not committed)");
+    }
     return craw.status();
   }
-  BW_ASSIGN_OR_RETURN(Json c, ParseChecked(*craw, cpath));
-  uint64_t msize = 0, mhash = 0;
-  try {
-    if (c.at("format").get<uint32_t>() != kFormatVersion) {
-      return DataLoss(cpath + ": unsupported COMMIT format " + c.at("format").dump());
-    }
-    if (c.at("step").get<long>() != step) return DataLoss(cpath + ": records another step");
-    msize = c.at("manifest_size").get<uint64_t>();
-    if (!internal::ParseHex64(c.at("manifest_xxh3").get<std::string>(), &mhash)) {
-      return DataLoss(cpath + ": malformed manifest_xxh3");
-    }
-  } catch (const std::exception& e) {
-    return DataLoss(cpath + ": malformed COMMIT: " + e.what());
-  }
+  BW_ASSIGN_OR_RETURN(internal::CommitPin pin, internal::DecodeCommit(*craw, step, cpath));
   Result<std::string> mraw = ReadWholeFile(env, mpath);
-  if (!mraw.ok()) return DataLoss(cpath + ": committed MANIFEST is unreadable: " + mraw.status().message());
-  if (mraw->size() != msize || internal::Hash(mraw->data(), mraw->size()) != mhash) {
-    return DataLoss(mpath + ": does not match the size/xxh3 COMMIT pinned (changed after commit)");
+  if (!mraw.ok()) {
+    return DataLoss(cpath + ": committed MANIFEST is unreadable: " + mraw.status().message());
   }
-  BW_ASSIGN_OR_RETURN(Json j, ParseChecked(*mraw, mpath));
-  Manifest m;
-  try {
-    m.format = j.at("format").get<uint32_t>();
-    m.step = j.at("step").get<long>();
-    m.world = j.at("world").get<int>();
-    m.time = j.at("time").get<double>();
-    m.depends = j.at("depends").get<std::vector<long>>();
-    m.logical_bytes = j.at("logical_bytes").get<uint64_t>();
-    m.stored_bytes = j.at("stored_bytes").get<uint64_t>();
-    for (const auto& s : j.at("shards")) {
-      ManifestShard ms;
-      ms.rank = s.at("rank").get<int>();
-      ms.file = s.at("file").get<std::string>();
-      ms.size = s.at("size").get<uint64_t>();
-      if (!internal::ParseHex64(s.at("index_xxh3").get<std::string>(), &ms.index_xxh3)) {
-        return DataLoss(mpath + ": malformed index_xxh3 for rank " + std::to_string(ms.rank));
-      }
-      m.shards.push_back(std::move(ms));
-    }
-  } catch (const std::exception& e) {
-    return DataLoss(mpath + ": malformed MANIFEST: " + e.what());
-  }
-  if (m.format != kFormatVersion || m.step != step) {
-    return DataLoss(mpath + ": wrong format or step");
-  }
-  if (m.world < 1 || m.shards.size() != static_cast<size_t>(m.world)) {
-    return DataLoss(mpath + ": lists " + std::to_string(m.shards.size()) + " shards for world " +
-                    std::to_string(m.world));
-  }
-  for (int r = 0; r < m.world; ++r) {
-    const ManifestShard& s = m.shards[r];
-    if (s.rank != r || s.file != ShardFileName(r, m.world)) {
-      return DataLoss(mpath + ": shard entry " + std::to_string(r) + " is malformed");
-    }
+  BW_ASSIGN_OR_RETURN(Manifest m, internal::DecodeManifest(*mraw, step, pin, mpath));
+  for (const ManifestShard& s : m.shards) {
     const std::string shard = step_dir + "/" + s.file;
     Result<uint64_t> size = env->FileSize(shard);
     if (!size.ok()) return DataLoss(mpath + ": committed shard " + shard + " is missing");
@@ -254,29 +286,8 @@ Status Retain(Env* env, const std::string& root, const RetainOptions& opts,
     if (m.ok()) deps[s] = m->depends;
   }
   if (deps.empty()) return Status::Ok();
-  const long newest = deps.rbegin()->first;
-  std::set<long> keep;
-  int n = 0;
-  for (auto it = deps.rbegin(); it != deps.rend(); ++it) {
-    if (n++ < opts.keep || (opts.golden_every > 0 && it->first % opts.golden_every == 0)) {
-      keep.insert(it->first);
-    }
-  }
-  std::vector<long> todo(keep.begin(), keep.end());
-  while (!todo.empty()) {
-    long s = todo.back();
-    todo.pop_back();
-    for (long d : deps[s]) {
-      if (keep.insert(d).second) todo.push_back(d);
-    }
-  }
-  // Newest first: only newer steps reference a step, so removing dependents before
-  // their dependencies means a crash part-way never leaves a committed step whose
-  // referenced shards are gone.
-  std::vector<long> doomed;
-  for (long step : all) {
-    if (step < newest && !keep.count(step)) doomed.push_back(step);
-  }
+  const std::vector<long> doomed = PlanRetain(deps, all, opts);
+  // Newest first (see PlanRetain): dependents go before their dependencies.
   const size_t first = removed != nullptr ? removed->size() : 0;
   Status st;
   for (auto it = doomed.rbegin(); st.ok() && it != doomed.rend(); ++it) {
@@ -286,6 +297,37 @@ Status Retain(Env* env, const std::string& root, const RetainOptions& opts,
   if (removed != nullptr) std::sort(removed->begin() + static_cast<long>(first), removed->end());
   BW_RETURN_IF_ERROR(st);
   return env->SyncDir(root);
+}
+
+std::vector<long> PlanRetain(const std::map<long, std::vector<long>>& committed_deps,
+                             const std::vector<long>& all_steps, const RetainOptions& opts) {
+  if (committed_deps.empty()) return {};
+  const long newest = committed_deps.rbegin()->first;
+  const int keep_newest = std::max(opts.keep, 1);
+  std::set<long> keep;
+  int n = 0;
+  for (auto it = committed_deps.rbegin(); it != committed_deps.rend(); ++it) {
+    if (n++ < keep_newest || (opts.golden_every > 0 && it->first % opts.golden_every == 0)) {
+      keep.insert(it->first);
+    }
+  }
+  std::vector<long> todo(keep.begin(), keep.end());
+  while (!todo.empty()) {
+    long s = todo.back();
+    todo.pop_back();
+    auto it = committed_deps.find(s);
+    if (it == committed_deps.end()) continue;
+    for (long d : it->second) {
+      if (keep.insert(d).second) todo.push_back(d);
+    }
+  }
+  std::set<long> present(all_steps.begin(), all_steps.end());
+  for (const auto& [s, d] : committed_deps) present.insert(s);
+  std::vector<long> doomed;
+  for (long step : present) {
+    if (step < newest && !keep.count(step)) doomed.push_back(step);
+  }
+  return doomed;
 }
 
 }  // namespace bulwark::ckpt

@@ -23,6 +23,8 @@ class WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual Status Append(const void* data, size_t n) = 0;
+  // Overwrites n bytes at `offset`, which must lie within what was appended.
+  virtual Status WriteAt(uint64_t offset, const void* data, size_t n) = 0;
   // Makes everything appended so far durable (fsync).
   virtual Status Sync() = 0;
   virtual Status Close() = 0;

@@ -27,7 +27,7 @@ bool Coin(uint64_t draw) { return ((draw >> 29) & 1) != 0; }
 
 }  // namespace
 
-// Wraps a base file; every Append / Sync / Close is a counted operation.
+// Wraps a base file; every Append / WriteAt / Sync / Close is a counted operation.
 class FaultWritableFile : public WritableFile {
  public:
   FaultWritableFile(FaultEnv* env, std::unique_ptr<WritableFile> base, std::string path,
@@ -52,6 +52,24 @@ class FaultWritableFile : public WritableFile {
     Status st = base_->Append(data, n);
     if (st.ok()) rec_->size += n;
     return st;
+  }
+
+  Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+    uint64_t draw = 0;
+    Status err;
+    switch (env_->Next("WriteAt", path_, n, &draw, &err)) {
+      case FaultEnv::Action::kFail:
+        return err;
+      case FaultEnv::Action::kCrash:
+        if (n > 0) {
+          const size_t p = static_cast<size_t>(draw % n);
+          if (p > 0) (void)base_->WriteAt(offset, data, p);
+        }
+        env_->Crash();
+      case FaultEnv::Action::kProceed:
+        break;
+    }
+    return base_->WriteAt(offset, data, n);
   }
 
   Status Sync() override {
@@ -133,7 +151,8 @@ FaultEnv::Action FaultEnv::Next(const char* op, const std::string& path, uint64_
   const uint64_t n = ++ops_;
   if (trace_on_) {
     std::string line = "#" + std::to_string(n) + " " + op + " " + path;
-    if (std::string(op) == "Append") line += " " + std::to_string(bytes);
+    if (std::string(op) == "Append" || std::string(op) == "WriteAt")
+      line += " " + std::to_string(bytes);
     trace_.push_back(std::move(line));
   }
   if (mode_ == Mode::kNone || n < fault_op_) return Action::kProceed;

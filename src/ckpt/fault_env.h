@@ -5,7 +5,7 @@
 //   FaultEnv wraps a base Env (not owned; must outlive it) and forwards every call
 //   to it. It numbers the MUTATING operations issued through it, 1, 2, 3, ..., in
 //   the order they are issued (a mutex serialises concurrent callers):
-//     NewWritableFile, WritableFile::Append, WritableFile::Sync,
+//     NewWritableFile, WritableFile::Append, WritableFile::WriteAt, WritableFile::Sync,
 //     WritableFile::Close, Rename, RemoveFile, RemoveDir, MkdirAll, SyncDir.
 //   Reads (OpenReadable, ReadableFile::ReadAt, ListDir, FileSize, IsDir) and
 //   DropCache are forwarded and never counted. A WritableFile destroyed without an
@@ -25,6 +25,7 @@
 //               same (seed, n) always tears the same way:
 //                 Append(k bytes)        writes a prefix of p bytes, p uniform in
 //                                        [0, k) (nothing if k == 0);
+//                 WriteAt(k bytes)       overwrites a prefix of p bytes, p as above;
 //                 NewWritableFile,
 //                 Rename, RemoveFile,
 //                 RemoveDir, SyncDir     done or not done (each is atomic), 1/2 each;

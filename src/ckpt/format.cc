@@ -326,8 +326,15 @@ std::vector<int64_t> TensorMeta::Offsets() const {
 
 Status TensorMeta::Validate() const {
   if (name.empty()) return InvalidArgument("tensor name must not be empty");
+  uint64_t bytes = DTypeSize(dtype);
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
   for (int64_t d : shape) {
     if (d < 0) return InvalidArgument("tensor '" + name + "' has a negative dimension " + Dims(shape));
+    if (!empty && (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
+                   bytes > (1ull << 62))) {
+      return InvalidArgument("tensor '" + name + "' of shape " + Dims(shape) +
+                             " is larger than 2^62 bytes");
+    }
   }
   std::vector<int64_t> g = GlobalShape(), o = Offsets();
   if (g.size() != shape.size() || o.size() != shape.size()) {
@@ -335,7 +342,8 @@ Status TensorMeta::Validate() const {
                            Dims(g) + " and offsets " + Dims(o) + " must have the same rank");
   }
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (o[i] < 0 || o[i] + shape[i] > g[i]) {
+    int64_t end = 0;
+    if (o[i] < 0 || __builtin_add_overflow(o[i], shape[i], &end) || end > g[i]) {
       return InvalidArgument("tensor '" + name + "': piece " + Dims(shape) + " at offsets " +
                              Dims(o) + " does not fit in global_shape " + Dims(g));
     }

@@ -58,6 +58,25 @@ Status DecodeIndex(const std::string& json, uint64_t data_len, const std::string
 void MetaToJson(const TensorMeta& m, void* json_out);  // json_out: nlohmann::json*
 Status MetaFromJson(const void* json_in, const std::string& what, TensorMeta* m);
 
+// MANIFEST and COMMIT records (commit.cc), shared by the file and object tiers so
+// both verify COMMIT -> MANIFEST identically. Each record is one JSON line followed
+// by "xxh3 <16 hex digits of that line>\n". `what` names the file or key in errors;
+// every decoding failure is DATA_LOSS.
+struct CommitPin {
+  uint64_t manifest_size = 0;
+  uint64_t manifest_xxh3 = 0;
+};
+std::string EncodeManifest(const Manifest& m);
+// COMMIT bytes pinning `manifest` (the exact MANIFEST bytes) for `step`.
+std::string EncodeCommit(long step, const std::string& manifest);
+// Checks COMMIT's checksum line, format and step; returns its pin.
+Result<CommitPin> DecodeCommit(const std::string& content, long step, const std::string& what);
+// Checks MANIFEST bytes against `pin` (size and xxh3), then its checksum line,
+// format, step, and that it lists exactly `world` shards named ShardFileName(r,
+// world) in rank order. Does not look at the shards themselves.
+Result<Manifest> DecodeManifest(const std::string& content, long step, const CommitPin& pin,
+                                const std::string& what);
+
 // Number of chunks of an `nbytes` tensor.
 inline uint64_t ChunkCount(uint64_t nbytes, uint64_t chunk_size) {
   return (nbytes + chunk_size - 1) / chunk_size;

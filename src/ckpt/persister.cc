@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ckpt/peer.h"
 #include "ckpt/staging.h"
 #include "common/clock.h"
 
@@ -39,8 +40,8 @@ struct Persister::Impl {
   std::function<void(const PersistEvent&)> on_event;
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Request> seal_q;            // seal-only requests, in order
-  std::map<int, Request> persist_q;      // newest persist request per rank
+  std::deque<Request> seal_q;        // seal-only requests, in order
+  std::map<int, Request> persist_q;  // newest persist request per rank
   bool busy = false;
   bool stop = false;
   std::map<int, std::shared_ptr<RingReader>> rings;  // guarded by mu
@@ -60,8 +61,9 @@ struct Persister::Impl {
     if (on_event) on_event(e);
   }
 
-  void WriteTier(const std::string& tier, const std::string& root, const Snapshot& snap,
-                 double hash_s) {
+  // Writes snap's shard to `root`. An unsealed snapshot is hashed while it is
+  // written and then sealed with those hashes (one pass over the bytes).
+  void WriteTier(const std::string& tier, const std::string& root, Snapshot& snap, double hash_s) {
     PersistEvent e;
     e.rank = snap.rank();
     e.step = snap.step();
@@ -73,6 +75,11 @@ struct Persister::Impl {
     Result<ShardIndex> prev = Status(Code::kNotFound, "");
     if (cfg.incremental) {
       Result<long> base = NewestCommitted(env, root, snap.step() - 1);
+      if (base.ok() && *base >= 0 && tier == "disk" && ObjectDue(snap.step())) {
+        // The object tier needs every step this one references committed there.
+        Result<long> on_object = cfg.object_newest(snap.step() - 1);
+        if (!on_object.ok() || *on_object != *base) base = -1;
+      }
       if (base.ok() && *base >= 0) {
         Result<Manifest> m = ReadCommitted(env, root, *base);
         if (m.ok() && m->world == snap.world()) {
@@ -82,9 +89,49 @@ struct Persister::Impl {
       if (prev.ok()) o.previous = &*prev;
     }
     ShardStats st;
-    e.status = WriteShard(env, root, snap.step(), snap.rank(), snap.world(), snap.tensors(), o, &st);
+    if (snap.sealed()) {
+      e.status =
+          WriteShard(env, root, snap.step(), snap.rank(), snap.world(), snap.tensors(), o, &st);
+    } else {
+      std::vector<TensorView> views = snap.tensors();
+      for (TensorView& v : views) v.chunk_hashes = nullptr;
+      e.status = WriteShard(env, root, snap.step(), snap.rank(), snap.world(), views, o, &st);
+      if (e.status.ok()) e.status = snap.AdoptHashes(st.chunk_hashes);
+      e.hash_s += st.hash_s;
+    }
+    if (!snap.sealed() && e.status.ok()) e.status = snap.EnsureSealed(&e.hash_s);
     e.bytes = st.written_bytes;
     e.seconds = st.write_s;
+    Emit(e);
+    if (e.status.ok() && tier == "disk" && ObjectDue(snap.step())) {
+      PersistEvent u;
+      u.rank = snap.rank();
+      u.step = snap.step();
+      u.tier = "object";
+      const double t0 = SystemClock::Get()->NowMono();
+      u.status = cfg.object_upload(root, snap.step(), snap.rank(), snap.world());
+      u.seconds = SystemClock::Get()->NowMono() - t0;
+      u.bytes = st.file_bytes;
+      Emit(u);
+    }
+  }
+
+  bool ObjectDue(long step) const {
+    return cfg.object_upload && cfg.object_newest &&
+           (cfg.object_interval <= 0 || step % cfg.object_interval == 0);
+  }
+
+  // Pushes a sealed snapshot to the peer; reports failures only.
+  void PushToPeer(const Snapshot& snap) {
+    if (cfg.peer_port <= 0) return;
+    PersistEvent e;
+    e.rank = snap.rank();
+    e.step = snap.step();
+    e.tier = "peer";
+    const double t0 = SystemClock::Get()->NowMono();
+    e.status = PushSnapshot(cfg.peer_host, cfg.peer_port, snap, cfg.peer_timeout_s);
+    e.seconds = SystemClock::Get()->NowMono() - t0;
+    e.bytes = snap.bytes();
     Emit(e);
   }
 
@@ -96,21 +143,28 @@ struct Persister::Impl {
         std::lock_guard<std::mutex> l(mu);
         ring = Ring(r.rank, 0);
       }
-      if (ring) (void)ring->Pin(r.slot, r.seq, &hash_s, /*seal=*/true);  // seal, unpin
-      return;
+      if (!ring) return;
+      Result<std::unique_ptr<Snapshot>> snap = ring->Pin(r.slot, r.seq, &hash_s, /*seal=*/true);
+      if (snap.ok()) PushToPeer(**snap);
+      return;  // unpins
     }
-    Status st = r.snap->EnsureSealed(&hash_s);
-    if (!st.ok()) {
-      PersistEvent e;
-      e.rank = r.rank;
-      e.step = r.step;
-      e.tier = "disk";
-      e.status = st;
-      Emit(e);
+    if (cfg.disk_dir.empty() && cfg.shared_dir.empty()) {
+      Status st = r.snap->EnsureSealed(&hash_s);
+      if (!st.ok()) {
+        PersistEvent e;
+        e.rank = r.rank;
+        e.step = r.step;
+        e.tier = "disk";
+        e.status = st;
+        Emit(e);
+        return;
+      }
+      PushToPeer(*r.snap);
       return;
     }
     if (!cfg.disk_dir.empty()) WriteTier("disk", cfg.disk_dir, *r.snap, hash_s);
     if (!cfg.shared_dir.empty()) WriteTier("shared", cfg.shared_dir, *r.snap, 0);
+    if (r.snap->sealed()) PushToPeer(*r.snap);
   }
 
   void Loop() {
@@ -168,8 +222,8 @@ void Persister::OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, 
     std::shared_ptr<RingReader> ring = impl_->Ring(rank, generation);
     Result<std::unique_ptr<Snapshot>> snap =
         ring ? ring->Pin(slot, seq, nullptr, /*seal=*/false)
-             : Result<std::unique_ptr<Snapshot>>(NotFound("staging ring of rank " +
-                                                          std::to_string(rank) + " is missing"));
+             : Result<std::unique_ptr<Snapshot>>(
+                   NotFound("staging ring of rank " + std::to_string(rank) + " is missing"));
     if (!snap.ok()) {
       PersistEvent e;
       e.rank = rank;
@@ -213,7 +267,8 @@ bool Persister::Drain(double timeout_s) {
 std::map<int, std::vector<long>> Persister::Inventory(const std::vector<int>& ranks) {
   std::map<int, std::vector<long>> out;
   for (int r : ranks) {
-    Result<std::unique_ptr<RingReader>> ring = RingReader::Open(RingPath(impl_->cfg.staging_dir, r));
+    Result<std::unique_ptr<RingReader>> ring =
+        RingReader::Open(RingPath(impl_->cfg.staging_dir, r));
     out[r] = ring.ok() ? (*ring)->Steps() : std::vector<long>{};
   }
   return out;

@@ -5,9 +5,12 @@
 // thread, at idle CPU and I/O priority so training keeps the cores, then
 //   1. seals the slot (per-chunk xxh3) so the memory tier can restore it, and
 //   2. if the step is due for disk, writes this rank's shard from the pinned slot
-//      to the disk tier (and the shared tier, if configured), with replicated
-//      tensors deduplicated across ranks and unchanged chunks referencing the
-//      newest committed step, and reports each durable shard through `on_event`.
+//      to the disk tier (hashing each chunk as it writes it, which also seals the
+//      slot), uploads it to the object tier when due, writes the shared tier if
+//      configured, with replicated tensors deduplicated across ranks and unchanged
+//      chunks referencing the newest committed step, and reports each durable
+//      shard through `on_event`;
+//   3. pushes the sealed snapshot to the peer agent's memory, if configured.
 // Commit (MANIFEST + COMMIT) is the controller's: it alone knows when every rank
 // of a step is durable on a tier.
 // Pending work coalesces per rank: a newer staged step replaces an older one not
@@ -37,16 +40,30 @@ struct PersistConfig {
   bool dedup_replicated = true;
   bool incremental = true;
   bool low_priority = true;  // SCHED_IDLE + idle I/O class for the persister thread
+  // Peer replication (peer.h): every sealed snapshot is pushed to this PeerServer
+  // (newest wins when pushes fall behind). peer_port 0 = off.
+  std::string peer_host = "127.0.0.1";
+  int peer_port = 0;
+  double peer_timeout_s = 30;
+  // Object tier: once a shard is durable on disk_dir, `object_upload(disk_dir, step,
+  // rank, world)` uploads it, for steps divisible by object_interval (0 = every
+  // persisted step). Such a step is written incrementally only against a base that
+  // `object_newest(step - 1)` (newest step committed on the object tier, -1 none)
+  // confirms is committed there too, so the object tier never lacks a dependency.
+  // Both run on the persister thread. Unset = no object tier.
+  std::function<Status(const std::string& root, long step, int rank, int world)> object_upload;
+  std::function<Result<long>(long max_step)> object_newest;
+  long object_interval = 0;
 };
 
 struct PersistEvent {
   int rank = 0;
   long step = 0;
-  std::string tier;  // "disk" or "shared"
+  std::string tier;  // "disk", "shared", "object" or "peer" (a push to the peer)
   Status status;
-  uint64_t bytes = 0;    // bytes written to the tier
-  double seconds = 0;    // write + fsync wall time
-  double hash_s = 0;     // sealing time (chunk checksums)
+  uint64_t bytes = 0;  // bytes written to the tier
+  double seconds = 0;  // write + fsync wall time
+  double hash_s = 0;   // sealing time (chunk checksums)
 };
 
 class Persister {

@@ -131,8 +131,8 @@ Status ParseSlotIndex(const Mapping& m, int slot, std::vector<SlotTensor>* out) 
   }
   out->clear();
   try {
-    Json j = Json::parse(std::string(reinterpret_cast<const char*>(m.index_area(slot)),
-                                     sh->index_len));
+    Json j =
+        Json::parse(std::string(reinterpret_cast<const char*>(m.index_area(slot)), sh->index_len));
     uint64_t hb = 0;
     for (const Json& t : j) {
       SlotTensor st;
@@ -215,6 +215,29 @@ class SnapshotImpl : public Snapshot {
     std::vector<SlotTensor> ts;
     BW_RETURN_IF_ERROR(ParseSlotIndex(*m_, slot_, &ts));
     return Seal(*m_, slot_, ts, hash_s);
+  }
+  bool sealed() const override {
+    return StateOf(m_->slot(slot_)->word.load(std::memory_order_acquire)) == kSealed;
+  }
+  Status AdoptHashes(const std::vector<std::vector<uint64_t>>& hashes) override {
+    if (sealed()) return Status::Ok();
+    const uint64_t cs = m_->hdr()->chunk_size;
+    if (hashes.size() != views_.size()) return InvalidArgument("AdoptHashes: tensor count differs");
+    for (size_t i = 0; i < views_.size(); ++i) {
+      if (hashes[i].size() != internal::ChunkCount(views_[i].meta.nbytes(), cs)) {
+        return InvalidArgument("AdoptHashes: chunk count of '" + views_[i].meta.name + "' differs");
+      }
+    }
+    for (size_t i = 0; i < views_.size(); ++i) {
+      std::copy(hashes[i].begin(), hashes[i].end(), const_cast<uint64_t*>(views_[i].chunk_hashes));
+    }
+    SlotHeader* sh = m_->slot(slot_);
+    uint64_t w = sh->word.load(std::memory_order_acquire);
+    while (StateOf(w) == kStaged &&
+           !sh->word.compare_exchange_weak(w, Word(kSealed, ReadersOf(w), SeqOf(w)),
+                                           std::memory_order_acq_rel)) {
+    }
+    return Status::Ok();
   }
   long step() const override { return m_->slot(slot_)->step; }
   int rank() const override { return m_->hdr()->rank; }
@@ -431,13 +454,15 @@ Result<StageResult> Stager::Stage(long step, const std::vector<TensorView>& tens
     }
   }
   if (slot < 0) {
-    return Unavailable("staging ring full: every other slot is being persisted; the background "
-                       "persist is slower than the save cadence (raise checkpoint.memory.slots)");
+    return Unavailable(
+        "staging ring full: every other slot is being persisted; the background "
+        "persist is slower than the save cadence (raise checkpoint.memory.slots)");
   }
   std::memcpy(s.m->index_area(slot), s.index_json.data(), s.index_json.size());
   uint8_t* data = s.m->data_area(slot);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].meta.nbytes() > 0) std::memcpy(data + s.offs[i], tensors[i].data, tensors[i].meta.nbytes());
+    if (tensors[i].meta.nbytes() > 0)
+      std::memcpy(data + s.offs[i], tensors[i].data, tensors[i].meta.nbytes());
   }
   sh->step = step;
   sh->data_len = s.total;
@@ -508,7 +533,8 @@ Status Stager::Restore(long step, const std::vector<std::pair<TensorMeta, void*>
                            [&](const TensorView& t) { return t.meta.name == want.name; });
     if (it == ts.end()) return NotFound("tensor '" + want.name + "' is not in the memory tier");
     if (it->meta.dtype != want.dtype || it->meta.shape != want.shape) {
-      return InvalidArgument("tensor '" + want.name + "' in the memory tier has another dtype/shape");
+      return InvalidArgument("tensor '" + want.name +
+                             "' in the memory tier has another dtype/shape");
     }
     BW_RETURN_IF_ERROR(CopyVerified(*it, snap->chunk_size(), dst));
   }
@@ -589,8 +615,8 @@ std::vector<long> RingReader::Steps() {
 uint64_t RingReader::generation() const { return impl_->m->hdr()->generation; }
 
 Status StageCopy(const std::string& staging_dir, int slots, const Snapshot& snap) {
-  BW_ASSIGN_OR_RETURN(auto st, Stager::Open(staging_dir, snap.rank(), snap.world(), slots,
-                                            snap.chunk_size()));
+  BW_ASSIGN_OR_RETURN(
+      auto st, Stager::Open(staging_dir, snap.rank(), snap.world(), slots, snap.chunk_size()));
   BW_ASSIGN_OR_RETURN(StageResult r, st->Stage(snap.step(), snap.tensors()));
   BW_ASSIGN_OR_RETURN(auto reader, RingReader::Open(RingPath(staging_dir, snap.rank())));
   BW_ASSIGN_OR_RETURN(auto pinned, reader->Pin(r.slot, r.seq));

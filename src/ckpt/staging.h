@@ -54,9 +54,8 @@ struct StageResult {
 class Stager {
  public:
   // Opens (or creates on first Stage) rank's ring. `slots` >= 2.
-  static Result<std::unique_ptr<Stager>> Open(const std::string& staging_dir, int rank,
-                                              int world, int slots,
-                                              uint64_t chunk_size = kDefaultChunkSize);
+  static Result<std::unique_ptr<Stager>> Open(const std::string& staging_dir, int rank, int world,
+                                              int slots, uint64_t chunk_size = kDefaultChunkSize);
   ~Stager();
 
   // Copies `tensors` into a free slot as `step`; returns once they are staged.
@@ -95,6 +94,15 @@ class Snapshot {
   virtual const std::vector<TensorView>& tensors() const = 0;
   // Computes the chunk hashes if the slot is not sealed yet (adds to *hash_s).
   virtual Status EnsureSealed(double* hash_s) = 0;
+  // Whether the chunk hashes are valid (the slot is SEALED).
+  virtual bool sealed() const { return true; }
+  // Seals with hashes computed elsewhere from these same bytes (the shard writer
+  // hashes while persisting): `hashes[i]` are tensor i's chunk hashes.
+  // INVALID_ARGUMENT if the counts do not match; OK if already sealed.
+  virtual Status AdoptHashes(const std::vector<std::vector<uint64_t>>& hashes) {
+    (void)hashes;
+    return sealed() ? Status::Ok() : FailedPrecondition("snapshot cannot adopt hashes");
+  }
   virtual uint64_t bytes() const = 0;
 };
 

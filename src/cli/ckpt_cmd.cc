@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/object_tier.h"
 
 namespace bulwark::cli {
 namespace {
@@ -72,6 +73,23 @@ double Ratio(uint64_t stored, uint64_t logical) {
 int Usage(std::ostream& err, const char* cmd, const std::string& msg) {
   err << "bulwark ckpt" << (*cmd ? " " : "") << cmd << ": " << msg << "\n";
   return 2;
+}
+
+bool IsObjectTier(const std::string& dir) { return dir.rfind("s3://", 0) == 0; }
+
+// Opens the object tier an "s3://..." DIR names; nullptr after writing the usage
+// error (the caller exits 2).
+std::unique_ptr<ckpt::ObjectTier> OpenObjectTier(const char* cmd, const std::string& url,
+                                                 std::ostream& err) {
+  Result<std::unique_ptr<ckpt::ObjectTier>> t = ckpt::ObjectTier::OpenUrl(url);
+  if (!t.ok()) {
+    Usage(err, cmd,
+          "DIR '" + url + "': " + t.status().message() +
+              " (an object tier is s3://BUCKET[/PREFIX][?endpoint=URL&region=R], credentials "
+              "from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)");
+    return nullptr;
+  }
+  return std::move(*t);
 }
 
 // Checks DIR is given and is an existing directory; "" if fine, else the message.
@@ -192,7 +210,6 @@ Result<std::vector<long>> ListStepDirs(ckpt::Env* env, const std::string& root) 
 
 GcPlan ComputeGcPlan(ckpt::Env* env, const std::string& root, const std::vector<long>& step_dirs,
                      int keep, long golden_every) {
-  GcPlan p;
   std::map<long, std::vector<long>> deps;  // committed step -> direct dependencies
   std::map<long, std::string> uncommitted;
   for (long s : step_dirs) {
@@ -203,11 +220,22 @@ GcPlan ComputeGcPlan(ckpt::Env* env, const std::string& root, const std::vector<
       uncommitted[s] = NotCommittedReason(m.status());
     }
   }
+  return ComputeGcPlan(deps, uncommitted, step_dirs, keep, golden_every);
+}
+
+GcPlan ComputeGcPlan(const std::map<long, std::vector<long>>& deps,
+                     const std::map<long, std::string>& uncommitted,
+                     const std::vector<long>& step_dirs, int keep, long golden_every) {
+  GcPlan p;
   if (deps.empty()) {
-    for (const auto& [s, r] : uncommitted) p.kept_other.push_back(s);
+    for (long s : step_dirs) p.kept_other.push_back(s);
     return p;
   }
   p.newest = deps.rbegin()->first;
+  ckpt::RetainOptions ro;
+  ro.keep = keep;
+  ro.golden_every = golden_every;
+  p.remove = ckpt::PlanRetain(deps, step_dirs, ro);  // the decision; the rest explains it
   std::set<long> kept;
   int n = 0;
   for (auto it = deps.rbegin(); it != deps.rend(); ++it) {
@@ -233,13 +261,12 @@ GcPlan ComputeGcPlan(ckpt::Env* env, const std::string& root, const std::vector<
       }
     }
   }
+  const std::set<long> remove(p.remove.begin(), p.remove.end());
   for (long s : step_dirs) {
-    if (kept.count(s)) continue;
-    if (s >= p.newest) {
-      p.kept_other.push_back(s);
+    if (!remove.count(s)) {
+      if (!kept.count(s)) p.kept_other.push_back(s);
       continue;
     }
-    p.remove.push_back(s);
     auto u = uncommitted.find(s);
     if (u != uncommitted.end()) {
       p.why[s] = u->second + "; older than the newest committed step " + std::to_string(p.newest);
@@ -254,27 +281,52 @@ GcPlan ComputeGcPlan(ckpt::Env* env, const std::string& root, const std::vector<
 }
 
 int CkptLs(ckpt::Env* env, const CkptLsFlags& f, std::ostream& out, std::ostream& err) {
-  if (std::string e = CheckDir(env, f.dir); !e.empty()) return Usage(err, "ls", e);
-  Result<std::vector<long>> steps = ListStepDirs(env, f.dir);
-  if (!steps.ok()) {
-    err << "bulwark ckpt ls: " << steps.status().message() << "\n";
-    return 1;
+  std::vector<StepInfo> found;  // every step directory (or object-tier step prefix)
+  if (IsObjectTier(f.dir)) {
+    std::unique_ptr<ckpt::ObjectTier> tier = OpenObjectTier("ls", f.dir, err);
+    if (tier == nullptr) return 2;
+    Result<std::vector<ckpt::ObjectTier::StepState>> scan = tier->Scan();
+    if (!scan.ok()) {
+      err << "bulwark ckpt ls: " << scan.status().message() << "\n";
+      return 1;
+    }
+    for (ckpt::ObjectTier::StepState& s : *scan) {
+      StepInfo info;
+      info.step = s.step;
+      info.committed = s.status.ok();
+      if (info.committed) {
+        info.m = std::move(s.manifest);
+      } else {
+        info.reason = NotCommittedReason(s.status);
+      }
+      found.push_back(std::move(info));
+    }
+  } else {
+    if (std::string e = CheckDir(env, f.dir); !e.empty()) return Usage(err, "ls", e);
+    Result<std::vector<long>> steps = ListStepDirs(env, f.dir);
+    if (!steps.ok()) {
+      err << "bulwark ckpt ls: " << steps.status().message() << "\n";
+      return 1;
+    }
+    for (long s : *steps) {
+      StepInfo info;
+      info.step = s;
+      Result<ckpt::Manifest> m = ckpt::ReadCommitted(env, f.dir, s);
+      if (m.ok()) {
+        info.committed = true;
+        info.m = std::move(*m);
+      } else {
+        info.reason = NotCommittedReason(m.status());
+      }
+      found.push_back(std::move(info));
+    }
   }
   std::vector<StepInfo> rows;
   int hidden = 0;
-  for (long s : *steps) {
-    StepInfo info;
-    info.step = s;
-    Result<ckpt::Manifest> m = ckpt::ReadCommitted(env, f.dir, s);
-    if (m.ok()) {
-      info.committed = true;
-      info.m = std::move(*m);
-    } else {
-      info.reason = NotCommittedReason(m.status());
-      if (!f.all) {
-        ++hidden;
-        continue;
-      }
+  for (StepInfo& info : found) {
+    if (!info.committed && !f.all) {
+      ++hidden;
+      continue;
     }
     rows.push_back(std::move(info));
   }
@@ -470,7 +522,10 @@ int CkptVerify(ckpt::Env* env, const CkptVerifyFlags& f, std::ostream& out, std:
 }
 
 int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream& err) {
-  if (std::string e = CheckDir(env, f.dir); !e.empty()) return Usage(err, "gc", e);
+  const bool object_tier = IsObjectTier(f.dir);
+  if (!object_tier) {
+    if (std::string e = CheckDir(env, f.dir); !e.empty()) return Usage(err, "gc", e);
+  }
   long keep = 0, golden = 0;
   if (f.keep.empty()) {
     return Usage(err, "gc",
@@ -487,22 +542,43 @@ int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream
                  "every committed step divisible by M), got '" +
                      f.golden_every + "'");
   }
-  Result<std::vector<long>> steps = ListStepDirs(env, f.dir);
-  if (!steps.ok()) {
-    err << "bulwark ckpt gc: " << steps.status().message() << "\n";
-    return 1;
-  }
-  GcPlan plan = ComputeGcPlan(env, f.dir, *steps, static_cast<int>(keep), golden);
+  ckpt::RetainOptions ro;
+  ro.keep = static_cast<int>(keep);
+  ro.golden_every = golden;
+  GcPlan plan;
   std::vector<long> removed;
   Status st;
-  if (!f.dry_run) {
-    ckpt::RetainOptions ro;
-    ro.keep = static_cast<int>(keep);
-    ro.golden_every = golden;
-    st = ckpt::Retain(env, f.dir, ro, &removed);
+  if (object_tier) {
+    std::unique_ptr<ckpt::ObjectTier> tier = OpenObjectTier("gc", f.dir, err);
+    if (tier == nullptr) return 2;
+    Result<std::vector<ckpt::ObjectTier::StepState>> scan = tier->Scan();
+    if (!scan.ok()) {
+      err << "bulwark ckpt gc: " << scan.status().message() << "\n";
+      return 1;
+    }
+    std::map<long, std::vector<long>> deps;
+    std::map<long, std::string> uncommitted;
+    std::vector<long> steps;
+    for (const ckpt::ObjectTier::StepState& s : *scan) {
+      steps.push_back(s.step);
+      if (s.status.ok()) {
+        deps[s.step] = s.manifest.depends;
+      } else {
+        uncommitted[s.step] = NotCommittedReason(s.status);
+      }
+    }
+    plan = ComputeGcPlan(deps, uncommitted, steps, ro.keep, golden);
+    if (!f.dry_run) st = tier->Retain(ro, &removed);
   } else {
-    removed = plan.remove;
+    Result<std::vector<long>> steps = ListStepDirs(env, f.dir);
+    if (!steps.ok()) {
+      err << "bulwark ckpt gc: " << steps.status().message() << "\n";
+      return 1;
+    }
+    plan = ComputeGcPlan(env, f.dir, *steps, ro.keep, golden);
+    if (!f.dry_run) st = ckpt::Retain(env, f.dir, ro, &removed);
   }
+  if (f.dry_run) removed = plan.remove;
   if (f.json) {
     Json j = {{"dry_run", f.dry_run},
               {"newest_committed", plan.newest},
@@ -548,11 +624,14 @@ CLI::App* AddCkptCommands(CLI::App& app, int* exit_code, std::ostream& out, std:
     }
   });
   const char* kDir = "checkpoint directory holding step-* dirs (the job's checkpoint.dir)";
+  const char* kDirOrS3 =
+      "checkpoint directory holding step-* dirs (the job's checkpoint.dir), or an object "
+      "tier s3://BUCKET[/PREFIX][?endpoint=URL]";
   ckpt::Env* env = ckpt::Env::Default();
 
   auto ls = std::make_shared<CkptLsFlags>();
   auto* lsc = ckpt->add_subcommand("ls", "one line per step: committed?, sizes, dependencies");
-  lsc->add_option("dir", ls->dir, kDir);
+  lsc->add_option("dir", ls->dir, kDirOrS3);
   lsc->add_flag("--all", ls->all, "also list uncommitted and invalid step directories");
   lsc->add_flag("--json", ls->json, "print a JSON array");
   lsc->callback([=, &out, &err] { *exit_code = CkptLs(env, *ls, out, err); });
@@ -577,7 +656,7 @@ CLI::App* AddCkptCommands(CLI::App& app, int* exit_code, std::ostream& out, std:
 
   auto gc = std::make_shared<CkptGcFlags>();
   auto* gcc = ckpt->add_subcommand("gc", "apply retention: remove old and uncommitted steps");
-  gcc->add_option("dir", gc->dir, kDir);
+  gcc->add_option("dir", gc->dir, kDirOrS3);
   gcc->add_option("--keep", gc->keep, "newest committed steps to keep (>= 1, required)");
   gcc->add_option("--golden-every", gc->golden_every,
                   "also keep committed steps divisible by this (0: none)");

@@ -1,5 +1,7 @@
 // `bulwark ckpt ls | inspect | verify | gc`: inspect and maintain a checkpoint
-// directory (a tier root holding step-<012d>/ dirs, see ckpt/checkpoint.h).
+// directory (a tier root holding step-<012d>/ dirs, see ckpt/checkpoint.h). `ls` and
+// `gc` also take an object tier, "s3://BUCKET[/PREFIX][?endpoint=URL]"
+// (ckpt/object_tier.h; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
 //
 // Each command is a function writing its report to `out` and its errors to `err`
 // and returning the process exit code: 0 success, 1 a problem found in the
@@ -72,6 +74,11 @@ struct GcPlan {
 };
 GcPlan ComputeGcPlan(ckpt::Env* env, const std::string& root, const std::vector<long>& step_dirs,
                      int keep, long golden_every);
+// The same from what a tier scan found (pure): committed step -> its dependencies,
+// uncommitted step -> why. `remove` is ckpt::PlanRetain's decision; the rest explains it.
+GcPlan ComputeGcPlan(const std::map<long, std::vector<long>>& committed_deps,
+                     const std::map<long, std::string>& uncommitted,
+                     const std::vector<long>& step_dirs, int keep, long golden_every);
 
 // Step numbers of the "step-<12 digits>" directories under `root`, ascending.
 Result<std::vector<long>> ListStepDirs(ckpt::Env* env, const std::string& root);

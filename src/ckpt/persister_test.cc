@@ -1,0 +1,355 @@
+// Tests of the node agent's background persister (persister.h): a staged snapshot
+// is persisted to the disk and shared tiers, the ring slot ends up sealed with the
+// hashes the shard writer computed while writing (one pass), seal-only requests,
+// incremental persists, and the reasons reported when a snapshot cannot be
+// persisted. Deterministic: waits are Drain() with a deadline.
+#include "ckpt/persister.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/env.h"
+#include "ckpt/peer.h"
+#include "ckpt/staging.h"
+#include "ckpt/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace bulwark::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace ::bulwark::ckpt::test_util;  // NOLINT(build/namespaces)
+using ::testing::HasSubstr;
+
+struct Tensor {
+  std::string name;
+  std::vector<float> data;
+};
+
+std::vector<TensorView> Views(const std::vector<Tensor>& ts) {
+  std::vector<TensorView> out;
+  for (const Tensor& t : ts) {
+    TensorView v;
+    v.meta.name = t.name;
+    v.meta.dtype = DType::kF32;
+    v.meta.shape = {static_cast<int64_t>(t.data.size())};
+    v.data = t.data.data();
+    out.push_back(v);
+  }
+  return out;
+}
+
+class PersisterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    staging_ = MakeTempDir(fs::is_directory("/dev/shm") ? "/dev/shm" : "/tmp", "bw_persist_stg");
+    disk_ = MakeTempDir("/tmp", "bw_persist_disk");
+    ASSERT_FALSE(staging_.empty());
+    ASSERT_FALSE(disk_.empty());
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    // 3 tensors; "b" spans several 64 KiB chunks with a short last one.
+    tensors_ = {{"a", std::vector<float>(1000)},
+                {"b", std::vector<float>(70000)},
+                {"c", std::vector<float>(16384)}};
+    for (Tensor& t : tensors_) {
+      for (float& f : t.data) f = u(rng);
+    }
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+    fs::remove_all(disk_, ec);
+  }
+
+  std::unique_ptr<Persister> Make(const std::string& shared = "",
+                                  const std::function<void(PersistConfig*)>& tweak = nullptr) {
+    PersistConfig c;
+    c.staging_dir = staging_;
+    c.disk_dir = disk_;
+    c.shared_dir = shared;
+    c.world = 1;
+    c.low_priority = false;
+    if (tweak) tweak(&c);
+    return std::make_unique<Persister>(c, Env::Default(), [this](const PersistEvent& e) {
+      std::lock_guard<std::mutex> l(mu_);
+      events_.push_back(e);
+    });
+  }
+  std::vector<PersistEvent> Events() {
+    std::lock_guard<std::mutex> l(mu_);
+    return events_;
+  }
+  void ExpectLoads(const std::string& root, long step) {
+    Result<std::unique_ptr<StepReader>> rd = StepReader::Open(Env::Default(), root, step);
+    ASSERT_TRUE(rd.ok()) << rd.status().ToString();
+    for (const TensorView& v : Views(tensors_)) {
+      std::vector<float> got(v.meta.shape[0]);
+      BW_ASSERT_OK((*rd)->Load(v.meta, got.data()));
+      EXPECT_EQ(0, std::memcmp(got.data(), v.data, v.meta.nbytes())) << v.meta.name;
+    }
+  }
+
+  static constexpr uint64_t kChunk = 64 << 10;
+  std::string staging_, disk_;
+  std::vector<Tensor> tensors_;
+  std::mutex mu_;
+  std::vector<PersistEvent> events_;
+};
+
+TEST_F(PersisterTest, PersistsToDiskAndSealsTheSlotInOnePass) {
+  auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
+  ASSERT_TRUE(stager.ok()) << stager.status().ToString();
+  Result<StageResult> sr = (*stager)->Stage(10, Views(tensors_));
+  ASSERT_TRUE(sr.ok()) << sr.status().ToString();
+  EXPECT_TRUE((*stager)->SealedSteps().empty());  // nobody sealed it yet
+  auto p = Make();
+  p->OnStaged(0, sr->slot, sr->seq, sr->generation, 10, /*persist=*/true);
+  ASSERT_TRUE(p->Drain(60));
+  std::vector<PersistEvent> ev = Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_TRUE(ev[0].status.ok()) << ev[0].status.ToString();
+  EXPECT_EQ(ev[0].tier, "disk");
+  EXPECT_EQ(ev[0].step, 10);
+  EXPECT_EQ(ev[0].bytes, (1000 + 70000 + 16384) * 4u);
+  EXPECT_GT(ev[0].hash_s, 0);  // hashed by the writer
+  BW_ASSERT_OK(Commit(Env::Default(), disk_, 10, 1, /*verify_data=*/true));
+  ExpectLoads(disk_, 10);
+  // The slot is sealed with the writer's hashes: the memory tier restores it, and
+  // Restore verifies every chunk against them.
+  EXPECT_EQ((*stager)->SealedSteps(), std::vector<long>{10});
+  std::vector<std::vector<float>> out(tensors_.size());
+  std::vector<std::pair<TensorMeta, void*>> dsts;
+  std::vector<TensorView> views = Views(tensors_);
+  for (size_t i = 0; i < views.size(); ++i) {
+    out[i].resize(tensors_[i].data.size());
+    dsts.emplace_back(views[i].meta, out[i].data());
+  }
+  BW_ASSERT_OK((*stager)->Restore(10, dsts));
+  for (size_t i = 0; i < views.size(); ++i) EXPECT_EQ(out[i], tensors_[i].data);
+}
+
+TEST_F(PersisterTest, SealOnlyRequestWritesNothing) {
+  auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
+  ASSERT_TRUE(stager.ok());
+  Result<StageResult> sr = (*stager)->Stage(3, Views(tensors_));
+  ASSERT_TRUE(sr.ok());
+  auto p = Make();
+  p->OnStaged(0, sr->slot, sr->seq, sr->generation, 3, /*persist=*/false);
+  ASSERT_TRUE(p->Drain(60));
+  EXPECT_TRUE(Events().empty());
+  EXPECT_EQ((*stager)->SealedSteps(), std::vector<long>{3});
+  EXPECT_FALSE(fs::exists(StepDir(disk_, 3)));
+  EXPECT_EQ(p->Inventory({0})[0], std::vector<long>{3});
+}
+
+TEST_F(PersisterTest, SharedTierGetsTheSameShard) {
+  const std::string shared = MakeTempDir("/tmp", "bw_persist_shared");
+  auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
+  ASSERT_TRUE(stager.ok());
+  Result<StageResult> sr = (*stager)->Stage(5, Views(tensors_));
+  ASSERT_TRUE(sr.ok());
+  {
+    auto p = Make(shared);
+    p->OnStaged(0, sr->slot, sr->seq, sr->generation, 5, true);
+    ASSERT_TRUE(p->Drain(60));
+  }
+  std::vector<PersistEvent> ev = Events();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].tier, "disk");
+  EXPECT_EQ(ev[1].tier, "shared");
+  for (const PersistEvent& e : ev) EXPECT_TRUE(e.status.ok()) << e.status.ToString();
+  BW_ASSERT_OK(Commit(Env::Default(), disk_, 5, 1, true));
+  BW_ASSERT_OK(Commit(Env::Default(), shared, 5, 1, true));
+  ExpectLoads(shared, 5);
+  std::error_code ec;
+  fs::remove_all(shared, ec);
+}
+
+TEST_F(PersisterTest, IncrementalPersistWritesOnlyChangedChunks) {
+  auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
+  ASSERT_TRUE(stager.ok());
+  auto p = Make();
+  Result<StageResult> sr = (*stager)->Stage(1, Views(tensors_));
+  ASSERT_TRUE(sr.ok());
+  p->OnStaged(0, sr->slot, sr->seq, sr->generation, 1, true);
+  ASSERT_TRUE(p->Drain(60));
+  BW_ASSERT_OK(Commit(Env::Default(), disk_, 1, 1, true));
+  tensors_[1].data[5] += 1;  // first chunk of "b" only
+  sr = (*stager)->Stage(2, Views(tensors_));
+  ASSERT_TRUE(sr.ok());
+  p->OnStaged(0, sr->slot, sr->seq, sr->generation, 2, true);
+  ASSERT_TRUE(p->Drain(60));
+  std::vector<PersistEvent> ev = Events();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_TRUE(ev[1].status.ok()) << ev[1].status.ToString();
+  EXPECT_EQ(ev[1].bytes, kChunk);  // one 64 KiB chunk rewritten
+  BW_ASSERT_OK(Commit(Env::Default(), disk_, 2, 1, true));
+  ExpectLoads(disk_, 2);
+}
+
+TEST_F(PersisterTest, OverwrittenSlotIsReportedNotPersisted) {
+  auto stager = Stager::Open(staging_, 0, 1, 2, kChunk);
+  ASSERT_TRUE(stager.ok());
+  Result<StageResult> old = (*stager)->Stage(1, Views(tensors_));
+  ASSERT_TRUE(old.ok());
+  // Two more saves: with 2 slots the first one's slot is reused.
+  ASSERT_TRUE((*stager)->Stage(2, Views(tensors_)).ok());
+  ASSERT_TRUE((*stager)->Stage(3, Views(tensors_)).ok());
+  auto p = Make();
+  p->OnStaged(0, old->slot, old->seq, old->generation, 1, true);
+  ASSERT_TRUE(p->Drain(60));
+  std::vector<PersistEvent> ev = Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_FALSE(ev[0].status.ok());
+  EXPECT_THAT(ev[0].status.ToString(), HasSubstr("was not persisted"));
+  EXPECT_FALSE(fs::exists(StepDir(disk_, 1) + "/" + ShardFileName(0, 1)));
+}
+
+TEST_F(PersisterTest, AdoptHashesChecksCounts) {
+  auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
+  ASSERT_TRUE(stager.ok());
+  Result<StageResult> sr = (*stager)->Stage(4, Views(tensors_));
+  ASSERT_TRUE(sr.ok());
+  auto reader = RingReader::Open(RingPath(staging_, 0));
+  ASSERT_TRUE(reader.ok());
+  auto snap = (*reader)->Pin(sr->slot, sr->seq, nullptr, /*seal=*/false);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_FALSE((*snap)->sealed());
+  Status st = (*snap)->AdoptHashes({{1}, {2}});
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  st = (*snap)->AdoptHashes({{1}, {2, 3}, {4}});  // "b" has 5 chunks
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_FALSE((*snap)->sealed());
+  double hash_s = 0;
+  BW_ASSERT_OK((*snap)->EnsureSealed(&hash_s));
+  EXPECT_TRUE((*snap)->sealed());
+}
+
+TEST_F(PersisterTest, SealedSnapshotsArePushedToThePeer) {
+  const std::string replicas = staging_ + "/peer-replicas";
+  PeerServerOptions po;
+  po.replica_dir = replicas;
+  po.slots = 2;
+  po.log = [](const std::string&) {};
+  auto server = PeerServer::Start(po);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
+  ASSERT_TRUE(stager.ok());
+  auto p = Make("", [&](PersistConfig* c) { c->peer_port = (*server)->port(); });
+  for (long step : {1, 2}) {  // 1: seal-only; 2: persisted to disk, then pushed
+    Result<StageResult> sr = (*stager)->Stage(step, Views(tensors_));
+    ASSERT_TRUE(sr.ok());
+    p->OnStaged(0, sr->slot, sr->seq, sr->generation, step, /*persist=*/step == 2);
+    ASSERT_TRUE(p->Drain(60));
+  }
+  EXPECT_EQ((*server)->ReplicaSteps()[0], (std::vector<long>{1, 2}));
+  for (const PersistEvent& e : Events())
+    EXPECT_TRUE(e.status.ok()) << e.tier << e.status.ToString();
+  // The replica is a sealed ring: the memory tier restores it bit for bit.
+  std::vector<float> got(tensors_[1].data.size());
+  auto rr = RingReader::Open(RingPath(replicas, 0));
+  ASSERT_TRUE(rr.ok());
+  auto snap = (*rr)->PinStep(2);
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  BW_ASSERT_OK(CopyVerified((*snap)->tensors()[1], (*snap)->chunk_size(), got.data()));
+  EXPECT_EQ(got, tensors_[1].data);
+}
+
+TEST_F(PersisterTest, PeerPushFailureIsReported) {
+  auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
+  ASSERT_TRUE(stager.ok());
+  // A port nobody listens on: bind one, then close it.
+  int port = 0;
+  {
+    PeerServerOptions po;
+    po.replica_dir = staging_ + "/gone";
+    auto s = PeerServer::Start(po);
+    ASSERT_TRUE(s.ok());
+    port = (*s)->port();
+  }
+  auto p = Make("", [&](PersistConfig* c) {
+    c->peer_port = port;
+    c->peer_timeout_s = 2;
+  });
+  Result<StageResult> sr = (*stager)->Stage(1, Views(tensors_));
+  ASSERT_TRUE(sr.ok());
+  p->OnStaged(0, sr->slot, sr->seq, sr->generation, 1, false);
+  ASSERT_TRUE(p->Drain(60));
+  std::vector<PersistEvent> ev = Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].tier, "peer");
+  EXPECT_FALSE(ev[0].status.ok());
+  EXPECT_EQ((*stager)->SealedSteps(), std::vector<long>{1});  // sealed regardless
+}
+
+TEST_F(PersisterTest, ObjectUploadFollowsDiskAndGuardsIncrementalBase) {
+  auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
+  ASSERT_TRUE(stager.ok());
+  std::mutex mu;
+  std::vector<long> uploaded;
+  long object_newest = -1;  // what the "object tier" holds
+  auto p = Make("", [&](PersistConfig* c) {
+    c->object_interval = 2;
+    c->object_upload = [&](const std::string& root, long step, int rank, int world) {
+      EXPECT_EQ(root, disk_);
+      EXPECT_EQ(rank, 0);
+      EXPECT_EQ(world, 1);
+      // The shard is durable on disk before the upload starts.
+      EXPECT_TRUE(fs::exists(StepDir(root, step) + "/" + ShardFileName(0, 1)));
+      std::lock_guard<std::mutex> l(mu);
+      uploaded.push_back(step);
+      return Status::Ok();
+    };
+    c->object_newest = [&](long max_step) -> Result<long> {
+      std::lock_guard<std::mutex> l(mu);
+      return object_newest <= max_step ? object_newest : -1;
+    };
+  });
+  auto persist = [&](long step) {
+    tensors_[0].data[0] = static_cast<float>(step);  // first chunk of "a" changes
+    Result<StageResult> sr = (*stager)->Stage(step, Views(tensors_));
+    ASSERT_TRUE(sr.ok());
+    p->OnStaged(0, sr->slot, sr->seq, sr->generation, step, true);
+    ASSERT_TRUE(p->Drain(60));
+    BW_ASSERT_OK(Commit(Env::Default(), disk_, step, 1, true));
+  };
+  const uint64_t full = (1000 + 70000 + 16384) * 4u;
+  persist(1);  // not due for the object tier (interval 2)
+  persist(2);  // due; its disk base (1) is not on the object tier: written in full
+  {
+    std::lock_guard<std::mutex> l(mu);
+    object_newest = 2;  // the controller committed step 2 there
+  }
+  persist(3);  // not due: incremental against 2
+  persist(4);  // due; base 3 is not on the object tier: full again
+  {
+    std::lock_guard<std::mutex> l(mu);
+    object_newest = 4;
+  }
+  persist(6);  // due; base 4 is on the object tier: incremental
+  EXPECT_EQ(uploaded, (std::vector<long>{2, 4, 6}));
+  std::map<long, uint64_t> disk_bytes;
+  for (const PersistEvent& e : Events()) {
+    EXPECT_TRUE(e.status.ok()) << e.tier << " " << e.status.ToString();
+    if (e.tier == "disk") disk_bytes[e.step] = e.bytes;
+  }
+  EXPECT_EQ(disk_bytes[1], full);
+  EXPECT_EQ(disk_bytes[2], full);
+  EXPECT_EQ(disk_bytes[3], 1000 * 4u);  // "a" is one chunk
+  EXPECT_EQ(disk_bytes[4], full);
+  EXPECT_EQ(disk_bytes[6], 1000 * 4u);
+}
+
+}  // namespace
+}  // namespace bulwark::ckpt
