@@ -13,8 +13,10 @@
 #include <thread>
 #include <tuple>
 
+#include "ckpt/object_tier.h"
 #include "common/net.h"
 #include "common/proc.h"
+#include "objstore/s3_test_server.h"
 
 namespace bulwark {
 namespace {
@@ -86,21 +88,24 @@ class E2E : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  // Writes a spec for the tiny trainer; `extra` is appended verbatim (YAML).
+  // Writes a spec for the tiny trainer; `extra` is appended verbatim (YAML),
+  // `ckpt_extra` inside the checkpoint mapping and `env_extra` inside env (each
+  // ", key: value..." or empty).
   std::string WriteSpec(const std::string& name, int nodes, int procs, int steps,
-                        const std::string& extra) {
+                        const std::string& extra, const std::string& ckpt_extra = "",
+                        const std::string& env_extra = "") {
     std::ostringstream y;
     y << "name: " << name << "\n"
       << "nodes: " << nodes << "\nprocsPerNode: " << procs << "\n"
       << "command: [\"/usr/bin/python3\", \"" << src_ << "/tests/trainers/tiny_trainer.py\"]\n"
       << "args: [\"--steps\", \"" << steps << "\"]\n"
-      << "env: {BW_E2E_TAG: \"" << tag_ << "\""
+      << "env: {BW_E2E_TAG: \"" << tag_ << "\"" << env_extra
       << (std::string(BW_TEST_PRELOAD).empty()
               ? std::string()
               : ", LD_PRELOAD: \"" + std::string(BW_TEST_PRELOAD) +
                     "\", ASAN_OPTIONS: \"detect_leaks=0:verify_asan_link_order=0\"")
       << "}\n"
-      << "checkpoint: {dir: " << dir_ << "/ckpt, intervalSteps: 10, keep: 3}\n"
+      << "checkpoint: {dir: " << dir_ << "/ckpt, intervalSteps: 10, keep: 3" << ckpt_extra << "}\n"
       << extra;
     std::string path = dir_ + "/job.yaml";
     std::ofstream(path) << y.str();
@@ -252,6 +257,69 @@ TEST_F(E2E, NodeLossPromotesTheWarmStandby) {
   EXPECT_EQ((*inc)["node"], 1);
   EXPECT_EQ((*inc)["action"], "replace_node");
   EXPECT_NE(o.output.find("StandbyPromoted"), std::string::npos);
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, ReplacementNodeRestoresFromPeerMemory) {
+  // Every step is snapshotted in memory and pushed to the peer node; disk gets every
+  // 10th. Node 1 is lost: the standby takes its slot and fetches rank 1's newest
+  // snapshot from node 0's memory, so the job resumes past the last disk checkpoint.
+  auto o =
+      Run(WriteSpec("peer", 2, 1, 120,
+                    std::string(kFastPolicy) + "chaos: [{kind: kill_agent, atStep: 35, node: 1}]\n",
+                    "", ", TINY_SAVE_EVERY_STEP: \"1\""));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const Json* inc = FirstIncident(o.report, "node_lost");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["action"], "replace_node");
+  const long resumed = (*inc)["resumed_from_step"];
+  EXPECT_GT(resumed, 30) << "resumed from disk, not from memory:\n" << o.output;
+  EXPECT_NE(o.output.find("PeerRestored"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("resuming after step " + std::to_string(resumed) +
+                          " from the memory tier (peer memory: rank 1 from node-0)"),
+            std::string::npos)
+      << o.output;
+  // The tiny trainer exits 3 unless the state it loaded is exactly that step's.
+  EXPECT_NE(o.output.find("tiny: rank 1 resumed from step " + std::to_string(resumed)),
+            std::string::npos)
+      << o.output;
+  EXPECT_EQ(o.report["last_step"], 120);
+  ExpectNoLeftovers();
+}
+
+TEST_F(E2E, ObjectTierKeepsGoldenCheckpointsAndRestoresAfterDiskLoss) {
+  objstore::S3TestServerOptions so;
+  so.source_dir = src_;
+  auto server = objstore::S3TestServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string url = "s3://bw-e2e/job1?endpoint=" + (*server)->endpoint();
+  const std::map<std::string, std::string> creds = {
+      {"AWS_ACCESS_KEY_ID", objstore::S3TestServer::kAccessKey},
+      {"AWS_SECRET_ACCESS_KEY", objstore::S3TestServer::kSecretKey}};
+  const std::string ckpt = ", objectStore: \"" + url + "\", goldenEvery: 20";
+  auto o = Run(WriteSpec("object", 1, 2, 70, kFastPolicy, ckpt), creds);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  for (const auto& [k, v] : creds) ::setenv(k.c_str(), v.c_str(), 1);
+  auto tier = ckpt::ObjectTier::OpenUrl(url);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  auto steps = (*tier)->ListCommitted();
+  ASSERT_TRUE(steps.ok()) << steps.status().ToString();
+  // keep: 3 newest (50, 60, 70) and the golden ones (20, 40, 60) -- plus any step
+  // they reference (incremental chunks), which the tiny trainer's changing state
+  // never leaves unchanged.
+  EXPECT_EQ(*steps, (std::vector<long>{20, 40, 50, 60, 70})) << o.output;
+
+  // The cluster's disks are gone (and the job's record with them): a new run of the
+  // job with more steps restores from the object tier.
+  fs::remove_all(dir_ + "/ckpt");
+  fs::remove(dir_ + "/bulwark.db");
+  auto o2 = Run(WriteSpec("object", 1, 2, 90, kFastPolicy, ckpt), creds);
+  ASSERT_EQ(o2.exit_code, 0) << o2.output;
+  EXPECT_NE(o2.output.find("CheckpointDownloaded"), std::string::npos) << o2.output;
+  EXPECT_NE(o2.output.find("resuming after step 70 from the object tier"), std::string::npos)
+      << o2.output;
+  EXPECT_NE(o2.output.find("tiny: rank 1 resumed from step 70"), std::string::npos) << o2.output;
+  EXPECT_EQ(o2.report["last_step"], 90);
   ExpectNoLeftovers();
 }
 

@@ -46,7 +46,9 @@ Agent::Agent(AgentOptions opts, const Clock* clock)
 Agent::~Agent() {
   StopAllBlocking();
   CloseRanks();
+  if (fetch_thread_.joinable()) fetch_thread_.join();  // bounded by the fetch timeouts
   persister_.reset();
+  peer_.reset();
   if (!paths_.staging_dir.empty()) (void)ckpt::RemoveTree(ckpt::Env::Default(), paths_.staging_dir);
 }
 
@@ -75,6 +77,16 @@ Status Agent::Setup() {
                            longest + " exceed 107 bytes; use a shorter run directory");
   }
   BW_ASSIGN_OR_RETURN(dgram_, UnixDgramBind(paths_.agent_sock));
+  {
+    ckpt::PeerServerOptions po;
+    po.host = opts_.peer_host;
+    po.port = opts_.peer_port;
+    po.replica_dir = paths_.staging_dir + "/replicas";
+    po.staging_dir = paths_.staging_dir;
+    po.slots = opts_.replica_slots;
+    po.log = [](const std::string& line) { Warn("peer: " + line); };
+    BW_ASSIGN_OR_RETURN(peer_, ckpt::PeerServer::Start(po));
+  }
   (void)BecomeSubreaper();  // orphaned rank descendants come back to us for reaping
   const double deadline = clock_->NowMono() + opts_.connect_timeout_s;
   Status last;
@@ -94,7 +106,12 @@ Status Agent::Setup() {
                        std::to_string(opts_.controller_port) + " within " +
                        std::to_string(opts_.connect_timeout_s) + " s: " + last.ToString());
   }
-  Send({{"type", "hello"}, {"node", opts_.node}, {"pid", getpid()}, {"host", HostName()}});
+  Send({{"type", "hello"},
+        {"node", opts_.node},
+        {"pid", getpid()},
+        {"host", HostName()},
+        {"peer_host", opts_.peer_host},
+        {"peer_port", peer_->port()}});
   return Status::Ok();
 }
 
@@ -130,9 +147,10 @@ int Agent::Run() {
     AdvanceStop();
     CheckHangs();
     MaybeHeartbeat();
+    FinishFetchIfDone();
     DrainOutbox();
     if (conn_->HasPendingOutput()) (void)conn_->Flush(0);
-    if (shutdown_requested_ && ranks_.empty() && !stopping_) {
+    if (shutdown_requested_ && ranks_.empty() && !stopping_ && !fetching_) {
       (void)conn_->Flush(2);
       return kAgentExitOk;
     }
@@ -153,7 +171,15 @@ void Agent::MaybeHeartbeat(bool force) {
         {"node", opts_.node},
         {"t", clock_->NowWall()},
         {"attempt", spec_ ? spec_->attempt : -1},
-        {"ranks_alive", RanksAlive()}});
+        {"ranks_alive", RanksAlive()},
+        {"replicas", ReplicaInventory()}});
+}
+
+Json Agent::ReplicaInventory() {
+  Json out = Json::object();
+  if (!peer_) return out;
+  for (const auto& [rank, steps] : peer_->ReplicaSteps()) out[std::to_string(rank)] = steps;
+  return out;
 }
 
 int Agent::RanksAlive() const {
@@ -195,12 +221,70 @@ void Agent::HandleStart(const Json& msg) {
     return;
   }
   if (shutdown_requested_) return;
+  if (fetching_) {  // launched once the fetch in flight ends
+    pending_start_ = std::move(spec).value();
+    fetch_cancelled_ = true;
+    return;
+  }
   if (!ranks_.empty()) {  // a new start first stops the old attempt
     pending_start_ = std::move(spec).value();
     if (!stopping_) BeginStop(spec_->stop_grace_s, spec_->attempt);
     return;
   }
-  Launch(*spec);
+  FetchThenLaunch(*spec);
+}
+
+void Agent::FetchThenLaunch(const StartSpec& spec) {
+  if (spec.fetch.empty()) {
+    Launch(spec);
+  } else {
+    BeginFetch(spec);
+  }
+}
+
+void Agent::BeginFetch(const StartSpec& spec) {
+  fetching_ = spec;
+  fetch_cancelled_ = false;
+  fetch_done_ = false;
+  fetch_results_.clear();
+  const std::string staging = paths_.staging_dir;
+  const int slots = std::max(2, spec.memory_slots);
+  fetch_thread_ = std::thread([this, staging, slots, fetches = spec.fetch] {
+    std::vector<Json> results;
+    for (const StartSpec::Fetch& f : fetches) {
+      const double t0 = SystemClock::Get()->NowMono();
+      Status st = ckpt::FetchSnapshot(f.host, f.port, f.rank, f.step, staging, slots, 60);
+      Json r = {{"type", "fetched"}, {"rank", f.rank},
+                {"step", f.step},    {"from", f.from},
+                {"ok", st.ok()},     {"seconds", SystemClock::Get()->NowMono() - t0}};
+      if (!st.ok()) r["error"] = st.ToString();
+      results.push_back(std::move(r));
+    }
+    fetch_results_ = std::move(results);
+    fetch_done_.store(true, std::memory_order_release);
+  });
+}
+
+void Agent::FinishFetchIfDone() {
+  if (!fetching_ || !fetch_done_.load(std::memory_order_acquire)) return;
+  fetch_thread_.join();
+  StartSpec spec = std::move(*fetching_);
+  fetching_.reset();
+  for (Json& r : fetch_results_) {
+    r["attempt"] = spec.attempt;
+    if (!r["ok"].get<bool>()) Warn("fetch from peer failed: " + r["error"].get<std::string>());
+    Send(r);
+  }
+  fetch_results_.clear();
+  if (fetch_cancelled_ || shutdown_requested_) {
+    if (pending_start_ && !shutdown_requested_) {
+      StartSpec next = std::move(*pending_start_);
+      pending_start_.reset();
+      FetchThenLaunch(next);
+    }
+    return;
+  }
+  Launch(spec);
 }
 
 void Agent::HandleStop(const Json& msg) {
@@ -214,9 +298,14 @@ void Agent::HandleStop(const Json& msg) {
   if (pending_start_ && (*attempt < 0 || pending_start_->attempt == *attempt)) {
     pending_start_.reset();
   }
+  if (fetching_ && (*attempt < 0 || fetching_->attempt == *attempt)) {
+    fetch_cancelled_ = true;  // its ranks never start
+    Send({{"type", "stopped"}, {"attempt", *attempt}, {"replicas", ReplicaInventory()}});
+    return;
+  }
   const bool ours = spec_ && (*attempt < 0 || *attempt == spec_->attempt);
   if (!ours || ranks_.empty()) {
-    Send({{"type", "stopped"}, {"attempt", *attempt}});
+    Send({{"type", "stopped"}, {"attempt", *attempt}, {"replicas", ReplicaInventory()}});
     return;
   }
   if (stopping_) {
@@ -337,7 +426,10 @@ void Agent::EnsurePersister(const StartSpec& spec) {
     persister_.reset();
     return;
   }
-  const std::string key = spec.ckpt_dir + "|" + spec.shared_dir + "|" + std::to_string(spec.world_size);
+  const std::string key = spec.ckpt_dir + "|" + spec.shared_dir + "|" +
+                          std::to_string(spec.world_size) + "|" + spec.object_store + "|" +
+                          std::to_string(spec.object_interval_steps) + "|" + spec.peer_host + ":" +
+                          std::to_string(spec.peer_port);
   if (persister_ && key == persister_key_) return;
   persister_.reset();
   ckpt::PersistConfig pc;
@@ -345,16 +437,50 @@ void Agent::EnsurePersister(const StartSpec& spec) {
   pc.disk_dir = spec.ckpt_dir;
   pc.shared_dir = spec.shared_dir;
   pc.world = spec.world_size;
+  pc.peer_host = spec.peer_host;
+  pc.peer_port = spec.peer_host.empty() ? 0 : spec.peer_port;
+  if (!spec.object_store.empty()) {
+    if (!object_ || object_url_ != spec.object_store) {
+      auto ot = ckpt::ObjectTier::OpenUrl(spec.object_store);
+      if (ot.ok()) {
+        object_ = std::move(*ot);
+        object_url_ = spec.object_store;
+      } else {
+        object_.reset();
+        Warn("object tier " + spec.object_store +
+             " unusable, not uploading: " + ot.status().ToString());
+      }
+    }
+    if (object_) {
+      ckpt::ObjectTier* ot = object_.get();
+      pc.object_upload = [ot](const std::string& root, long step, int rank, int world) {
+        return ot->UploadShard(root, step, rank, world);
+      };
+      pc.object_newest = [ot](long max_step) { return ot->NewestCommitted(max_step); };
+      pc.object_interval = spec.object_interval_steps;
+    }
+  }
   persister_key_ = key;
-  persister_ = std::make_unique<ckpt::Persister>(pc, ckpt::Env::Default(),
-                                                 [this](const ckpt::PersistEvent& e) {
-    Json m = {{"type", "ckpt"},   {"rank", e.rank},       {"step", e.step},
-              {"tier", e.tier},   {"bytes", e.bytes},     {"write_s", e.seconds},
-              {"hash_s", e.hash_s}, {"t", SystemClock::Get()->NowWall()}};
-    if (!e.status.ok()) m["error"] = e.status.ToString();
-    std::lock_guard<std::mutex> l(outbox_mu_);
-    outbox_.push_back(std::move(m));
-  });
+  persister_ = std::make_unique<ckpt::Persister>(
+      pc, ckpt::Env::Default(), [this](const ckpt::PersistEvent& e) {
+        if (e.tier == "peer") {  // pushes are best effort: warn, rate-limited
+          if (e.status.ok()) return;
+          const double now = SystemClock::Get()->NowMono();
+          std::lock_guard<std::mutex> l(outbox_mu_);
+          if (now < next_peer_warn_) return;
+          next_peer_warn_ = now + 30;
+          Warn("peer replication of rank " + std::to_string(e.rank) + " step " +
+               std::to_string(e.step) + " failed (repeats muted for 30 s): " + e.status.ToString());
+          return;
+        }
+        Json m = {{"type", "ckpt"},     {"rank", e.rank},
+                  {"step", e.step},     {"tier", e.tier},
+                  {"bytes", e.bytes},   {"write_s", e.seconds},
+                  {"hash_s", e.hash_s}, {"t", SystemClock::Get()->NowWall()}};
+        if (!e.status.ok()) m["error"] = e.status.ToString();
+        std::lock_guard<std::mutex> l(outbox_mu_);
+        outbox_.push_back(std::move(m));
+      });
 }
 
 void Agent::OnStaged(const Json& m, int rank) {

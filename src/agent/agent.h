@@ -7,17 +7,21 @@
 // agent never leaves ranks behind: every exit path stops and reaps them.
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/fault_detector.h"
 #include "agent/rank_env.h"
 #include "agent/stack_capture.h"
+#include "ckpt/object_tier.h"
+#include "ckpt/peer.h"
 #include "ckpt/persister.h"
 #include "common/clock.h"
 #include "common/net.h"
@@ -34,6 +38,11 @@ struct AgentOptions {
   std::string python_dir;         // prefixed to the ranks' PYTHONPATH ("" = untouched)
   std::string lib_path;           // BULWARK_LIB ("" = unset)
   StackCaptureOptions stacks;
+  // Peer replication: this agent's PeerServer binds here; peers reach it at this
+  // address (the node's address on the training network). Port 0 = ephemeral.
+  std::string peer_host = "127.0.0.1";
+  int peer_port = 0;
+  int replica_slots = 3;  // replicas kept per rank of other nodes
 };
 
 // Exit codes of Run().
@@ -101,6 +110,12 @@ class Agent {
   // Sealed steps per rank of this node, for the `stopped` report.
   Json MemoryInventory(const StartSpec& spec);
   void DrainOutbox();
+  // Launches spec's ranks, first fetching spec.fetch from peers (on a background
+  // thread, BeginFetch; FinishFetchIfDone launches when it ends).
+  void FetchThenLaunch(const StartSpec& spec);
+  void BeginFetch(const StartSpec& spec);
+  void FinishFetchIfDone();
+  Json ReplicaInventory();
 
   AgentOptions opts_;
   const Clock* clock_;
@@ -120,7 +135,17 @@ class Agent {
   std::unique_ptr<ckpt::Persister> persister_;
   std::string persister_key_;  // the settings persister_ was made for
   std::mutex outbox_mu_;
-  std::vector<Json> outbox_;  // messages from the persister thread
+  std::vector<Json> outbox_;   // messages from the persister thread
+  double next_peer_warn_ = 0;  // rate limit of peer push warnings
+  std::unique_ptr<ckpt::PeerServer> peer_;
+  std::string object_url_;  // what object_ was opened for
+  std::unique_ptr<ckpt::ObjectTier> object_;
+  // In-flight fetch of peer snapshots for `fetching_` (a start waiting for it).
+  std::optional<StartSpec> fetching_;
+  bool fetch_cancelled_ = false;  // a stop arrived for fetching_'s attempt
+  std::thread fetch_thread_;
+  std::atomic<bool> fetch_done_{false};
+  std::vector<Json> fetch_results_;  // written by the fetch thread before fetch_done_
 };
 
 }  // namespace bulwark

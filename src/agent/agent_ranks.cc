@@ -316,11 +316,13 @@ void Agent::FinishStop() {
   Json mem = spec_ ? MemoryInventory(*spec_) : Json::object();
   DrainOutbox();
   spec_.reset();
-  if (reply >= 0) Send({{"type", "stopped"}, {"attempt", reply}, {"mem", mem}});
+  if (reply >= 0) {
+    Send({{"type", "stopped"}, {"attempt", reply}, {"mem", mem}, {"replicas", ReplicaInventory()}});
+  }
   if (pending_start_ && !shutdown_requested_) {
     StartSpec next = std::move(*pending_start_);
     pending_start_.reset();
-    Launch(next);
+    FetchThenLaunch(next);
   }
 }
 

@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   o.lib_path = BULWARK_DEFAULT_LIB;
   app.add_option("--python-dir", o.python_dir, "Bulwark Python package root for PYTHONPATH");
   app.add_option("--lib", o.lib_path, "path of libbulwark.so (BULWARK_LIB)");
+  app.add_option("--peer-host", o.peer_host,
+                 "address this agent's peer-replication server binds and peers dial");
+  app.add_option("--peer-port", o.peer_port, "peer-replication port (0 = ephemeral)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--gdb", o.stacks.gdb_path, "gdb for native stacks of hung ranks ('' = off)");
   app.add_option("--stack-budget", o.stacks.budget_s,
                  "max seconds spent capturing stacks before a hang is reported");

@@ -43,6 +43,35 @@ Result<StartSpec> ParseStartMessage(const Json& m) {
   BW_FIELD(s.ckpt_interval_steps, JIntOr(m, "ckpt_interval_steps", 0));
   BW_FIELD(s.memory_slots, JIntOr(m, "memory_slots", 0));
   BW_FIELD(s.shared_dir, JStrOr(m, "shared_dir", ""));
+  BW_FIELD(s.object_store, JStrOr(m, "object_store", ""));
+  BW_FIELD(s.object_interval_steps, JIntOr(m, "object_interval_steps", 0));
+  BW_FIELD(s.peer_host, JStrOr(m, "peer_host", ""));
+  BW_FIELD(s.peer_port, JIntOr(m, "peer_port", 0));
+  if (m.contains("fetch")) {
+    if (!m["fetch"].is_array()) {
+      return InvalidArgument(
+          "message 'start': field 'fetch' must be a list of {rank, step, host, "
+          "port}");
+    }
+    for (size_t i = 0; i < m["fetch"].size(); ++i) {
+      const Json& f = m["fetch"][i];
+      const std::string where = "message 'start': fetch[" + std::to_string(i) + "]";
+      if (!f.is_object()) return InvalidArgument(where + " must be an object");
+      StartSpec::Fetch x;
+      BW_FIELD(x.rank, JInt(f, "rank"));
+      BW_FIELD(x.step, JInt(f, "step"));
+      BW_FIELD(x.host, JStr(f, "host"));
+      BW_FIELD(x.port, JInt(f, "port"));
+      BW_FIELD(x.from, JStrOr(f, "from", ""));
+      if (x.port <= 0 || x.port > 65535 || x.step < 0) {
+        return InvalidArgument(where + ": port must be in [1, 65535] and step >= 0");
+      }
+      s.fetch.push_back(x);
+    }
+  }
+  if (s.peer_port < 0 || s.peer_port > 65535) {
+    return InvalidArgument("message 'start': field 'peer_port' must be in [0, 65535]");
+  }
   BW_FIELD(s.skip_from, JIntOr(m, "skip_from", -1));
   BW_FIELD(s.skip_to, JIntOr(m, "skip_to", -1));
   BW_FIELD(s.hang_floor_s, JNumOr(m, "hang_floor_s", 30));

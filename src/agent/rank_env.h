@@ -30,8 +30,22 @@ struct StartSpec {
   long resume_step = -1;
   std::string ckpt_dir;
   long ckpt_interval_steps = 0;
-  int memory_slots = 0;     // staging ring size K per rank; 0 = no memory tier
-  std::string shared_dir;   // shared checkpoint tier ("" = none)
+  int memory_slots = 0;            // staging ring size K per rank; 0 = no memory tier
+  std::string shared_dir;          // shared checkpoint tier ("" = none)
+  std::string object_store;        // object tier URL ("" = none)
+  long object_interval_steps = 0;  // upload persisted steps divisible by this (0 = all)
+  std::string peer_host;           // push sealed snapshots to this PeerServer ("" / 0 = none)
+  int peer_port = 0;
+  // Memory-tier snapshots to fetch from peers before the ranks start (a replacement
+  // node restoring its ranks' state from another node's memory).
+  struct Fetch {
+    int rank = 0;
+    long step = 0;
+    std::string host;
+    int port = 0;
+    std::string from;  // the peer's node id, for messages
+  };
+  std::vector<Fetch> fetch;
   long skip_from = -1;
   long skip_to = -1;
   double hang_floor_s = 30;
@@ -47,12 +61,12 @@ Result<StartSpec> ParseStartMessage(const Json& msg);
 
 // Where the agent's per-node files live.
 struct AgentPaths {
-  std::string node;        // "node-0"
-  std::string agent_sock;  // <run-dir>/<node>/agent.sock
-  std::string node_dir;    // <run-dir>/<node>
-  std::string python_dir;  // Bulwark Python package root ("" = do not touch PYTHONPATH)
-  std::string lib_path;    // libbulwark.so ("" = leave BULWARK_LIB unset)
-  std::string staging_dir; // memory tier: this node's staging rings ("" = none)
+  std::string node;         // "node-0"
+  std::string agent_sock;   // <run-dir>/<node>/agent.sock
+  std::string node_dir;     // <run-dir>/<node>
+  std::string python_dir;   // Bulwark Python package root ("" = do not touch PYTHONPATH)
+  std::string lib_path;     // libbulwark.so ("" = leave BULWARK_LIB unset)
+  std::string staging_dir;  // memory tier: this node's staging rings ("" = none)
 };
 
 std::string RankSockPath(const AgentPaths& paths, int global_rank);

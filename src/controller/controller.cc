@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/object_tier.h"
 #include "common/json_util.h"
 #include "controller/hang_localiser.h"
 #include "controller/incident_json.h"
@@ -21,6 +23,19 @@ namespace {
 std::atomic<bool> g_cancel{false};
 
 std::string NodeId(int i) { return "node-" + std::to_string(i); }
+
+// {"<rank>": [step, ...]} from an agent report; malformed entries are skipped.
+std::map<int, std::vector<long>> StepsByRank(const Json& j) {
+  std::map<int, std::vector<long>> out;
+  if (!j.is_object()) return out;
+  for (const auto& [rank, steps] : j.items()) {
+    if (!steps.is_array()) continue;
+    for (const auto& s : steps) {
+      if (s.is_number_integer()) out[std::atoi(rank.c_str())].push_back(s.get<long>());
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -39,6 +54,12 @@ struct Controller::Node {
   // Memory tier: rank -> steps sealed in this node's staging rings, as reported
   // in `stopped` (valid until the next attempt starts).
   std::map<int, std::vector<long>> mem;
+  // Peer replication: where this agent's PeerServer listens (from hello), and the
+  // replicas of other nodes' ranks it holds (rank -> sealed steps; from heartbeats
+  // and `stopped`).
+  std::string peer_host;
+  int peer_port = 0;
+  std::map<int, std::vector<long>> replicas;
   bool connected() const { return conn && !conn->closed() && !lost; }
 };
 
@@ -93,6 +114,11 @@ class Controller::Impl {
   // Newest step <= max_step (-1: any) that every rank's current node holds in its
   // memory tier (from the `stopped` reports); -1 if none.
   long NewestInMemory(long max_step) const;
+  // The node (other than rank's own) holding a replica of (rank, step); null if none.
+  const Node* ReplicaHolder(int rank, long step, const Node* own) const;
+  // Where slot s pushes its ranks' snapshots: the next slot's node, or for a
+  // one-node job the first warm standby; null when there is none.
+  const Node* PeerOf(int slot) const;
   void Finish(JobPhase phase, const std::string& message);
   void FireChaos(size_t i);
   bool EnsureSlotsFilled();
@@ -146,6 +172,8 @@ class Controller::Impl {
   std::vector<Json> incidents_;
   std::vector<ChaosState> chaos_;
   RunResult result_;
+  std::unique_ptr<ckpt::ObjectTier> object_;     // checkpoint.objectStore, if set
+  std::set<std::pair<int, long>> bad_replicas_;  // (rank, step) a peer failed to serve
 };
 
 Controller::Controller(JobSpec spec, ControllerOptions opts, Backend* backend, Store* store,
@@ -206,6 +234,20 @@ Status Controller::Impl::Setup() {
   rec_.spec_yaml = yaml.str();
   rec_.spec_path = spec_.source_path;
   rec_.phase = JobPhase::kPending;
+  if (!spec_.checkpoint.object_store.empty()) {
+    auto ot = ckpt::ObjectTier::OpenUrl(spec_.checkpoint.object_store);
+    if (!ot.ok()) {
+      return InvalidArgument("checkpoint.objectStore: " + ot.status().message() +
+                             " (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for the "
+                             "controller and agents)");
+    }
+    object_ = std::move(*ot);
+    Status b = object_->client()->CreateBucket();
+    if (!b.ok()) {
+      return Unavailable("checkpoint.objectStore: cannot use bucket " +
+                         object_->client()->config().bucket + ": " + b.ToString());
+    }
+  }
   BW_ASSIGN_OR_RETURN(committed_, ckpt::ListCommitted(ckpt::Env::Default(), spec_.checkpoint.dir));
   history_.committed_steps = committed_;
   Persist();
@@ -280,6 +322,12 @@ void Controller::Impl::AcceptAndGreet() {
         Node& n = *nit->second;
         n.conn = std::move(*it);
         n.last_heartbeat = clock_->NowWall();
+        auto peer_host = JStrOr(m, "peer_host", "");
+        auto peer_port = JIntOr(m, "peer_port", 0);
+        n.peer_host = peer_host.ok() ? *peer_host : "";
+        n.peer_port = peer_port.ok() && *peer_port > 0 && *peer_port < 65536
+                          ? static_cast<int>(*peer_port)
+                          : 0;
         adopted = true;
         Event("NodeReady", n.id + (n.slot >= 0 ? " serves slot " + std::to_string(n.slot)
                                                : std::string(" is a warm standby")));
@@ -366,6 +414,9 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
     return;
   }
   bool current = *attempt == attempt_;
+  if ((type == "heartbeat" || type == "stopped") && m.contains("replicas")) {
+    n.replicas = StepsByRank(m["replicas"]);
+  }
   if (type == "heartbeat" || type == "hello") return;
   if (type == "started") {
     if (current)
@@ -375,13 +426,23 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
   if (type == "stopped") {
     n.stopped_attempt = static_cast<int>(*attempt);
     n.mem.clear();
-    if (m.contains("mem") && m["mem"].is_object()) {
-      for (const auto& [rank, steps] : m["mem"].items()) {
-        if (!steps.is_array()) continue;
-        for (const auto& s : steps) {
-          if (s.is_number_integer()) n.mem[std::atoi(rank.c_str())].push_back(s.get<long>());
-        }
-      }
+    if (m.contains("mem")) n.mem = StepsByRank(m["mem"]);
+    return;
+  }
+  if (type == "fetched") {
+    auto rank = JInt(m, "rank");
+    auto step = JInt(m, "step");
+    if (!rank.ok() || !step.ok()) return;
+    const std::string from = m.value("from", std::string("a peer"));
+    if (m.value("ok", false)) {
+      Event("PeerRestored", n.id + " fetched rank " + std::to_string(*rank) + " step " +
+                                std::to_string(*step) + " from " + from + "'s memory");
+    } else {
+      bad_replicas_.insert({static_cast<int>(*rank), *step});
+      Event("PeerRestoreFailed", n.id + " could not fetch rank " + std::to_string(*rank) +
+                                     " step " + std::to_string(*step) + " from " + from + ": " +
+                                     m.value("error", std::string("unknown error")) +
+                                     "; that replica is not used again");
     }
     return;
   }
@@ -421,12 +482,13 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
     auto rank = JInt(m, "rank");
     auto step = JInt(m, "step");
     auto tier = JStrOr(m, "tier", "disk");
-    if (!rank.ok() || !step.ok() || !tier.ok() || (*tier != "disk" && *tier != "shared")) {
+    if (!rank.ok() || !step.ok() || !tier.ok() ||
+        (*tier != "disk" && *tier != "shared" && *tier != "object")) {
       std::fprintf(stderr, "[bulwark] %s: dropped ckpt report: %s\n", n.id.c_str(),
                    (!rank.ok()   ? rank.status().message()
                     : !step.ok() ? step.status().message()
                     : !tier.ok() ? tier.status().message()
-                                 : "field 'tier' must be disk or shared")
+                                 : "field 'tier' must be disk, shared or object")
                        .c_str());
       return;
     }
@@ -470,6 +532,23 @@ void Controller::Impl::OnCheckpointShard(int rank, long step, const std::string&
     it = (it->first.first == tier && it->first.second < step) ? shards_.erase(it) : std::next(it);
   }
   ckpt::Env* env = ckpt::Env::Default();
+  const ckpt::RetainOptions retain{spec_.checkpoint.keep, spec_.checkpoint.golden_every};
+  if (tier == "object") {
+    if (!object_) return;
+    // The shards were uploaded from the disk tier, where this step committed first.
+    Status st = object_->Commit(spec_.checkpoint.dir, step);
+    if (!st.ok()) {
+      Event("CheckpointCommitFailed", "object step " + std::to_string(step) + ": " + st.ToString());
+      return;
+    }
+    if (opts_.echo_events) {
+      Event("CheckpointUploaded",
+            "step " + std::to_string(step) + " committed on " + object_->Url(""));
+    }
+    Status r = object_->Retain(retain);
+    if (!r.ok()) Event("CheckpointRetentionFailed", "object: " + r.ToString());
+    return;
+  }
   const std::string& root = tier == "shared" ? spec_.checkpoint.shared_dir : spec_.checkpoint.dir;
   Status st = ckpt::Commit(env, root, step, spec_.world_size());
   if (!st.ok()) {
@@ -777,9 +856,18 @@ long Controller::Impl::NewestInMemory(long max_step) const {
     const Node& n = *it->second;
     for (int l = 0; l < spec_.procs_per_node; ++l) {
       const int rank = s * spec_.procs_per_node + l;
-      auto m = n.mem.find(rank);
-      if (m == n.mem.end()) return -1;
-      std::set<long> have(m->second.begin(), m->second.end());
+      // Own node's rings, plus any live peer's replicas of this rank.
+      std::set<long> have;
+      if (auto m = n.mem.find(rank); m != n.mem.end())
+        have.insert(m->second.begin(), m->second.end());
+      for (const auto& [id, p] : nodes_) {
+        if (!p->connected() || p->peer_port <= 0) continue;
+        auto r = p->replicas.find(rank);
+        if (r == p->replicas.end()) continue;
+        for (long x : r->second) {
+          if (!bad_replicas_.count({rank, x})) have.insert(x);
+        }
+      }
       if (rank == 0) {
         common = have;
       } else {
@@ -797,11 +885,45 @@ long Controller::Impl::NewestInMemory(long max_step) const {
   return -1;
 }
 
+const Controller::Node* Controller::Impl::ReplicaHolder(int rank, long step,
+                                                        const Node* own) const {
+  if (bad_replicas_.count({rank, step})) return nullptr;
+  const Node* best = nullptr;
+  for (const auto& [id, p] : nodes_) {
+    if (!p->connected() || p->peer_port <= 0) continue;
+    auto r = p->replicas.find(rank);
+    if (r == p->replicas.end() ||
+        std::find(r->second.begin(), r->second.end(), step) == r->second.end()) {
+      continue;
+    }
+    if (p.get() == own) return p.get();  // its own replica store: no network hop
+    if (!best) best = p.get();
+  }
+  return best;
+}
+
+const Controller::Node* Controller::Impl::PeerOf(int slot) const {
+  if (!spec_.checkpoint.peer_replication || spec_.checkpoint.memory_slots <= 0) return nullptr;
+  const Node* peer = nullptr;
+  if (spec_.nodes >= 2) {
+    auto it = nodes_.find(slots_[(slot + 1) % spec_.nodes]);
+    if (it != nodes_.end()) peer = it->second.get();
+  } else {
+    for (const auto& [id, n] : nodes_) {
+      if (n->slot < 0 && n->connected()) {
+        peer = n.get();
+        break;
+      }
+    }
+  }
+  return peer && peer->connected() && peer->peer_port > 0 ? peer : nullptr;
+}
+
 Status Controller::Impl::Launch() {
   attempt_++;
   long max_step = decision_.resume_step_max;
-  BW_ASSIGN_OR_RETURN(long resume, ckpt::NewestCommitted(ckpt::Env::Default(),
-                                                         spec_.checkpoint.dir, max_step));
+  BW_ASSIGN_OR_RETURN(long resume,
+                      ckpt::NewestCommitted(ckpt::Env::Default(), spec_.checkpoint.dir, max_step));
   std::string resume_tier = resume >= 0 ? "disk" : "";
   if (!spec_.checkpoint.shared_dir.empty()) {
     Result<long> shared =
@@ -812,12 +934,63 @@ Status Controller::Impl::Launch() {
     }
   }
   long mem = NewestInMemory(max_step);
+  if (object_ && !decision_.resume_from_scratch) {
+    // The object tier is the slowest: used only when it holds a newer step than every
+    // other tier (e.g. a new cluster, or lost local disks). It is downloaded into the
+    // disk tier, from which the ranks then load.
+    Result<long> obj = object_->NewestCommitted(max_step);
+    if (obj.ok() && *obj > resume && *obj > mem) {
+      const double t0 = clock_->NowMono();
+      Status d = object_->Download(*obj, spec_.checkpoint.dir);
+      if (d.ok()) {
+        resume = *obj;
+        resume_tier = "object";
+        Event("CheckpointDownloaded", "step " + std::to_string(*obj) + " from " + object_->Url("") +
+                                          " into the disk tier in " +
+                                          std::to_string(clock_->NowMono() - t0).substr(0, 5) +
+                                          " s");
+      } else {
+        Event("CheckpointDownloadFailed", "step " + std::to_string(*obj) + ": " + d.ToString());
+      }
+      // The download held the loop: heartbeats queued meanwhile are not misses.
+      for (auto& [id, n] : nodes_) n->last_heartbeat = clock_->NowWall();
+    } else if (!obj.ok()) {
+      Event("CheckpointListFailed", "object tier: " + obj.status().ToString());
+    }
+  }
   if (mem > resume) {
     resume = mem;
     resume_tier = "memory";
   }
-  for (auto& [id, n] : nodes_) n->mem.clear();
   if (decision_.resume_from_scratch) resume = -1;
+  // Replacement nodes restore from a peer's memory: which ranks fetch from where.
+  std::map<int, Json> fetches;  // slot -> fetch list
+  std::string fetched_from;
+  if (resume_tier == "memory" && resume >= 0) {
+    for (int s = 0; s < spec_.nodes; ++s) {
+      const Node& n = *nodes_.at(slots_[s]);
+      Json list = Json::array();
+      for (int l = 0; l < spec_.procs_per_node; ++l) {
+        const int rank = s * spec_.procs_per_node + l;
+        auto m = n.mem.find(rank);
+        if (m != n.mem.end() &&
+            std::find(m->second.begin(), m->second.end(), resume) != m->second.end()) {
+          continue;
+        }
+        const Node* h = ReplicaHolder(rank, resume, &n);
+        if (!h) continue;  // cannot happen: NewestInMemory found one
+        list.push_back({{"rank", rank},
+                        {"step", resume},
+                        {"host", h->peer_host},
+                        {"port", h->peer_port},
+                        {"from", h->id}});
+        fetched_from += (fetched_from.empty() ? "" : ", ") + std::string("rank ") +
+                        std::to_string(rank) + " from " + h->id;
+      }
+      if (!list.empty()) fetches[s] = std::move(list);
+    }
+  }
+  for (auto& [id, n] : nodes_) n->mem.clear();
   BW_ASSIGN_OR_RETURN(int port, PickFreePort(opts_.bind_host));
   exited_ok_.clear();
   shards_.clear();
@@ -849,6 +1022,11 @@ Status Controller::Impl::Launch() {
                   {"ckpt_interval_steps", spec_.checkpoint.interval_steps},
                   {"memory_slots", spec_.checkpoint.memory_slots},
                   {"shared_dir", spec_.checkpoint.shared_dir},
+                  {"object_store", object_ ? spec_.checkpoint.object_store : ""},
+                  {"object_interval_steps", spec_.checkpoint.object_interval_steps},
+                  {"peer_host", PeerOf(s) ? PeerOf(s)->peer_host : ""},
+                  {"peer_port", PeerOf(s) ? PeerOf(s)->peer_port : 0},
+                  {"fetch", fetches.count(s) ? fetches[s] : Json::array()},
                   {"skip_from", decision_.skip_batches_from},
                   {"skip_to", decision_.skip_batches_to},
                   {"hang_floor_s", spec_.fault_policy.hang_timeout_floor_seconds},
@@ -869,7 +1047,8 @@ Status Controller::Impl::Launch() {
         "attempt " + std::to_string(attempt_) + " on " + std::to_string(spec_.nodes) +
             " nodes, rendezvous port " + std::to_string(port) +
             (resume >= 0 ? ", resuming after step " + std::to_string(resume) + " from the " +
-                               resume_tier + " tier"
+                               resume_tier + " tier" +
+                               (fetched_from.empty() ? "" : " (peer memory: " + fetched_from + ")")
                          : ", from scratch"));
   decision_ = Decision{};
   Persist();

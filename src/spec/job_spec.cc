@@ -192,6 +192,35 @@ class Parser {
     if (auto it = f.find("goldenEvery"); it != f.end()) {
       r_.ReadInt(it->second, 0, LONG_MAX, &c.golden_every);
     }
+    if (auto it = f.find("objectStore"); it != f.end()) {
+      std::string s;
+      if (r_.ReadString(it->second, &s)) {
+        const bool s3 = s.rfind("s3://", 0) == 0;
+        const std::string rest = s3 ? s.substr(5) : "";
+        const std::string bucket = rest.substr(0, rest.find_first_of("/?"));
+        if (!s3 || bucket.empty()) {
+          r_.Error(it->second.line, it->second.path, "is not an S3 URL", "\"" + s + "\"",
+                   "use s3://bucket/prefix, with ?endpoint=http://host:port for a non-AWS "
+                   "server; credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY");
+        } else {
+          c.object_store = s;
+        }
+      }
+    }
+    if (auto it = f.find("objectIntervalSteps"); it != f.end()) {
+      r_.ReadInt(it->second, 0, LONG_MAX, &c.object_interval_steps);
+    }
+    if (auto it = f.find("peerReplication"); it != f.end()) {
+      std::string s;
+      if (r_.ReadString(it->second, &s)) {
+        if (s == "true" || s == "false") {
+          c.peer_replication = s == "true";
+        } else {
+          r_.Error(it->second.line, it->second.path, "must be true or false", s,
+                   "write peerReplication: true or peerReplication: false");
+        }
+      }
+    }
   }
 
   void ReadIntField(std::map<std::string, Entry>& f, const char* key, long lo, long hi, int* out) {

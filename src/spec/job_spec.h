@@ -36,11 +36,14 @@ struct ChaosFault {
 struct CheckpointSpec {
   std::string dir;          // where shards and commits go; default "<workdir>/checkpoints/<name>"
   long interval_steps = 0;  // save every N steps (0 = off unless interval_seconds)
-  double interval_seconds = 0;  // or every T seconds
-  int keep = 3;                 // committed checkpoints retained per file tier
-  int memory_slots = 3;         // memory tier: staging ring of K snapshots per rank (0 = off)
-  std::string shared_dir;       // optional shared tier (the NFS/Lustre role); "" = none
-  long golden_every = 0;        // steps divisible by this are never collected (0 = none)
+  double interval_seconds = 0;     // or every T seconds
+  int keep = 3;                    // committed checkpoints retained per file tier
+  int memory_slots = 3;            // memory tier: staging ring of K snapshots per rank (0 = off)
+  std::string shared_dir;          // optional shared tier (the NFS/Lustre role); "" = none
+  long golden_every = 0;           // steps divisible by this are never collected (0 = none)
+  std::string object_store;        // "s3://bucket/prefix?endpoint=..." object tier; "" = none
+  long object_interval_steps = 0;  // upload steps divisible by this (0 = every persisted one)
+  bool peer_replication = true;    // memory snapshots copied to a peer node's memory
 };
 
 struct FaultPolicySpec {

@@ -37,7 +37,7 @@ inline constexpr FieldDef kTopFields[] = {
      "directory) or omit it"},
     {"checkpoint",
      "set checkpoint to a mapping with any of: dir, intervalSteps, intervalSeconds, keep, "
-     "memorySlots, sharedDir, goldenEvery"},
+     "memorySlots, sharedDir, goldenEvery, objectStore, objectIntervalSteps, peerReplication"},
     {"faultPolicy",
      "set faultPolicy to a mapping with any of: restartBudget, backoff, hangTimeout, spareNodes, "
      "heartbeat, stopGraceSeconds, maxSameFaultWithoutProgress"},
@@ -56,6 +56,13 @@ inline constexpr FieldDef kCheckpointFields[] = {
     {"sharedDir", "set checkpoint.sharedDir to a directory path for the shared tier"},
     {"goldenEvery",
      "set checkpoint.goldenEvery to an integer >= 0: steps divisible by it are kept forever"},
+    {"objectStore",
+     "set checkpoint.objectStore to an S3 URL, s3://bucket/prefix[?endpoint=URL&region=R]"},
+    {"objectIntervalSteps",
+     "set checkpoint.objectIntervalSteps to an integer >= 0: upload every N-th step "
+     "(0 = every persisted step)"},
+    {"peerReplication",
+     "set checkpoint.peerReplication to true or false (copy memory snapshots to a peer node)"},
 };
 
 inline constexpr FieldDef kFaultFields[] = {

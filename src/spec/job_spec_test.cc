@@ -89,7 +89,9 @@ TEST(JobSpecTest, NonDefaultValuesAreRead) {
   auto r = ParseJobSpec(
       "name: j\ncommand: [x]\nfaultPolicy:\n  restartBudget: 0\n  spareNodes: 2\n"
       "  backoff: {baseSeconds: 0.5, capSeconds: 0.5}\n  hangTimeout: {multiplier: 2.5}\n"
-      "  stopGraceSeconds: 0\ncheckpoint: {intervalSeconds: 12.5, keep: 7}\n",
+      "  stopGraceSeconds: 0\ncheckpoint: {intervalSeconds: 12.5, keep: 7, objectStore: "
+      "\"s3://b/p?endpoint=http://127.0.0.1:9\", objectIntervalSteps: 50, peerReplication: "
+      "false}\n",
       "s", "/b");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->fault_policy.restart_budget, 0);
@@ -101,6 +103,9 @@ TEST(JobSpecTest, NonDefaultValuesAreRead) {
   EXPECT_EQ(r->fault_policy.stop_grace_seconds, 0);
   EXPECT_EQ(r->checkpoint.interval_seconds, 12.5);
   EXPECT_EQ(r->checkpoint.keep, 7);
+  EXPECT_EQ(r->checkpoint.object_store, "s3://b/p?endpoint=http://127.0.0.1:9");
+  EXPECT_EQ(r->checkpoint.object_interval_steps, 50);
+  EXPECT_FALSE(r->checkpoint.peer_replication);
 }
 
 TEST(JobSpecTest, MinimalSpecGetsDefaults) {
@@ -241,6 +246,14 @@ const BadCase kBadCases[] = {
      "must be >= 0 (got -5)", "integer >= 0"},
     {"interval_nan", "checkpoint: {intervalSeconds: .nan}\n", 3, "checkpoint.intervalSeconds",
      "finite number", ">= 0"},
+    {"object_not_s3", "checkpoint: {objectStore: /tmp/x}\n", 3, "checkpoint.objectStore",
+     "is not an S3 URL", "s3://bucket/prefix"},
+    {"object_no_bucket", "checkpoint: {objectStore: \"s3://?endpoint=x\"}\n", 3,
+     "checkpoint.objectStore", "is not an S3 URL", "s3://bucket/prefix"},
+    {"peer_not_bool", "checkpoint: {peerReplication: yes please}\n", 3,
+     "checkpoint.peerReplication", "must be true or false", "peerReplication: false"},
+    {"object_interval_neg", "checkpoint: {objectIntervalSteps: -1}\n", 3,
+     "checkpoint.objectIntervalSteps", "must be >= 0 (got -1)", "upload every N-th step"},
     {"checkpoint_scalar", "checkpoint: 5\n", 3, "checkpoint", "must be a mapping of fields (got 5)",
      "dir, intervalSteps"},
     {"command_string", "name: j\ncommand: python train.py\n", 2, "command",

@@ -4,7 +4,8 @@ Its "model" is one float w; each step w += 1 and loss = 1 / w. It checkpoints w 
 the step, and on resume checks that the loaded state is exactly the resume step's
 (exit 3 otherwise), so a test passes only if checkpoints round-trip through restarts.
 Environment knobs: TINY_CRASH_AT_START=1 exits 1 at once (budget exhaustion);
-TINY_STEP_TIME seconds per step (default 0.02).
+TINY_STEP_TIME seconds per step (default 0.02); TINY_SAVE_EVERY_STEP=1 snapshots every
+step (the memory tier; the SDK marks every checkpoint.intervalSteps-th for disk).
 """
 import argparse
 import math
@@ -26,6 +27,7 @@ if os.environ.get("TINY_CRASH_AT_START") == "1":
 bulwark.init()
 rank = int(os.environ.get("RANK", "0"))
 step_time = float(os.environ.get("TINY_STEP_TIME", "0.02"))
+every_step = os.environ.get("TINY_SAVE_EVERY_STEP") == "1"
 start = 1
 w = 1.0
 resume = bulwark.resume_step()
@@ -49,6 +51,6 @@ for step in range(start, args.steps + 1):
     w = w + 1.0
     loss = 1.0 / w
     bulwark.report_step(step, loss, 128)
-    if bulwark.should_checkpoint(step):
+    if every_step or bulwark.should_checkpoint(step):
         bulwark.save(step, {"state": struct.pack("<qd", step, w)})
 print(f"tiny: rank {rank} finished", flush=True)
