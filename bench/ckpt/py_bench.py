@@ -186,10 +186,17 @@ def bench_step(args, res):
     out = {"mode": {}}
     work = tempfile.mkdtemp(prefix="bw-step-", dir=args.dir)
     shutil.copy(os.path.join(REPO, "examples", "pytorch-ddp", "train.py"), work)
-    for mode in (["none", "bulwark"] if True else []):
-        per_rep = []
-        for r in range(args.step_reps):
+    # Three variants, interleaved rep by rep so drift hits all alike:
+    #   none     --mode none: no Bulwark SDK in the trainer at all;
+    #   sdk      Bulwark SDK (step reports, resume, NaN poll) with checkpoints off;
+    #   bulwark  the same plus a memory snapshot every step, disk persist every N.
+    modes = ["none", "sdk", "bulwark"]
+    per_rep = {m: [] for m in modes}
+    for r in range(args.step_reps):
+        for mode in modes:
             extra = ["--mode", "none"] if mode == "none" else []
+            ckpt = ({"intervalSteps": 0, "keep": 3, "memorySlots": 0} if mode == "sdk" else
+                    {"intervalSteps": args.interval, "keep": 3, "memorySlots": 3})
             job = {
                 "name": f"ckptbench-{mode}-{r}",
                 "nodes": 1,
@@ -197,7 +204,7 @@ def bench_step(args, res):
                 "command": ["/usr/bin/python3", "train.py"],
                 "args": ["--steps", str(args.steps), "--log-every", "1", "--val-every", "0",
                          "--d-model", str(args.d_model), "--n-layer", str(args.n_layer)] + extra,
-                "checkpoint": {"intervalSteps": args.interval, "keep": 3, "memorySlots": 3},
+                "checkpoint": ckpt,
             }
             spec = os.path.join(work, f"job-{mode}-{r}.yaml")
             with open(spec, "w") as f:
@@ -215,15 +222,16 @@ def bench_step(args, res):
             vals = parse_step_ms(run_dir)
             # Drop the first steps (startup, first-save ring allocation).
             ms = [v for s, v, _ in vals if s > args.skip_steps]
-            per_rep.append({"mean_step_ms": statistics.mean(ms) if ms else None,
-                            "median_step_ms": statistics.median(ms) if ms else None,
-                            "steps_measured": len(ms), "wall_s": rep.get("wall_s"),
-                            "checkpoint_s": rep.get("seconds", {}).get("checkpoint"),
-                            "committed": rep.get("checkpoints", {}).get("committed"),
-                            "phase": rep.get("phase")})
+            per_rep[mode].append({"mean_step_ms": statistics.mean(ms) if ms else None,
+                                  "median_step_ms": statistics.median(ms) if ms else None,
+                                  "steps_measured": len(ms), "wall_s": rep.get("wall_s"),
+                                  "checkpoint_s": rep.get("seconds", {}).get("checkpoint"),
+                                  "committed": rep.get("checkpoints", {}).get("committed"),
+                                  "phase": rep.get("phase")})
+    for mode in modes:
         out["mode"][mode] = {
-            "reps": per_rep,
-            "mean_step_ms": statistics.median([p["mean_step_ms"] for p in per_rep]),
+            "reps": per_rep[mode],
+            "mean_step_ms": statistics.median([p["mean_step_ms"] for p in per_rep[mode]]),
         }
     shutil.rmtree(work, ignore_errors=True)
     out["config"] = {"ranks": args.ranks, "steps": args.steps, "interval": args.interval,

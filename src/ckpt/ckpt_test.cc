@@ -844,8 +844,9 @@ TEST_F(CkptTest, ReshardRefusesPiecesSplitAlongOtherDimsOrWithGaps) {
   EXPECT_EQ(Load(reader.get(), ranks[1][1].meta), ranks[1][1].bytes);
   std::vector<uint8_t> buf(10 * 6 * 4);
   Status st = reader->Load(Piece("cols", {4, 6}, {4, 6}, {0, 0}), buf.data());
-  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
   EXPECT_THAT(st.message(), HasSubstr("'cols'"));
+  EXPECT_THAT(st.message(), HasSubstr("only dim-0 sharding can be resharded"));
   st = reader->Load(Piece("gap", {10, 2}, {10, 2}, {0, 0}), buf.data());
   EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
   EXPECT_THAT(st.message(), HasSubstr("'gap'"));
@@ -1116,6 +1117,20 @@ TEST_F(StagingTest, StageRestoreRoundTrip) {
   ASSERT_NE(s2, nullptr);
   ExpectRestores(s2.get(), 10, ts);
   EXPECT_EQ(s2->SealedSteps(), std::vector<long>{10});
+}
+
+TEST_F(StagingTest, LargeSaveCopiedByTwoThreadsIsExact) {
+  // Over the 32 MiB parallel-copy threshold, with sizes that put the split between
+  // the copy threads inside a tensor, and an empty tensor in the middle.
+  auto s = OpenStager(0, 1, 2, 1 << 20);
+  ASSERT_NE(s, nullptr);
+  const std::vector<T> ts = {
+      MakeT("a", DType::kU8, {(17 << 20) + 13}, 1), MakeT("empty", DType::kF32, {0}, 2),
+      MakeT("b", DType::kF32, {(5 << 20) + 7}, 3), MakeT("c", DType::kU8, {4099}, 4)};
+  auto r = s->Stage(7, Views(ts));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Seal(*r);
+  ExpectRestores(s.get(), 7, ts);
 }
 
 TEST_F(StagingTest, OpenRejectsBadArguments) {

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace bulwark::ckpt::internal {
@@ -271,9 +271,9 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kU8, "uint8", 1},      {DType::kI8, "int8", 1},      {DType::kI16, "int16", 2},
-    {DType::kI32, "int32", 4},     {DType::kI64, "int64", 8},    {DType::kF16, "float16", 2},
-    {DType::kBF16, "bfloat16", 2}, {DType::kF32, "float32", 4},  {DType::kF64, "float64", 8},
+    {DType::kU8, "uint8", 1},      {DType::kI8, "int8", 1},     {DType::kI16, "int16", 2},
+    {DType::kI32, "int32", 4},     {DType::kI64, "int64", 8},   {DType::kF16, "float16", 2},
+    {DType::kBF16, "bfloat16", 2}, {DType::kF32, "float32", 4}, {DType::kF64, "float64", 8},
     {DType::kBool, "bool", 1},
 };
 
@@ -329,9 +329,10 @@ Status TensorMeta::Validate() const {
   uint64_t bytes = DTypeSize(dtype);
   const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
   for (int64_t d : shape) {
-    if (d < 0) return InvalidArgument("tensor '" + name + "' has a negative dimension " + Dims(shape));
-    if (!empty && (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
-                   bytes > (1ull << 62))) {
+    if (d < 0)
+      return InvalidArgument("tensor '" + name + "' has a negative dimension " + Dims(shape));
+    if (!empty &&
+        (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) || bytes > (1ull << 62))) {
       return InvalidArgument("tensor '" + name + "' of shape " + Dims(shape) +
                              " is larger than 2^62 bytes");
     }

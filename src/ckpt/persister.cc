@@ -45,6 +45,7 @@ struct Persister::Impl {
   bool busy = false;
   bool stop = false;
   std::map<int, std::shared_ptr<RingReader>> rings;  // guarded by mu
+  double peer_paused_until = 0;                      // persister thread only
   std::thread thread;
 
   // Requires mu. Reopens when the trainer regrew the ring (new generation).
@@ -121,9 +122,13 @@ struct Persister::Impl {
            (cfg.object_interval <= 0 || step % cfg.object_interval == 0);
   }
 
-  // Pushes a sealed snapshot to the peer; reports failures only.
+  // Pushes a sealed snapshot to the peer and reports the outcome. After a failure
+  // pushes pause for peer_backoff_s, so a dead or hung peer costs this thread (and
+  // the seals and persists queued behind it) at most one timeout per pause.
   void PushToPeer(const Snapshot& snap) {
     if (cfg.peer_port <= 0) return;
+    const Clock* clk = cfg.clock ? cfg.clock : SystemClock::Get();
+    if (clk->NowMono() < peer_paused_until) return;
     PersistEvent e;
     e.rank = snap.rank();
     e.step = snap.step();
@@ -131,6 +136,7 @@ struct Persister::Impl {
     const double t0 = SystemClock::Get()->NowMono();
     e.status = PushSnapshot(cfg.peer_host, cfg.peer_port, snap, cfg.peer_timeout_s);
     e.seconds = SystemClock::Get()->NowMono() - t0;
+    if (!e.status.ok()) peer_paused_until = clk->NowMono() + cfg.peer_backoff_s;
     e.bytes = snap.bytes();
     Emit(e);
   }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace bulwark::ckpt {
@@ -44,7 +45,9 @@ struct PersistConfig {
   // (newest wins when pushes fall behind). peer_port 0 = off.
   std::string peer_host = "127.0.0.1";
   int peer_port = 0;
-  double peer_timeout_s = 30;
+  double peer_timeout_s = 10;    // per wait for progress (peer.h)
+  double peer_backoff_s = 10;    // pushes pause this long after a failed one
+  const Clock* clock = nullptr;  // for the pause; null = SystemClock. Not owned.
   // Object tier: once a shard is durable on disk_dir, `object_upload(disk_dir, step,
   // rank, world)` uploads it, for steps divisible by object_interval (0 = every
   // persisted step). Such a step is written incrementally only against a base that

@@ -278,9 +278,11 @@ TEST_F(PersisterTest, PeerPushFailureIsReported) {
     ASSERT_TRUE(s.ok());
     port = (*s)->port();
   }
+  FakeClock clock;
   auto p = Make("", [&](PersistConfig* c) {
     c->peer_port = port;
     c->peer_timeout_s = 2;
+    c->clock = &clock;
   });
   Result<StageResult> sr = (*stager)->Stage(1, Views(tensors_));
   ASSERT_TRUE(sr.ok());
@@ -291,6 +293,22 @@ TEST_F(PersisterTest, PeerPushFailureIsReported) {
   EXPECT_EQ(ev[0].tier, "peer");
   EXPECT_FALSE(ev[0].status.ok());
   EXPECT_EQ((*stager)->SealedSteps(), std::vector<long>{1});  // sealed regardless
+  // Pushes pause after a failure (peer_backoff_s, 10 s by default): the next seal
+  // does not try again, so a dead peer cannot hold up the persister every step.
+  sr = (*stager)->Stage(2, Views(tensors_));
+  ASSERT_TRUE(sr.ok());
+  p->OnStaged(0, sr->slot, sr->seq, sr->generation, 2, false);
+  ASSERT_TRUE(p->Drain(60));
+  EXPECT_EQ(Events().size(), 1u);
+  EXPECT_EQ((*stager)->SealedSteps(), (std::vector<long>{1, 2}));
+  clock.Advance(10.5);  // the pause is over: the next seal pushes (and fails) again
+  sr = (*stager)->Stage(3, Views(tensors_));
+  ASSERT_TRUE(sr.ok());
+  p->OnStaged(0, sr->slot, sr->seq, sr->generation, 3, false);
+  ASSERT_TRUE(p->Drain(60));
+  ASSERT_EQ(Events().size(), 2u);
+  EXPECT_EQ(Events()[1].step, 3);
+  EXPECT_EQ(Events()[1].tier, "peer");
 }
 
 TEST_F(PersisterTest, ObjectUploadFollowsDiskAndGuardsIncrementalBase) {

@@ -35,9 +35,9 @@ Status CheckShardFile(Env* env, const std::string& path, long step, int rank, in
   if ((step >= 0 && h.step != step) || (rank >= 0 && h.rank != rank) ||
       (world >= 0 && h.world != world)) {
     return DataLoss(path + ": header says step " + std::to_string(h.step) + " rank " +
-                    std::to_string(h.rank) + " of " + std::to_string(h.world) +
-                    ", expected step " + std::to_string(step) + " rank " + std::to_string(rank) +
-                    " of " + std::to_string(world));
+                    std::to_string(h.rank) + " of " + std::to_string(h.world) + ", expected step " +
+                    std::to_string(step) + " rank " + std::to_string(rank) + " of " +
+                    std::to_string(world));
   }
   if (h.index_len > size - kHeaderSize - kFooterSize) {
     return DataLoss(path + ": index length exceeds the file");
@@ -91,9 +91,9 @@ Status VerifyLocalChunks(Env* env, const std::string& path, const ShardIndex& id
 Result<ShardIndex> ReadShardIndex(Env* env, const std::string& root, long step, int rank,
                                   int world) {
   ShardIndex idx;
-  BW_RETURN_IF_ERROR(internal::CheckShardFile(
-      env, StepDir(root, step) + "/" + ShardFileName(rank, world), step, rank, world, nullptr,
-      &idx));
+  BW_RETURN_IF_ERROR(
+      internal::CheckShardFile(env, StepDir(root, step) + "/" + ShardFileName(rank, world), step,
+                               rank, world, nullptr, &idx));
   return idx;
 }
 
@@ -129,7 +129,8 @@ struct StepReader::Impl {
     BW_RETURN_IF_ERROR(
         internal::CheckShardFile(env, s->path, step, rank, manifest.world, &h, &s->index));
     if (want_index_xxh3 != 0 && h.index_xxh3 != want_index_xxh3) {
-      return DataLoss(s->path + ": index checksum differs from the one MANIFEST recorded "
+      return DataLoss(s->path +
+                      ": index checksum differs from the one MANIFEST recorded "
                       "(the shard was replaced after commit)");
     }
     s->data_start = kHeaderSize + h.index_len;
@@ -141,8 +142,8 @@ struct StepReader::Impl {
 
   // Reads chunk `i` of tensor `name` as stored by `shard` into dst (len bytes),
   // following references, and checks it against `hash`.
-  Status ReadChunk(Shard* shard, const std::string& name, uint64_t i, uint64_t hash,
-                   uint8_t* dst, uint64_t len) {
+  Status ReadChunk(Shard* shard, const std::string& name, uint64_t i, uint64_t hash, uint8_t* dst,
+                   uint64_t len) {
     for (int hop = 0; hop < 16; ++hop) {
       const TensorEntry* e = shard->index.Find(name);
       if (e == nullptr || i >= e->chunks.size()) {
@@ -172,8 +173,7 @@ struct StepReader::Impl {
   }
 
   // Reads bytes [off, off+len) of a tensor piece into dst, chunk by chunk.
-  Status ReadRange(Shard* shard, const TensorEntry& e, uint64_t off, uint64_t len,
-                   uint8_t* dst) {
+  Status ReadRange(Shard* shard, const TensorEntry& e, uint64_t off, uint64_t len, uint8_t* dst) {
     const uint64_t cs = shard->index.chunk_size;
     const uint64_t nb = e.meta.nbytes();
     while (len > 0) {
@@ -200,8 +200,7 @@ struct StepReader::Impl {
 StepReader::StepReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StepReader::~StepReader() = default;
 
-Result<std::unique_ptr<StepReader>> StepReader::Open(Env* env, const std::string& root,
-                                                     long step) {
+Result<std::unique_ptr<StepReader>> StepReader::Open(Env* env, const std::string& root, long step) {
   auto impl = std::make_unique<Impl>();
   impl->env = env;
   impl->root = root;
@@ -245,8 +244,8 @@ Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank)
   const std::vector<int64_t> g = want.GlobalShape(), o = want.Offsets();
   for (const auto& [s, e] : pieces) {
     if (e->meta.dtype != want.dtype) {
-      return InvalidArgument("tensor '" + want.name + "' was saved as " +
-                             DTypeName(e->meta.dtype) + ", asked for " + DTypeName(want.dtype));
+      return InvalidArgument("tensor '" + want.name + "' was saved as " + DTypeName(e->meta.dtype) +
+                             ", asked for " + DTypeName(want.dtype));
     }
     if (e->meta.GlobalShape() != g) {
       return InvalidArgument("tensor '" + want.name + "' was saved with global shape " +
@@ -275,12 +274,14 @@ Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank)
   const int64_t a = o[0], b = o[0] + want.shape[0];
   std::vector<std::pair<int64_t, int64_t>> covered;
   std::map<int64_t, bool> done_origin;  // one copy per piece origin (replicas)
+  bool split_elsewhere = false;         // a piece split along another dim was skipped
   for (const auto& [s, e] : pieces) {
     const auto po = e->meta.Offsets();
     bool full_rows = true;
     for (size_t d = 1; d < po.size(); ++d) {
       full_rows = full_rows && po[d] == 0 && e->meta.shape[d] == g[d];
     }
+    split_elsewhere = split_elsewhere || !full_rows;
     if (!full_rows || done_origin.count(po[0])) continue;
     const int64_t pa = po[0], pb = po[0] + e->meta.shape[0];
     const int64_t lo = std::max(a, pa), hi = std::min(b, pb);
@@ -296,6 +297,12 @@ Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank)
   for (const auto& [lo, hi] : covered) {
     if (lo > at) break;
     at = std::max(at, hi);
+  }
+  if (at < b && split_elsewhere) {
+    return InvalidArgument("tensor '" + want.name + "' was saved in pieces split along a " +
+                           "dimension other than 0 in step " + std::to_string(step) +
+                           "; only dim-0 sharding can be resharded: load it with the " +
+                           "saving ranks' exact shapes and offsets");
   }
   if (at < b) {
     return NotFound("tensor '" + want.name + "': rows " + std::to_string(at) + ".." +
@@ -324,8 +331,7 @@ Result<std::vector<OwnedBlob>> ReadRankTensors(Env* env, const std::string& root
   return out;
 }
 
-Status VerifyStep(Env* env, const std::string& root, long step, bool full,
-                  VerifyReport* report) {
+Status VerifyStep(Env* env, const std::string& root, long step, bool full, VerifyReport* report) {
   VerifyReport local;
   VerifyReport* r = report != nullptr ? report : &local;
   BW_ASSIGN_OR_RETURN(auto reader, StepReader::Open(env, root, step));

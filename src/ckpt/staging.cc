@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "ckpt/format.h"
 #include "common/clock.h"
@@ -280,6 +281,48 @@ std::string RingPath(const std::string& staging_dir, int rank) {
 // ---------------------------------------------------------------------------
 // Stager
 
+namespace {
+
+// Saves of at least this many bytes are copied by kCopyThreads threads: one thread
+// does not reach the memory bandwidth, and the trainer is blocked meanwhile anyway.
+constexpr uint64_t kParallelCopyMin = 32ull << 20;
+constexpr int kCopyThreads = 2;
+
+struct CopyPiece {
+  uint8_t* dst;
+  const uint8_t* src;
+  uint64_t n;
+};
+
+// Copies every piece, split into `threads` contiguous byte ranges of equal size
+// (the calling thread takes the first). Returns when all are copied.
+void ParallelCopy(const std::vector<CopyPiece>& pieces, int threads) {
+  uint64_t total = 0;
+  for (const CopyPiece& p : pieces) total += p.n;
+  auto copy_range = [&pieces](uint64_t begin, uint64_t end) {
+    uint64_t pos = 0;
+    for (const CopyPiece& p : pieces) {
+      const uint64_t lo = std::max(begin, pos), hi = std::min(end, pos + p.n);
+      if (lo < hi) std::memcpy(p.dst + (lo - pos), p.src + (lo - pos), hi - lo);
+      pos += p.n;
+      if (pos >= end) break;
+    }
+  };
+  if (threads <= 1 || total == 0) {
+    copy_range(0, total);
+    return;
+  }
+  const uint64_t per = RoundUp(total / threads + 1, 4096);
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads && t * per < total; ++t) {
+    workers.emplace_back(copy_range, t * per, std::min(total, (t + 1) * per));
+  }
+  copy_range(0, std::min(total, per));
+  for (std::thread& w : workers) w.join();
+}
+
+}  // namespace
+
 struct Stager::Impl {
   std::string dir, path;
   int rank = 0, world = 1, slots = 2;
@@ -460,10 +503,13 @@ Result<StageResult> Stager::Stage(long step, const std::vector<TensorView>& tens
   }
   std::memcpy(s.m->index_area(slot), s.index_json.data(), s.index_json.size());
   uint8_t* data = s.m->data_area(slot);
+  std::vector<CopyPiece> pieces;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].meta.nbytes() > 0)
-      std::memcpy(data + s.offs[i], tensors[i].data, tensors[i].meta.nbytes());
+    const uint64_t n = tensors[i].meta.nbytes();
+    if (n > 0)
+      pieces.push_back({data + s.offs[i], static_cast<const uint8_t*>(tensors[i].data), n});
   }
+  ParallelCopy(pieces, s.total >= kParallelCopyMin ? kCopyThreads : 1);
   sh->step = step;
   sh->data_len = s.total;
   sh->index_len = s.index_json.size();

@@ -59,6 +59,7 @@ class Stager {
   ~Stager();
 
   // Copies `tensors` into a free slot as `step`; returns once they are staged.
+  // Saves of 32 MiB or more are copied by two threads (the caller's and one more).
   // UNAVAILABLE if every other slot is pinned by the agent (the persister is
   // behind): the caller may retry or skip this snapshot.
   Result<StageResult> Stage(long step, const std::vector<TensorView>& tensors);
