@@ -151,7 +151,16 @@ struct Persister::Impl {
       }
       if (!ring) return;
       Result<std::unique_ptr<Snapshot>> snap = ring->Pin(r.slot, r.seq, &hash_s, /*seal=*/true);
-      if (snap.ok()) PushToPeer(**snap);
+      // The trainer needs a free slot besides its newest snapshot, so the agent may
+      // pin at most slots - 2 at once. With 3 slots and a persist queued (its slot
+      // is pinned already) a push would pin a second one: skip it; the persist
+      // pushes its snapshot when written. 4 slots (the default) allow both.
+      bool persist_queued = false;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        persist_queued = persist_q.count(r.rank) > 0;
+      }
+      if (snap.ok() && (!persist_queued || ring->slots() >= 4)) PushToPeer(**snap);
       return;  // unpins
     }
     if (cfg.disk_dir.empty() && cfg.shared_dir.empty()) {

@@ -660,6 +660,8 @@ std::vector<long> RingReader::Steps() {
 
 uint64_t RingReader::generation() const { return impl_->m->hdr()->generation; }
 
+int RingReader::slots() const { return static_cast<int>(impl_->m->hdr()->slots); }
+
 Status StageCopy(const std::string& staging_dir, int slots, const Snapshot& snap) {
   BW_ASSIGN_OR_RETURN(
       auto st, Stager::Open(staging_dir, snap.rank(), snap.world(), slots, snap.chunk_size()));

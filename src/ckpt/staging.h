@@ -123,6 +123,7 @@ class RingReader {
   // Steps of STAGED or SEALED slots (seals STAGED ones first), ascending.
   std::vector<long> Steps();
   uint64_t generation() const;
+  int slots() const;
 
   struct Impl;
 

@@ -116,6 +116,8 @@ class Controller::Impl {
   long NewestInMemory(long max_step) const;
   // The node (other than rank's own) holding a replica of (rank, step); null if none.
   const Node* ReplicaHolder(int rank, long step, const Node* own) const;
+  // "rank 0 own 12..14, on node-1 11..13; rank 1 ..." (why memory was not used).
+  std::string MemoryInventoryText() const;
   // Where slot s pushes its ranks' snapshots: the next slot's node, or for a
   // one-node job the first warm standby; null when there is none.
   const Node* PeerOf(int slot) const;
@@ -885,6 +887,32 @@ long Controller::Impl::NewestInMemory(long max_step) const {
   return -1;
 }
 
+std::string Controller::Impl::MemoryInventoryText() const {
+  auto span = [](const std::vector<long>& v) {
+    if (v.empty()) return std::string("none");
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return std::to_string(*lo) + ".." + std::to_string(*hi);
+  };
+  std::string out;
+  for (int s = 0; s < spec_.nodes; ++s) {
+    auto it = nodes_.find(slots_[s]);
+    for (int l = 0; l < spec_.procs_per_node; ++l) {
+      const int rank = s * spec_.procs_per_node + l;
+      std::string r = "rank " + std::to_string(rank) + " own ";
+      if (it != nodes_.end()) {
+        auto m = it->second->mem.find(rank);
+        r += m == it->second->mem.end() ? "none" : span(m->second);
+      }
+      for (const auto& [id, p] : nodes_) {
+        auto x = p->replicas.find(rank);
+        if (p->connected() && x != p->replicas.end()) r += ", on " + id + " " + span(x->second);
+      }
+      out += (out.empty() ? "" : "; ") + r;
+    }
+  }
+  return out;
+}
+
 const Controller::Node* Controller::Impl::ReplicaHolder(int rank, long step,
                                                         const Node* own) const {
   if (bad_replicas_.count({rank, step})) return nullptr;
@@ -961,6 +989,9 @@ Status Controller::Impl::Launch() {
   if (mem > resume) {
     resume = mem;
     resume_tier = "memory";
+  } else if (spec_.checkpoint.memory_slots > 0 && attempt_ > 0) {
+    Event("MemoryTierNotUsed", "no step newer than " + std::to_string(resume) +
+                                   " is in memory for every rank: " + MemoryInventoryText());
   }
   if (decision_.resume_from_scratch) resume = -1;
   // Replacement nodes restore from a peer's memory: which ranks fetch from where.

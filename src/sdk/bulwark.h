@@ -92,7 +92,14 @@ class Client {
   // (ShouldCheckpoint). Without one it writes the shard durably itself (in
   // standalone mode with world size 1 also committing it). Sends a `staged` or
   // `ckpt` report. The time spent is reported as ckpt_stall.
+  // A full staging ring (every other slot pinned by the agent, which is behind) is
+  // not an error: the save waits for a slot at most kRingWaitPersistS when `step` is
+  // due for disk (kRingWaitS otherwise), then skips this snapshot with a warning
+  // on stderr (at most one per 30 s) and counts it in snapshots_skipped().
   Status SaveTensors(long step, const std::vector<ckpt::TensorView>& tensors);
+  static constexpr double kRingWaitS = 0.05;
+  static constexpr double kRingWaitPersistS = 2.0;
+  long snapshots_skipped() const;
   Status Save(long step, const std::vector<ckpt::Blob>& blobs);
   // Commits `step` for the whole world (all shards must be durable). The agent or
   // controller does this in managed mode; standalone multi-rank trainers call it on
@@ -129,6 +136,8 @@ class Client {
   double stall_s_ = 0.0;
   bool nan_pending_ = false;
   std::unique_ptr<ckpt::Stager> stager_;  // lazily opened memory tier
+  long skipped_ = 0;                      // snapshots skipped: ring full
+  double next_skip_warning_ = 0;
 };
 
 }  // namespace bulwark::sdk

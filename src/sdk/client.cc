@@ -1,10 +1,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "common/net.h"
 #include "sdk/bulwark.h"
@@ -179,11 +181,32 @@ Status Client::SaveTensors(long step, const std::vector<ckpt::TensorView>& tenso
       BW_ASSIGN_OR_RETURN(stager_, ckpt::Stager::Open(cfg_.staging_dir, cfg_.rank, cfg_.world_size,
                                                       static_cast<int>(cfg_.memory_slots)));
     }
+    const bool persist = cfg_.ckpt_interval_steps > 0 && step % cfg_.ckpt_interval_steps == 0;
+    const double wait_s = persist ? kRingWaitPersistS : kRingWaitS;
+    const double deadline = t0 + wait_s;
+    // Bounded by tries as well, so an injected clock that stands still cannot hang it.
+    const int max_tries = static_cast<int>(wait_s * 1000) + 1;
     Result<ckpt::StageResult> r = stager_->Stage(step, tensors);
+    for (int tries = 0; !r.ok() && r.status().code() == Code::kUnavailable &&
+                        clock_->NowMono() < deadline && tries < max_tries;
+         ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the agent unpins soon
+      r = stager_->Stage(step, tensors);
+    }
     const double stall = clock_->NowMono() - t0;
     stall_s_ += stall;
+    if (!r.ok() && r.status().code() == Code::kUnavailable) {
+      ++skipped_;
+      if (clock_->NowMono() >= next_skip_warning_) {
+        next_skip_warning_ = clock_->NowMono() + 30;
+        std::fprintf(stderr,
+                     "bulwark: rank %d skipped the memory snapshot of step %ld (%ld skipped so "
+                     "far): %s\n",
+                     cfg_.rank, step, skipped_, r.status().message().c_str());
+      }
+      return Status::Ok();
+    }
     BW_RETURN_IF_ERROR(r.status().Annotate("stage step " + std::to_string(step)));
-    const bool persist = cfg_.ckpt_interval_steps > 0 && step % cfg_.ckpt_interval_steps == 0;
     SendLocked(Json{{"type", "staged"},
                     {"rank", cfg_.rank},
                     {"step", step},
@@ -223,6 +246,11 @@ Status Client::SaveTensors(long step, const std::vector<ckpt::TensorView>& tenso
 
 Status Client::Save(long step, const std::vector<ckpt::Blob>& blobs) {
   return SaveTensors(step, ckpt::BlobsToTensors(blobs));
+}
+
+long Client::snapshots_skipped() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return skipped_;
 }
 
 Status Client::Commit(long step) {
@@ -298,7 +326,8 @@ Result<std::unique_ptr<LoadSession>> Client::OpenLoad(long step, int min_tier,
   std::vector<std::string> reasons;
   Code code = Code::kNotFound;  // becomes the most severe reason's code
   auto note = [&](Code c) {
-    if (c == Code::kDataLoss || (c == Code::kFailedPrecondition && code == Code::kNotFound)) code = c;
+    if (c == Code::kDataLoss || (c == Code::kFailedPrecondition && code == Code::kNotFound))
+      code = c;
   };
   if (min_tier <= 0 && !cfg_.staging_dir.empty()) {
     Result<std::unique_ptr<ckpt::RingReader>> r =
@@ -335,7 +364,8 @@ Result<std::unique_ptr<LoadSession>> Client::OpenLoad(long step, int min_tier,
     all += (all.empty() ? "" : "; ") + s;
     if (skipped != nullptr) skipped->push_back(s);
   }
-  if (all.empty()) return FailedPrecondition("cannot load: no checkpoint tier configured (set BULWARK_CKPT_DIR)");
+  if (all.empty())
+    return FailedPrecondition("cannot load: no checkpoint tier configured (set BULWARK_CKPT_DIR)");
   return Status(code, "step " + std::to_string(step) + " is not loadable from any tier: " + all);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "ckpt/staging.h"
 #include "common/net.h"
 #include "gtest/gtest.h"
 #include "sdk/bulwark.h"
@@ -119,7 +120,9 @@ TEST_F(SdkTest, StandaloneSaveCommitsAndLoads) {
   ASSERT_TRUE(c2.Init({{"BULWARK_CKPT_DIR", dir_ + "/ckpt"}, {"BULWARK_RESUME_STEP", "3"}}).ok());
   EXPECT_TRUE(c2.Load().ok());
   // An uncommitted step is never loaded.
-  ASSERT_TRUE(ckpt::WriteShard(ckpt::Env::Default(), dir_ + "/ckpt", 4, 0, 1, {}, ckpt::WriteOptions()).ok());
+  ASSERT_TRUE(
+      ckpt::WriteShard(ckpt::Env::Default(), dir_ + "/ckpt", 4, 0, 1, {}, ckpt::WriteOptions())
+          .ok());
   EXPECT_EQ(c2.Load(4).status().code(), Code::kNotFound);
   // A different world size is refused clearly.
   Client c3;
@@ -166,6 +169,43 @@ TEST_F(SdkTest, ReportsReachTheAgent) {
   EXPECT_TRUE(s2["loss"].is_null());
   EXPECT_DOUBLE_EQ(s2["step_time"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(s2["ckpt_stall"].get<double>(), 0.0);
+}
+
+TEST_F(SdkTest, FullStagingRingSkipsTheSnapshotInsteadOfFailing) {
+  BindAgent();
+  fs::create_directories(dir_ + "/stg");
+  EnvMap env = ManagedEnv();
+  env["BULWARK_STAGING_DIR"] = dir_ + "/stg";
+  env["BULWARK_MEMORY_SLOTS"] = "2";
+  TickClock clock(0.01);  // the bounded wait for a free slot ends after a few reads
+  Client c(&clock);
+  ASSERT_TRUE(c.Init(env).ok());
+  EXPECT_EQ(Recv()["type"], "hello");
+  std::string w(1000, 'w');
+  ASSERT_TRUE(c.Save(1, {{"w", w.data(), w.size()}}).ok());
+  EXPECT_EQ(Recv()["step"], 1);
+  ASSERT_TRUE(c.Save(2, {{"w", w.data(), w.size()}}).ok());
+  EXPECT_EQ(Recv()["step"], 2);
+  {
+    // The agent holds step 1's slot (a slow persist); step 2's is the newest: a
+    // two-slot ring has nowhere to put step 3.
+    auto reader = ckpt::RingReader::Open(ckpt::RingPath(dir_ + "/stg", 0));
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    auto pinned = (*reader)->PinStep(1);
+    ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+    Status st = c.Save(3, {{"w", w.data(), w.size()}});
+    EXPECT_TRUE(st.ok()) << st.ToString();  // skipped, not an error the trainer dies of
+    EXPECT_EQ(c.snapshots_skipped(), 1);
+    // Due for disk (interval 5): waits longer, still bounded, still skipped.
+    EXPECT_TRUE(c.Save(5, {{"w", w.data(), w.size()}}).ok());
+    EXPECT_EQ(c.snapshots_skipped(), 2);
+  }
+  // Unpinned: the next save is staged and reported.
+  ASSERT_TRUE(c.Save(6, {{"w", w.data(), w.size()}}).ok());
+  Json staged = Recv();
+  EXPECT_EQ(staged["type"], "staged");
+  EXPECT_EQ(staged["step"], 6);
+  EXPECT_EQ(c.snapshots_skipped(), 2);
 }
 
 TEST_F(SdkTest, InjectNanArrivesOnceAndGarbageIsIgnored) {

@@ -38,7 +38,7 @@ struct CheckpointSpec {
   long interval_steps = 0;  // save every N steps (0 = off unless interval_seconds)
   double interval_seconds = 0;     // or every T seconds
   int keep = 3;                    // committed checkpoints retained per file tier
-  int memory_slots = 3;            // memory tier: staging ring of K snapshots per rank (0 = off)
+  int memory_slots = 4;            // memory tier: staging ring of K snapshots per rank (0 = off)
   std::string shared_dir;          // optional shared tier (the NFS/Lustre role); "" = none
   long golden_every = 0;           // steps divisible by this are never collected (0 = none)
   std::string object_store;        // "s3://bucket/prefix?endpoint=..." object tier; "" = none
