@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <climits>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -24,6 +25,9 @@ struct Request {
   bool persist = false;
   std::shared_ptr<Snapshot> snap;  // persist: pinned when the trainer reported it
 };
+
+// Seal requests kept per rank while the persister is behind.
+constexpr int kMaxQueuedSeals = 4;
 
 void LowerPriority() {
   sched_param p{};
@@ -182,6 +186,31 @@ struct Persister::Impl {
     if (r.snap->sealed()) PushToPeer(*r.snap);
   }
 
+  // Requires mu and a non-empty seal_q. Seals step by step across ranks: the newest
+  // step S that every rank with a queued seal has staged, one rank at a time, and
+  // drops older requests. When the thread falls behind, whole steps are skipped for
+  // all of this node's ranks alike, so the snapshots pushed to the peer line up and
+  // the ranks share a restorable step (coalescing per rank would not).
+  Request TakeSeal() {
+    std::map<int, long> newest;
+    for (const Request& q : seal_q) newest[q.rank] = std::max(newest[q.rank], q.step);
+    long common = LONG_MAX;
+    for (const auto& [rank, step] : newest) common = std::min(common, step);
+    for (auto it = seal_q.begin(); it != seal_q.end();) {
+      it = it->step < common ? seal_q.erase(it) : it + 1;
+    }
+    for (auto it = seal_q.begin(); it != seal_q.end(); ++it) {
+      if (it->step == common) {
+        Request r = *it;
+        seal_q.erase(it);
+        return r;
+      }
+    }
+    Request r = seal_q.front();  // unreachable: some rank's newest is `common`
+    seal_q.pop_front();
+    return r;
+  }
+
   void Loop() {
     if (cfg.low_priority) LowerPriority();
     std::unique_lock<std::mutex> l(mu);
@@ -193,8 +222,7 @@ struct Persister::Impl {
         r = persist_q.begin()->second;
         persist_q.erase(persist_q.begin());
       } else {
-        r = seal_q.front();
-        seal_q.pop_front();
+        r = TakeSeal();
       }
       busy = true;
       l.unlock();
@@ -263,9 +291,19 @@ void Persister::OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, 
     }
     impl_->persist_q[rank] = r;
   } else {
-    // Only the newest seal per rank matters; drop older queued ones.
-    for (auto it = impl_->seal_q.begin(); it != impl_->seal_q.end();) {
-      it = it->rank == rank ? impl_->seal_q.erase(it) : it + 1;
+    // Keep a rank's newest few seals (TakeSeal picks the step all ranks share);
+    // older ones are dropped, their slots likely reused by the trainer already.
+    int mine = 0;
+    for (auto it = impl_->seal_q.rbegin(); it != impl_->seal_q.rend(); ++it) {
+      mine += it->rank == rank ? 1 : 0;
+    }
+    if (mine >= kMaxQueuedSeals) {
+      for (auto it = impl_->seal_q.begin(); it != impl_->seal_q.end(); ++it) {
+        if (it->rank == rank) {
+          impl_->seal_q.erase(it);
+          break;
+        }
+      }
     }
     impl_->seal_q.push_back(r);
   }

@@ -7,6 +7,8 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -367,6 +369,51 @@ TEST_F(PersisterTest, ObjectUploadFollowsDiskAndGuardsIncrementalBase) {
   EXPECT_EQ(disk_bytes[3], 1000 * 4u);  // "a" is one chunk
   EXPECT_EQ(disk_bytes[4], full);
   EXPECT_EQ(disk_bytes[6], 1000 * 4u);
+}
+
+TEST_F(PersisterTest, BehindPersisterSealsTheSameStepsForAllRanks) {
+  auto r0 = Stager::Open(staging_, 0, 2, 4, kChunk);
+  auto r1 = Stager::Open(staging_, 1, 2, 4, kChunk);
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  // Hold the persister in an upload of rank 0's step 1 until released, so the seal
+  // requests below queue up behind it.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, uploading = false;
+  auto p = Make("", [&](PersistConfig* c) {
+    c->world = 2;
+    c->object_upload = [&](const std::string&, long, int, int) {
+      std::unique_lock<std::mutex> l(mu);
+      uploading = true;
+      cv.notify_all();
+      cv.wait(l, [&] { return release; });
+      return Status::Ok();
+    };
+    c->object_newest = [](long) -> Result<long> { return -1; };
+  });
+  auto stage = [&](Stager* st, int rank, long step, bool persist) {
+    Result<StageResult> sr = st->Stage(step, Views(tensors_));
+    ASSERT_TRUE(sr.ok()) << sr.status().ToString();
+    p->OnStaged(rank, sr->slot, sr->seq, sr->generation, step, persist);
+  };
+  stage(r0->get(), 0, 1, true);
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return uploading; }));
+  }
+  // Rank 0 is ahead (staged 2, 3, 4); rank 1 has staged 2 and 3.
+  for (long step : {2, 3, 4}) stage(r0->get(), 0, step, false);
+  for (long step : {2, 3}) stage(r1->get(), 1, step, false);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(p->Drain(60));
+  // Step 3 (the newest both have) is sealed for both; step 2 is skipped for both
+  // alike; then rank 0's step 4.
+  EXPECT_EQ((*r0)->SealedSteps(), (std::vector<long>{1, 3, 4}));
+  EXPECT_EQ((*r1)->SealedSteps(), (std::vector<long>{3}));
 }
 
 }  // namespace
