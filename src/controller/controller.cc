@@ -989,7 +989,8 @@ Status Controller::Impl::Launch() {
   if (mem > resume) {
     resume = mem;
     resume_tier = "memory";
-  } else if (spec_.checkpoint.memory_slots > 0 && attempt_ > 0) {
+  } else if (spec_.checkpoint.memory_slots > 0 && attempt_ > 0 &&
+             (max_step < 0 || resume < max_step)) {  // memory could have done better
     Event("MemoryTierNotUsed", "no step newer than " + std::to_string(resume) +
                                    " is in memory for every rank: " + MemoryInventoryText());
   }
