@@ -81,20 +81,27 @@ def _lib():
     return lib
 
 
-def _flatten(obj, prefix, out):
+def _flatten(obj, prefix, out, tensor_type):
     """Returns the skeleton of obj with tensors replaced by _Ref; appends
     (name, tensor) to out."""
-    import torch
-    if isinstance(obj, torch.Tensor):
+    if isinstance(obj, tensor_type):
         name = prefix or "tensor"
         out.append((name, obj))
         return _Ref(name)
     if isinstance(obj, dict):
-        return {k: _flatten(v, f"{prefix}/{k}" if prefix else str(k), out) for k, v in obj.items()}
+        return {k: _flatten(v, f"{prefix}/{k}" if prefix else str(k), out, tensor_type)
+                for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        items = [_flatten(v, f"{prefix}/{i}" if prefix else str(i), out) for i, v in enumerate(obj)]
+        items = [_flatten(v, f"{prefix}/{i}" if prefix else str(i), out, tensor_type)
+                 for i, v in enumerate(obj)]
         return items if isinstance(obj, list) else tuple(items)
     return obj
+
+
+# The argument arrays of the last save, reused while the layout (names, dtypes,
+# shapes, flags) is unchanged: only the data pointers are refilled. Saving every
+# step, filling five ctypes arrays per tensor was half of the Python-side stall.
+_LAYOUT = {"key": None}
 
 
 def save(state, step, replicated=False):
@@ -102,21 +109,11 @@ def save(state, step, replicated=False):
     Returns once the tensors are staged (memory tier) or written (standalone)."""
     import torch
     tensors = []
-    skeleton = _flatten(state, "", tensors)
-    names = [n for n, _ in tensors]
-    if len(set(names)) != len(names):
-        raise CheckpointError("bulwark.checkpoint.save: two tensors map to the same name; "
-                              "use distinct string keys")
+    skeleton = _flatten(state, "", tensors, torch.Tensor)
     blob = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
     dts = _dtypes()
     keep = []  # keeps contiguous copies alive during the call
-    n = len(tensors) + 1
-    c_names = (ctypes.c_char_p * n)()
-    c_dtypes = (ctypes.c_char_p * n)()
-    c_ndims = (ctypes.c_int * n)()
-    c_data = (ctypes.c_void_p * n)()
-    c_flags = (ctypes.c_int * n)()
-    dims = []
+    key = [bool(replicated), len(blob)]
     for i, (name, t) in enumerate(tensors):
         if t.device.type != "cpu":
             t = t.detach().cpu()
@@ -126,22 +123,42 @@ def save(state, step, replicated=False):
             raise CheckpointError(f"bulwark.checkpoint.save: tensor '{name}' has unsupported "
                                   f"dtype {t.dtype}")
         keep.append(t)
-        c_names[i] = name.encode("utf-8")
-        c_dtypes[i] = dts[t.dtype].encode()
-        c_ndims[i] = t.dim()
-        dims.extend(t.shape)
+        key.append((name, t.dtype, t.shape))
+    n = len(tensors) + 1
+    lay = _LAYOUT
+    if lay["key"] != key:
+        names = [name for name, _ in tensors]
+        if len(set(names)) != len(names):
+            raise CheckpointError("bulwark.checkpoint.save: two tensors map to the same name; "
+                                  "use distinct string keys")
+        c_names = (ctypes.c_char_p * n)()
+        c_dtypes = (ctypes.c_char_p * n)()
+        c_ndims = (ctypes.c_int * n)()
+        c_flags = (ctypes.c_int * n)()
+        dims = []
+        for i, ((name, _), t) in enumerate(zip(tensors, keep)):
+            c_names[i] = name.encode("utf-8")
+            c_dtypes[i] = dts[t.dtype].encode()
+            c_ndims[i] = t.dim()
+            dims.extend(t.shape)
+            c_flags[i] = 1 if replicated else 0
+        c_names[n - 1] = _OBJECTS.encode()
+        c_dtypes[n - 1] = b"uint8"
+        c_ndims[n - 1] = 1
+        dims.append(len(blob))
+        c_flags[n - 1] = 0
+        c_shapes = (ctypes.c_longlong * max(1, len(dims)))(*dims)
+        lay.update(key=None, names=c_names, dtypes=c_dtypes, ndims=c_ndims, flags=c_flags,
+                   shapes=c_shapes, data=(ctypes.c_void_p * n)())
+        lay["key"] = key
+    c_data = lay["data"]
+    for i, t in enumerate(keep):
         c_data[i] = t.data_ptr() if t.numel() else None
-        c_flags[i] = 1 if replicated else 0
     blob_buf = ctypes.create_string_buffer(blob, len(blob))
-    c_names[n - 1] = _OBJECTS.encode()
-    c_dtypes[n - 1] = b"uint8"
-    c_ndims[n - 1] = 1
-    dims.append(len(blob))
     c_data[n - 1] = ctypes.cast(blob_buf, ctypes.c_void_p)
-    c_flags[n - 1] = 0
-    c_shapes = (ctypes.c_longlong * max(1, len(dims)))(*dims)
-    bulwark._check(_lib().bw_ckpt_save(int(step), n, c_names, c_dtypes, c_ndims, c_shapes,
-                                       c_data, c_flags), "checkpoint.save")
+    # c_data keeps stale pointers between saves; every one is refilled before use.
+    bulwark._check(_lib().bw_ckpt_save(int(step), n, lay["names"], lay["dtypes"], lay["ndims"],
+                                       lay["shapes"], c_data, lay["flags"]), "checkpoint.save")
     del keep
 
 
