@@ -17,7 +17,8 @@
 //   restore_mem  Stager::Restore (copy + verify every chunk) vs memcpy.
 //   memory       the ring's mapped bytes vs slots x state bytes.
 //
-// Usage: ckpt_bench [--tensors 64] [--tensor-mib 8] [--reps 5] [--slots 3]
+// Usage: ckpt_bench [--tensors 64] [--tensor-mib 8] [--reps 5] [--persist-reps 3*reps]
+//                   [--slots 3]
 //                   [--dir DISK_DIR] [--shm /dev/shm] [--out FILE]
 #include <fcntl.h>
 #include <spawn.h>
@@ -111,6 +112,7 @@ struct Opts {
   int tensors = 64;
   double tensor_mib = 8;
   int reps = 5;
+  int persist_reps = 0;  // 0: 3 x reps (persist figures are the noisiest: virtual disk)
   int slots = 3;
   std::string dir;
   std::string shm = "/dev/shm";
@@ -133,6 +135,8 @@ int main(int argc, char** argv) {
       o.tensor_mib = std::stod(next());
     else if (a == "--reps")
       o.reps = std::stoi(next());
+    else if (a == "--persist-reps")
+      o.persist_reps = std::stoi(next());
     else if (a == "--slots")
       o.slots = std::stoi(next());
     else if (a == "--dir")
@@ -218,7 +222,8 @@ int main(int argc, char** argv) {
   const uint64_t dd_count = (total + (8 << 20) - 1) / (8 << 20);
   std::vector<double> persist, persist_noseal, seal, checksum_cost, dd_write;
   long last_persisted = -1;
-  for (int r = 0; r < o.reps; ++r) {
+  const int persist_reps = o.persist_reps > 0 ? o.persist_reps : 3 * o.reps;
+  for (int r = 0; r < persist_reps; ++r) {
     auto do_persist = [&] {
       auto sr = Take(stager->Stage(++step, views), "Stage for persist");
       // Free the previous step's blocks first, as dd's baseline frees its old file: on a

@@ -180,6 +180,9 @@ def parse_step_ms(run_dir):
     return vals
 
 
+AB_BLOCK = 20
+
+
 def bench_step(args, res):
     import yaml
     bulwark = args.bulwark
@@ -228,6 +231,43 @@ def bench_step(args, res):
                                   "checkpoint_s": rep.get("seconds", {}).get("checkpoint"),
                                   "committed": rep.get("checkpoints", {}).get("committed"),
                                   "phase": rep.get("phase")})
+    # Within one run: snapshots on in even blocks of AB_BLOCK steps, off in odd ones.
+    # A step's time includes the save made at the end of the step before it, so the
+    # first step of each block is excluded from both sides.
+    ab = []
+    for r in range(args.step_reps):
+        job = {
+            "name": f"ckptbench-ab-{r}",
+            "nodes": 1,
+            "procsPerNode": args.ranks,
+            "command": ["/usr/bin/python3", "train.py"],
+            "args": ["--steps", str(args.steps), "--log-every", "1", "--val-every", "0",
+                     "--d-model", str(args.d_model), "--n-layer", str(args.n_layer),
+                     "--snapshot-ab", str(AB_BLOCK)],
+            "checkpoint": {"intervalSteps": args.interval, "keep": 3, "memorySlots": 3},
+        }
+        spec = os.path.join(work, f"job-ab-{r}.yaml")
+        with open(spec, "w") as f:
+            yaml.safe_dump(job, f)
+        run_dir = os.path.join(work, f"run-ab-{r}")
+        cmd = [bulwark, "run", spec, "--report", os.path.join(work, f"report-ab-{r}.json"),
+               "--run-dir", run_dir, "--store", os.path.join(work, "store.db"), "--fresh",
+               "--quiet"]
+        print("py_bench: " + " ".join(cmd), file=sys.stderr, flush=True)
+        cp = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+        if cp.returncode != 0:
+            raise SystemExit(f"bulwark run failed ({cp.returncode}):\n{cp.stdout}\n{cp.stderr}")
+        on, off = [], []
+        for s, v, _ in parse_step_ms(run_dir):
+            if s <= args.skip_steps or s % AB_BLOCK == 0:
+                continue
+            (off if (s // AB_BLOCK) % 2 == 1 else on).append(v)
+        ab.append({"on_ms": statistics.mean(on), "off_ms": statistics.mean(off),
+                   "on_steps": len(on), "off_steps": len(off)})
+    out["ab"] = {"block": AB_BLOCK, "reps": ab,
+                 "on_ms": statistics.median([a["on_ms"] for a in ab]),
+                 "off_ms": statistics.median([a["off_ms"] for a in ab]),
+                 "ratio": statistics.median([a["on_ms"] / a["off_ms"] for a in ab])}
     for mode in modes:
         out["mode"][mode] = {
             "reps": per_rep[mode],

@@ -77,6 +77,9 @@ def parse_args():
                    help="gloo collective timeout, seconds")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--val-every", type=int, default=100)
+    p.add_argument("--snapshot-ab", type=int, default=0,
+                   help="benchmarks only: snapshot (and persist) only in even blocks of N "
+                        "steps, so on/off step times compare within one run")
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-head", type=int, default=4)
@@ -350,7 +353,9 @@ def main():
             print(f"step {step:5d} val_loss {sum(vl) / len(vl):.4f}", flush=True)
 
         if bw is not None:
-            if memory_tier or bw.should_checkpoint(step):
+            if args.snapshot_ab > 0 and (step // args.snapshot_ab) % 2 == 1:
+                pass  # an "off" block of the A/B benchmark
+            elif memory_tier or bw.should_checkpoint(step):
                 bwckpt.save({"model": model.state_dict(), "optim": opt.state_dict(),
                              "step": step}, step, replicated=True)
         elif args.mode == "torchsave" and step % args.ckpt_every == 0:

@@ -435,15 +435,20 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
     auto rank = JInt(m, "rank");
     auto step = JInt(m, "step");
     if (!rank.ok() || !step.ok()) return;
-    const std::string from = m.value("from", std::string("a peer"));
-    if (m.value("ok", false)) {
+    // Typed reads: a malformed report must not throw (json::value would).
+    auto from_r = JStrOr(m, "from", "a peer");
+    auto error_r = JStrOr(m, "error", "unknown error");
+    const std::string from = from_r.ok() ? *from_r : "a peer";
+    const std::string error = error_r.ok() ? *error_r : "unknown error";
+    const bool ok = m.contains("ok") && m["ok"].is_boolean() && m["ok"].get<bool>();
+    if (ok) {
       Event("PeerRestored", n.id + " fetched rank " + std::to_string(*rank) + " step " +
                                 std::to_string(*step) + " from " + from + "'s memory");
     } else {
       bad_replicas_.insert({static_cast<int>(*rank), *step});
       Event("PeerRestoreFailed", n.id + " could not fetch rank " + std::to_string(*rank) +
                                      " step " + std::to_string(*step) + " from " + from + ": " +
-                                     m.value("error", std::string("unknown error")) +
+                                     error +
                                      "; that replica is not used again");
     }
     return;
