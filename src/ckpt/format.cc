@@ -279,7 +279,10 @@ constexpr DTypeInfo kDTypes[] = {
 
 std::string Dims(const std::vector<int64_t>& v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';  // not `(i ? "," : "") + ...`: GCC 12 -Wrestrict false positive
+    s += std::to_string(v[i]);
+  }
   return s + "]";
 }
 
