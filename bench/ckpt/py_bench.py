@@ -194,34 +194,39 @@ def bench_step(args, res):
     #   sdk      Bulwark SDK (step reports, resume, NaN poll) with checkpoints off;
     #   bulwark  the same plus a memory snapshot every step, disk persist every N.
     modes = ["none", "sdk", "bulwark"]
+
+    def run_job(name, extra_args, ckpt):
+        """Runs train.py under `bulwark run`; returns (report, run_dir)."""
+        job = {
+            "name": f"ckptbench-{name}",
+            "nodes": 1,
+            "procsPerNode": args.ranks,
+            "command": ["/usr/bin/python3", "train.py"],
+            "args": ["--steps", str(args.steps), "--log-every", "1", "--val-every", "0",
+                     "--d-model", str(args.d_model), "--n-layer", str(args.n_layer)] + extra_args,
+            "checkpoint": ckpt,
+        }
+        spec = os.path.join(work, f"job-{name}.yaml")
+        with open(spec, "w") as f:
+            yaml.safe_dump(job, f)
+        run_dir = os.path.join(work, f"run-{name}")
+        report = os.path.join(work, f"report-{name}.json")
+        cmd = [bulwark, "run", spec, "--report", report, "--run-dir", run_dir,
+               "--store", os.path.join(work, "store.db"), "--fresh", "--quiet"]
+        print("py_bench: " + " ".join(cmd), file=sys.stderr, flush=True)
+        cp = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+        if cp.returncode != 0:
+            raise SystemExit(f"bulwark run failed ({cp.returncode}):\n{cp.stdout}\n{cp.stderr}")
+        with open(report) as f:
+            return json.load(f), run_dir
+
+    on_ckpt = {"intervalSteps": args.interval, "keep": 3, "memorySlots": 3}
     per_rep = {m: [] for m in modes}
     for r in range(args.step_reps):
         for mode in modes:
-            extra = ["--mode", "none"] if mode == "none" else []
-            ckpt = ({"intervalSteps": 0, "keep": 3, "memorySlots": 0} if mode == "sdk" else
-                    {"intervalSteps": args.interval, "keep": 3, "memorySlots": 3})
-            job = {
-                "name": f"ckptbench-{mode}-{r}",
-                "nodes": 1,
-                "procsPerNode": args.ranks,
-                "command": ["/usr/bin/python3", "train.py"],
-                "args": ["--steps", str(args.steps), "--log-every", "1", "--val-every", "0",
-                         "--d-model", str(args.d_model), "--n-layer", str(args.n_layer)] + extra,
-                "checkpoint": ckpt,
-            }
-            spec = os.path.join(work, f"job-{mode}-{r}.yaml")
-            with open(spec, "w") as f:
-                yaml.safe_dump(job, f)
-            run_dir = os.path.join(work, f"run-{mode}-{r}")
-            report = os.path.join(work, f"report-{mode}-{r}.json")
-            cmd = [bulwark, "run", spec, "--report", report, "--run-dir", run_dir,
-                   "--store", os.path.join(work, "store.db"), "--fresh", "--quiet"]
-            print("py_bench: " + " ".join(cmd), file=sys.stderr, flush=True)
-            cp = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-            if cp.returncode != 0:
-                raise SystemExit(f"bulwark run failed ({cp.returncode}):\n{cp.stdout}\n{cp.stderr}")
-            with open(report) as f:
-                rep = json.load(f)
+            rep, run_dir = run_job(
+                f"{mode}-{r}", ["--mode", "none"] if mode == "none" else [],
+                {"intervalSteps": 0, "keep": 3, "memorySlots": 0} if mode == "sdk" else on_ckpt)
             vals = parse_step_ms(run_dir)
             # Drop the first steps (startup, first-save ring allocation).
             ms = [v for s, v, _ in vals if s > args.skip_steps]
@@ -236,27 +241,7 @@ def bench_step(args, res):
     # first step of each block is excluded from both sides.
     ab = []
     for r in range(args.step_reps):
-        job = {
-            "name": f"ckptbench-ab-{r}",
-            "nodes": 1,
-            "procsPerNode": args.ranks,
-            "command": ["/usr/bin/python3", "train.py"],
-            "args": ["--steps", str(args.steps), "--log-every", "1", "--val-every", "0",
-                     "--d-model", str(args.d_model), "--n-layer", str(args.n_layer),
-                     "--snapshot-ab", str(AB_BLOCK)],
-            "checkpoint": {"intervalSteps": args.interval, "keep": 3, "memorySlots": 3},
-        }
-        spec = os.path.join(work, f"job-ab-{r}.yaml")
-        with open(spec, "w") as f:
-            yaml.safe_dump(job, f)
-        run_dir = os.path.join(work, f"run-ab-{r}")
-        cmd = [bulwark, "run", spec, "--report", os.path.join(work, f"report-ab-{r}.json"),
-               "--run-dir", run_dir, "--store", os.path.join(work, "store.db"), "--fresh",
-               "--quiet"]
-        print("py_bench: " + " ".join(cmd), file=sys.stderr, flush=True)
-        cp = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-        if cp.returncode != 0:
-            raise SystemExit(f"bulwark run failed ({cp.returncode}):\n{cp.stdout}\n{cp.stderr}")
+        _, run_dir = run_job(f"ab-{r}", ["--snapshot-ab", str(AB_BLOCK)], on_ckpt)
         on, off = [], []
         for s, v, _ in parse_step_ms(run_dir):
             if s <= args.skip_steps or s % AB_BLOCK == 0:

@@ -37,6 +37,15 @@ uint64_t Get64(const uint8_t* p) {
 
 uint64_t Hash(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
+std::string Dims(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';  // not `(i ? "," : "") + ...`: GCC 12 -Wrestrict false positive
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
 std::string Hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
@@ -277,15 +286,6 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kBool, "bool", 1},
 };
 
-std::string Dims(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';  // not `(i ? "," : "") + ...`: GCC 12 -Wrestrict false positive
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
-
 }  // namespace
 
 uint64_t ChunkHash(const void* data, size_t n) { return XXH3_64bits(data, n); }
@@ -333,23 +333,26 @@ Status TensorMeta::Validate() const {
   const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
   for (int64_t d : shape) {
     if (d < 0)
-      return InvalidArgument("tensor '" + name + "' has a negative dimension " + Dims(shape));
+      return InvalidArgument("tensor '" + name + "' has a negative dimension " +
+                             internal::Dims(shape));
     if (!empty &&
         (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) || bytes > (1ull << 62))) {
-      return InvalidArgument("tensor '" + name + "' of shape " + Dims(shape) +
+      return InvalidArgument("tensor '" + name + "' of shape " + internal::Dims(shape) +
                              " is larger than 2^62 bytes");
     }
   }
   std::vector<int64_t> g = GlobalShape(), o = Offsets();
   if (g.size() != shape.size() || o.size() != shape.size()) {
-    return InvalidArgument("tensor '" + name + "': shape " + Dims(shape) + ", global_shape " +
-                           Dims(g) + " and offsets " + Dims(o) + " must have the same rank");
+    return InvalidArgument("tensor '" + name + "': shape " + internal::Dims(shape) +
+                           ", global_shape " + internal::Dims(g) + " and offsets " +
+                           internal::Dims(o) + " must have the same rank");
   }
   for (size_t i = 0; i < shape.size(); ++i) {
     int64_t end = 0;
     if (o[i] < 0 || __builtin_add_overflow(o[i], shape[i], &end) || end > g[i]) {
-      return InvalidArgument("tensor '" + name + "': piece " + Dims(shape) + " at offsets " +
-                             Dims(o) + " does not fit in global_shape " + Dims(g));
+      return InvalidArgument("tensor '" + name + "': piece " + internal::Dims(shape) +
+                             " at offsets " + internal::Dims(o) + " does not fit in global_shape " +
+                             internal::Dims(g));
     }
   }
   return Status::Ok();

@@ -36,6 +36,8 @@ struct Footer {
 };
 
 uint64_t Hash(const void* data, size_t n);
+// "[2,3]": shapes and offsets in error messages.
+std::string Dims(const std::vector<int64_t>& v);
 std::string Hex64(uint64_t v);
 bool ParseHex64(const std::string& s, uint64_t* out);
 void Put64(uint8_t* p, uint64_t v);
@@ -85,12 +87,11 @@ inline uint64_t ChunkCount(uint64_t nbytes, uint64_t chunk_size) {
 // Opens a shard and verifies header, index, footer and file size against the
 // expected (step, rank, world) (-1 = any). Fills `h` and `idx` (either may be
 // null). Chunk data is not read.
-Status CheckShardFile(Env* env, const std::string& path, long step, int rank, int world,
-                      Header* h, ShardIndex* idx);
+Status CheckShardFile(Env* env, const std::string& path, long step, int rank, int world, Header* h,
+                      ShardIndex* idx);
 
 // Reads every local chunk of an opened shard and checks its xxh3.
-Status VerifyLocalChunks(Env* env, const std::string& path, const ShardIndex& idx,
-                         const Header& h);
+Status VerifyLocalChunks(Env* env, const std::string& path, const ShardIndex& idx, const Header& h);
 
 // Rank owning chunk `chunk` of replicated tensor `name` (dedup: written once,
 // spread over ranks).

@@ -219,18 +219,7 @@ const ShardIndex& StepReader::index(int rank) const {
 
 uint64_t StepReader::bytes_read() const { return impl_->bytes_read; }
 
-namespace {
-
-std::string DimsStr(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';  // not `(i ? "," : "") + ...`: GCC 12 -Wrestrict false positive
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank) {
   BW_RETURN_IF_ERROR(want.Validate());
@@ -252,7 +241,8 @@ Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank)
     }
     if (e->meta.GlobalShape() != g) {
       return InvalidArgument("tensor '" + want.name + "' was saved with global shape " +
-                             DimsStr(e->meta.GlobalShape()) + ", asked for " + DimsStr(g));
+                             internal::Dims(e->meta.GlobalShape()) + ", asked for " +
+                             internal::Dims(g));
     }
   }
   // Exact piece: read straight into dst, preferring the asked-for rank's copy.
@@ -271,7 +261,8 @@ Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank)
     row_bytes *= static_cast<uint64_t>(g[d]);
     if (o[d] != 0 || want.shape[d] != g[d]) {
       return InvalidArgument("tensor '" + want.name + "': only dim-0 sharding can be resharded; " +
-                             "asked for shape " + DimsStr(want.shape) + " at " + DimsStr(o));
+                             "asked for shape " + internal::Dims(want.shape) + " at " +
+                             internal::Dims(o));
     }
   }
   const int64_t a = o[0], b = o[0] + want.shape[0];
