@@ -260,6 +260,46 @@ TEST_F(E2E, NodeLossPromotesTheWarmStandby) {
   ExpectNoLeftovers();
 }
 
+TEST_F(E2E, AutoCadenceAndStandbyFollowTheFailureRate) {
+  // spareNodes: auto at 100 failures per node-day with a 60 s lead time: the binomial
+  // P99 for 2 nodes is 1 standby. intervalSteps: auto: the controller announces an
+  // interval and the agents persist exactly the steps it names.
+  std::string spec =
+      WriteSpec("autocad", 2, 1, 150,
+                "faultPolicy: {restartBudget: 3, backoff: {baseSeconds: 0.1, capSeconds: 1}, "
+                "spareNodes: auto, failureRatePerNodeDay: 100, replacementLeadSeconds: 60}\n",
+                "", ", TINY_STEP_TIME: \"0.05\"");
+  {
+    std::ifstream in(spec);
+    std::string y((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    y.replace(y.find("intervalSteps: 10"), 17, "intervalSteps: auto");
+    std::ofstream(spec) << y;
+  }
+  auto o = Run(spec);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("StandbySized: 1 warm standby"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("SpareStarted"), std::string::npos) << o.output;
+  ASSERT_TRUE(o.report.contains("cadence")) << o.report.dump(2);
+  const Json& cad = o.report["cadence"];
+  ASSERT_GE(cad.size(), 1u) << o.report.dump(2);
+  EXPECT_NE(cad[0]["reason"].get<std::string>().find("N=2"), std::string::npos) << cad.dump(2);
+  const Json& committed = o.report["checkpoints"]["committed"];
+  ASSERT_GE(committed.size(), 1u) << o.output;
+  // Every committed step is one the announced cadence named, or the final step (the
+  // agent persists the newest snapshot when the ranks exit).
+  for (const auto& c : committed) {
+    const long step = c.get<long>();
+    bool named = step == 150;
+    for (const auto& a : cad) {
+      const long k = a["interval_steps"], from = a["from_step"];
+      named = named || (step >= from && step % k == 0);
+    }
+    EXPECT_TRUE(named) << "step " << step
+                       << " was persisted but no cadence named it: " << cad.dump(2);
+  }
+  ExpectNoLeftovers();
+}
+
 TEST_F(E2E, ReplacementNodeRestoresFromPeerMemory) {
   // Every step is snapshotted in memory and pushed to the peer node; disk gets every
   // 10th. Node 1 is lost: the standby takes its slot and fetches rank 1's newest

@@ -205,6 +205,8 @@ void Agent::HandleController(const Json& msg) {
     HandleChaos(msg);
   } else if (type == "capture_stacks") {
     HandleCaptureStacks(msg);
+  } else if (type == "cadence") {
+    HandleCadence(msg);
   } else if (type == "shutdown") {
     shutdown_requested_ = true;
     pending_start_.reset();
@@ -232,6 +234,23 @@ void Agent::HandleStart(const Json& msg) {
     return;
   }
   FetchThenLaunch(*spec);
+}
+
+void Agent::HandleCadence(const Json& msg) {
+  auto attempt = JInt(msg, "attempt");
+  auto steps = JInt(msg, "interval_steps");
+  auto from = JInt(msg, "from_step");
+  Status bad = !attempt.ok() ? attempt.status() : !steps.ok() ? steps.status() : from.status();
+  if (bad.ok() && (*steps < 0 || *from < 0)) bad = InvalidArgument("negative interval or step");
+  if (!bad.ok()) {
+    Warn("controller: dropped cadence: " + bad.message());
+    return;
+  }
+  // A cadence for another attempt (stale, or one still being fetched) is ignored: the
+  // next start message carries the current one.
+  if (!spec_ || spec_->attempt != *attempt) return;
+  spec_->cadence_steps = *steps;
+  spec_->cadence_from_step = *from;
 }
 
 void Agent::FetchThenLaunch(const StartSpec& spec) {
@@ -487,7 +506,7 @@ void Agent::OnStaged(const Json& m, int rank) {
   auto step = JInt(m, "step");
   auto slot = JInt(m, "slot");
   auto seq = JInt(m, "seq");
-  auto persist = m.contains("persist") && m["persist"].is_boolean() && m["persist"].get<bool>();
+  bool persist = m.contains("persist") && m["persist"].is_boolean() && m["persist"].get<bool>();
   Status bad = !step.ok() ? step.status() : !slot.ok() ? slot.status() : seq.status();
   if (!bad.ok()) {
     Warn("sdk (rank " + std::to_string(rank) + "): dropped staged: " + bad.message());
@@ -498,6 +517,8 @@ void Agent::OnStaged(const Json& m, int rank) {
          ": no running attempt with a memory tier has this rank on " + opts_.node);
     return;
   }
+  const long every = spec_->cadence_steps;
+  if (every > 0 && *step >= spec_->cadence_from_step && *step % every == 0) persist = true;
   auto gen = JIntOr(m, "generation", 0);
   persister_->OnStaged(rank, static_cast<int>(*slot), static_cast<uint64_t>(*seq),
                        gen.ok() ? static_cast<uint64_t>(*gen) : 0, *step, persist);

@@ -84,6 +84,8 @@ class Agent {
   void HandleChaos(const Json& msg);
   // Another node reported a hang: capture this node's stacks now and send `stacks`.
   void HandleCaptureStacks(const Json& msg);
+  // `cadence`: the controller's new disk interval for the running attempt.
+  void HandleCadence(const Json& msg);
   // Captures every live rank's stack; fills `stopped` with ranks in state 'T'.
   Json CaptureAllStacks(std::vector<int>* stopped);
   void HandleDatagram(const std::string& payload);

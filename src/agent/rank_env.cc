@@ -41,6 +41,10 @@ Result<StartSpec> ParseStartMessage(const Json& m) {
   BW_FIELD(s.resume_step, JIntOr(m, "resume_step", -1));
   BW_FIELD(s.ckpt_dir, JStrOr(m, "ckpt_dir", ""));
   BW_FIELD(s.ckpt_interval_steps, JIntOr(m, "ckpt_interval_steps", 0));
+  BW_FIELD(s.cadence_steps, JIntOr(m, "cadence_steps", 0));
+  BW_FIELD(s.cadence_from_step, JIntOr(m, "cadence_from_step", 0));
+  s.persist_by_agent = m.contains("persist_by_agent") && m["persist_by_agent"].is_boolean() &&
+                       m["persist_by_agent"].get<bool>();
   BW_FIELD(s.memory_slots, JIntOr(m, "memory_slots", 0));
   BW_FIELD(s.shared_dir, JStrOr(m, "shared_dir", ""));
   BW_FIELD(s.object_store, JStrOr(m, "object_store", ""));
@@ -146,6 +150,7 @@ std::map<std::string, std::string> BuildRankEnv(const StartSpec& spec, int local
   env["BULWARK_RESUME_STEP"] = i(spec.resume_step);
   env["BULWARK_CKPT_DIR"] = spec.ckpt_dir;
   env["BULWARK_CKPT_INTERVAL_STEPS"] = i(spec.ckpt_interval_steps);
+  if (spec.persist_by_agent) env["BULWARK_CKPT_PERSIST"] = "agent";
   if (spec.memory_slots > 0 && !paths.staging_dir.empty()) {
     env["BULWARK_STAGING_DIR"] = paths.staging_dir;
     env["BULWARK_MEMORY_SLOTS"] = i(spec.memory_slots);

@@ -30,6 +30,12 @@ struct StartSpec {
   long resume_step = -1;
   std::string ckpt_dir;
   long ckpt_interval_steps = 0;
+  // Controller-chosen disk cadence (checkpoint.intervalSteps: auto): the agent also
+  // persists every staged step >= cadence_from_step divisible by cadence_steps (0 = off).
+  // Updated mid-attempt by `cadence` messages.
+  long cadence_steps = 0;
+  long cadence_from_step = 0;
+  bool persist_by_agent = false;  // ranks get BULWARK_CKPT_PERSIST=agent
   int memory_slots = 0;            // staging ring size K per rank; 0 = no memory tier
   std::string shared_dir;          // shared checkpoint tier ("" = none)
   std::string object_store;        // object tier URL ("" = none)

@@ -60,8 +60,31 @@ TEST(RankEnv, ParsesStartAndBuildsTorchrunEnv) {
   EXPECT_EQ(env["BULWARK_AGENT_SOCK"], "/r/node-1/agent.sock");
   EXPECT_EQ(env["BULWARK_STACK_FILE"], "/tmp/logs/stacks/attempt-2-rank-3.txt");
   EXPECT_EQ(env["BULWARK_LIB"], "/lib/libbulwark.so");
+  EXPECT_EQ(env.count("BULWARK_CKPT_PERSIST"), 0u);  // the SDK follows the interval
+  EXPECT_EQ(spec->cadence_steps, 0);
   EXPECT_EQ(env["PYTHONPATH"], "/py:/py/bulwark/sitecustomize_dir:/old");
   EXPECT_EQ(env["PYTHONUNBUFFERED"], "1");
+}
+
+TEST(RankEnv, AutoCadenceHandsPersistenceToTheAgent) {
+  Json m = StartMsg();
+  m["persist_by_agent"] = true;
+  m["ckpt_interval_steps"] = 1;
+  m["cadence_steps"] = 40;
+  m["cadence_from_step"] = 120;
+  auto spec = ParseStartMessage(m);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->persist_by_agent);
+  EXPECT_EQ(spec->cadence_steps, 40);
+  EXPECT_EQ(spec->cadence_from_step, 120);
+  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "/py", "", ""};
+  auto env = BuildRankEnv(*spec, 1, p, {});
+  EXPECT_EQ(env["BULWARK_CKPT_PERSIST"], "agent");
+  EXPECT_EQ(env["BULWARK_CKPT_INTERVAL_STEPS"], "1");
+  m["cadence_steps"] = "forty";
+  auto bad = ParseStartMessage(m);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cadence_steps"), std::string::npos);
 }
 
 TEST(RankEnv, BadStartNamesTheField) {

@@ -9,13 +9,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/object_tier.h"
 #include "common/json_util.h"
+#include "controller/cadence_tracker.h"
 #include "controller/hang_localiser.h"
 #include "controller/incident_json.h"
+#include "sched/scheduler.h"
 
 namespace bulwark {
 namespace {
@@ -111,6 +114,8 @@ class Controller::Impl {
   void FinishDiagnosis();
   void OnNodeGone(Node& n, const std::string& subtype, double fault_time);
   void OnCheckpointShard(int rank, long step, const std::string& tier);
+  // checkpoint.intervalSteps: auto — announce a new disk interval when it changes.
+  void MaybeAnnounceCadence(double now);
   // Newest step <= max_step (-1: any) that every rank's current node holds in its
   // memory tier (from the `stopped` reports); -1 if none.
   long NewestInMemory(long max_step) const;
@@ -176,6 +181,8 @@ class Controller::Impl {
   RunResult result_;
   std::unique_ptr<ckpt::ObjectTier> object_;     // checkpoint.objectStore, if set
   std::set<std::pair<int, long>> bad_replicas_;  // (rank, step) a peer failed to serve
+  std::optional<CadenceTracker> cadence_;        // checkpoint.intervalSteps: auto
+  Json cadence_log_ = Json::array();             // the intervals announced, for the report
 };
 
 Controller::Controller(JobSpec spec, ControllerOptions opts, Backend* backend, Store* store,
@@ -252,6 +259,21 @@ Status Controller::Impl::Setup() {
   }
   BW_ASSIGN_OR_RETURN(committed_, ckpt::ListCommitted(ckpt::Env::Default(), spec_.checkpoint.dir));
   history_.committed_steps = committed_;
+  if (spec_.checkpoint.interval_auto) {
+    cadence_.emplace(spec_.nodes, spec_.fault_policy.failures_per_node_day);
+  }
+  if (spec_.fault_policy.spare_nodes_auto) {
+    const FaultPolicySpec& fp = spec_.fault_policy;
+    spec_.fault_policy.spare_nodes =
+        sched::StandbyNodes(spec_.nodes, fp.failures_per_node_day, fp.replacement_lead_seconds);
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "%d warm standby: the P99 of node failures among %d nodes within the %.0f s "
+                  "replacement lead time at %.4g failures per node-day",
+                  fp.spare_nodes, spec_.nodes, fp.replacement_lead_seconds,
+                  fp.failures_per_node_day);
+    Event("StandbySized", buf);
+  }
   Persist();
   Event("Created", "job " + spec_.name + ": " + std::to_string(spec_.nodes) + " nodes x " +
                        std::to_string(spec_.procs_per_node) + " ranks, " +
@@ -448,8 +470,7 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
       bad_replicas_.insert({static_cast<int>(*rank), *step});
       Event("PeerRestoreFailed", n.id + " could not fetch rank " + std::to_string(*rank) +
                                      " step " + std::to_string(*step) + " from " + from + ": " +
-                                     error +
-                                     "; that replica is not used again");
+                                     error + "; that replica is not used again");
     }
     return;
   }
@@ -475,6 +496,7 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
     }
     if (*rank != 0 || stage_ != Stage::kRunning) return;  // steps after a fault are lost work
     ledger_.OnStep(std::min(*t, now), *step, *st, *stall, *tokens);
+    if (cadence_) cadence_->OnStep(*st, *stall);
     last_step_ = *step;
     if (*step > high_water_) {
       high_water_ = *step;
@@ -504,6 +526,10 @@ void Controller::Impl::HandleAgentMessage(Node& n, const Json& m) {
                                          std::to_string(*step) + " (" + *tier +
                                          "): " + m["error"].dump());
       return;
+    }
+    if (cadence_ && *tier == "disk") {
+      auto write_s = JNumOr(m, "write_s", -1);
+      if (write_s.ok()) cadence_->OnPersist(*write_s);
     }
     OnCheckpointShard(static_cast<int>(*rank), *step, *tier);
   } else if (type == "exited") {
@@ -584,6 +610,27 @@ void Controller::Impl::OnCheckpointShard(int rank, long step, const std::string&
                                      std::to_string(spec_.world_size()) + " ranks");
   }
   Persist();
+}
+
+void Controller::Impl::MaybeAnnounceCadence(double now) {
+  if (!cadence_) return;
+  const double node_days = spec_.nodes * std::max(0.0, now - start_) / 86400.0;
+  auto u = cadence_->Evaluate(now, static_cast<int>(incidents_.size()), node_days, last_step_);
+  if (!u) return;
+  for (int s = 0; s < spec_.nodes; ++s) {
+    auto it = nodes_.find(slots_[s]);
+    if (it == nodes_.end() || !it->second->connected()) continue;
+    (void)it->second->conn->Send(Json{{"type", "cadence"},
+                                      {"attempt", attempt_},
+                                      {"interval_steps", u->interval_steps},
+                                      {"from_step", u->from_step}});
+  }
+  cadence_log_.push_back({{"t", now - start_},
+                          {"interval_steps", u->interval_steps},
+                          {"from_step", u->from_step},
+                          {"failures_per_node_day", u->failures_per_node_day},
+                          {"reason", u->reason}});
+  Event("CheckpointCadence", u->reason);
 }
 
 void Controller::Impl::OnFault(const Incident& inc, Json extra) {
@@ -1056,7 +1103,11 @@ Status Controller::Impl::Launch() {
                   {"max_restarts", spec_.fault_policy.restart_budget},
                   {"resume_step", resume},
                   {"ckpt_dir", spec_.checkpoint.dir},
-                  {"ckpt_interval_steps", spec_.checkpoint.interval_steps},
+                  // auto: the ranks save every step to memory, the agents persist.
+                  {"ckpt_interval_steps", cadence_ ? 1 : spec_.checkpoint.interval_steps},
+                  {"persist_by_agent", cadence_.has_value()},
+                  {"cadence_steps", cadence_ ? cadence_->interval_steps() : 0},
+                  {"cadence_from_step", cadence_ ? cadence_->from_step() : 0},
                   {"memory_slots", spec_.checkpoint.memory_slots},
                   {"shared_dir", spec_.checkpoint.shared_dir},
                   {"object_store", object_ ? spec_.checkpoint.object_store : ""},
@@ -1133,6 +1184,7 @@ void Controller::Impl::Reconcile() {
       break;
     }
     case Stage::kRunning:
+      MaybeAnnounceCadence(now);
       break;
     case Stage::kDiagnosing:
       if (diag_waiting_.empty() || now > stage_deadline_) FinishDiagnosis();
@@ -1254,6 +1306,7 @@ Json Controller::Impl::BuildReport() {
     rows.push_back(x);
   }
   j["incidents"] = rows;
+  if (cadence_) j["cadence"] = cadence_log_;
   Json chaos = Json::array();
   for (size_t i = 0; i < spec_.chaos.size(); ++i) {
     const ChaosState& c = chaos_[i];

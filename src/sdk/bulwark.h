@@ -34,11 +34,14 @@ struct Config {
   long resume_step = -1;         // BULWARK_RESUME_STEP
   std::string ckpt_dir;          // BULWARK_CKPT_DIR ("" = saving disabled)
   long ckpt_interval_steps = 0;  // BULWARK_CKPT_INTERVAL_STEPS
-  long skip_from = -1;           // BULWARK_SKIP_FROM
-  long skip_to = -1;             // BULWARK_SKIP_TO
-  std::string staging_dir;       // BULWARK_STAGING_DIR ("" = no memory tier: saves write disk)
-  long memory_slots = 3;         // BULWARK_MEMORY_SLOTS (staging ring size K)
-  std::string shared_dir;        // BULWARK_CKPT_SHARED_DIR (second file tier, "" = none)
+  // BULWARK_CKPT_PERSIST=agent (checkpoint.intervalSteps: auto): the agent decides
+  // which staged steps go to disk; staged reports never ask for a persist.
+  bool persist_by_agent = false;
+  long skip_from = -1;      // BULWARK_SKIP_FROM
+  long skip_to = -1;        // BULWARK_SKIP_TO
+  std::string staging_dir;  // BULWARK_STAGING_DIR ("" = no memory tier: saves write disk)
+  long memory_slots = 3;    // BULWARK_MEMORY_SLOTS (staging ring size K)
+  std::string shared_dir;   // BULWARK_CKPT_SHARED_DIR (second file tier, "" = none)
 };
 
 // An open checkpoint of one step on one tier, for reading this rank's tensors.

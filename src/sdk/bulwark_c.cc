@@ -216,7 +216,8 @@ size_t bw_load_nbytes(const bw_reader* l, size_t i) {
 }
 int bw_load_read(bw_reader* l, size_t i, void* dst, size_t nbytes) {
   auto* m = MetaAt(l, i);
-  if (m == nullptr) return Fail(bulwark::InvalidArgument("bw_load_read: no tensor " + std::to_string(i)));
+  if (m == nullptr)
+    return Fail(bulwark::InvalidArgument("bw_load_read: no tensor " + std::to_string(i)));
   if (nbytes != m->nbytes() || (nbytes > 0 && dst == nullptr)) {
     return Fail(bulwark::InvalidArgument("bw_load_read: tensor '" + m->name + "' has " +
                                          std::to_string(m->nbytes()) + " bytes, destination has " +

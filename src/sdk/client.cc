@@ -21,6 +21,7 @@ const char* const kVars[] = {"RANK",
                              "BULWARK_RESUME_STEP",
                              "BULWARK_CKPT_DIR",
                              "BULWARK_CKPT_INTERVAL_STEPS",
+                             "BULWARK_CKPT_PERSIST",
                              "BULWARK_SKIP_FROM",
                              "BULWARK_SKIP_TO",
                              "BULWARK_STAGING_DIR",
@@ -70,6 +71,12 @@ Result<Config> ConfigFromEnv(const EnvMap& env) {
       ParseInt(env, "BULWARK_CKPT_INTERVAL_STEPS", 0, 999999999999L, &c.ckpt_interval_steps));
   BW_RETURN_IF_ERROR(ParseInt(env, "BULWARK_SKIP_FROM", -1, 999999999999L, &c.skip_from));
   BW_RETURN_IF_ERROR(ParseInt(env, "BULWARK_SKIP_TO", -1, 999999999999L, &c.skip_to));
+  const std::string persist = Get(env, "BULWARK_CKPT_PERSIST");
+  if (!persist.empty() && persist != "agent" && persist != "sdk") {
+    return InvalidArgument("BULWARK_CKPT_PERSIST: must be agent or sdk (got \"" + persist +
+                           "\"); unset it to let the SDK follow BULWARK_CKPT_INTERVAL_STEPS");
+  }
+  c.persist_by_agent = persist == "agent";
   c.staging_dir = Get(env, "BULWARK_STAGING_DIR");
   c.shared_dir = Get(env, "BULWARK_CKPT_SHARED_DIR");
   BW_RETURN_IF_ERROR(ParseInt(env, "BULWARK_MEMORY_SLOTS", 2, 62, &c.memory_slots));
@@ -181,7 +188,8 @@ Status Client::SaveTensors(long step, const std::vector<ckpt::TensorView>& tenso
       BW_ASSIGN_OR_RETURN(stager_, ckpt::Stager::Open(cfg_.staging_dir, cfg_.rank, cfg_.world_size,
                                                       static_cast<int>(cfg_.memory_slots)));
     }
-    const bool persist = cfg_.ckpt_interval_steps > 0 && step % cfg_.ckpt_interval_steps == 0;
+    const bool persist = !cfg_.persist_by_agent && cfg_.ckpt_interval_steps > 0 &&
+                         step % cfg_.ckpt_interval_steps == 0;
     const double wait_s = persist ? kRingWaitPersistS : kRingWaitS;
     const double deadline = t0 + wait_s;
     // Bounded by tries as well, so an injected clock that stands still cannot hang it.

@@ -88,6 +88,13 @@ TEST_F(SdkTest, ConfigParsesAndRejectsBadValues) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("BULWARK_CKPT_INTERVAL_STEPS"), std::string::npos);
   EXPECT_FALSE(ConfigFromEnv({{"RANK", "4"}, {"WORLD_SIZE", "4"}}).ok());
+  EXPECT_FALSE(c->persist_by_agent);
+  auto agent = ConfigFromEnv({{"BULWARK_CKPT_PERSIST", "agent"}});
+  ASSERT_TRUE(agent.ok());
+  EXPECT_TRUE(agent->persist_by_agent);
+  auto typo = ConfigFromEnv({{"BULWARK_CKPT_PERSIST", "agnet"}});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("must be agent or sdk"), std::string::npos);
 }
 
 TEST_F(SdkTest, StandaloneWithNoEnvironment) {

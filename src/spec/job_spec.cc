@@ -165,7 +165,18 @@ class Parser {
       }
     }
     if (auto it = f.find("intervalSteps"); it != f.end()) {
-      r_.ReadInt(it->second, 0, LONG_MAX, &c.interval_steps);
+      if (IsAuto(it->second)) {
+        c.interval_auto = true;
+        auto slots = f.find("memorySlots");
+        if (slots != f.end() && slots->second.value.IsScalar() &&
+            slots->second.value.Scalar() == "0") {
+          r_.Error(it->second.line, it->second.path, "auto needs the memory tier",
+                   "auto with memorySlots: 0",
+                   "set memorySlots to 2 or more, or give intervalSteps a number");
+        }
+      } else {
+        r_.ReadInt(it->second, 0, LONG_MAX, &c.interval_steps);
+      }
     }
     if (auto it = f.find("intervalSeconds"); it != f.end()) {
       r_.ReadNumber(it->second, 0, false, kMaxSeconds, &c.interval_seconds);
@@ -223,6 +234,9 @@ class Parser {
     }
   }
 
+  // `auto` as a plain scalar (quoted "auto" too: it cannot be a number either way).
+  static bool IsAuto(const Entry& e) { return e.value.IsScalar() && e.value.Scalar() == "auto"; }
+
   void ReadIntField(std::map<std::string, Entry>& f, const char* key, long lo, long hi, int* out) {
     long v = 0;
     if (auto it = f.find(key); it != f.end() && r_.ReadInt(it->second, lo, hi, &v)) {
@@ -265,7 +279,18 @@ class Parser {
       }
       ReadSecondsField(h, "startupSeconds", 0, true, &p.startup_timeout_seconds);
     }
-    ReadIntField(f, "spareNodes", 0, kMaxNodes, &p.spare_nodes);
+    if (auto it = f.find("spareNodes"); it != f.end()) {
+      long v = 0;
+      if (IsAuto(it->second)) {
+        p.spare_nodes_auto = true;
+      } else if (r_.ReadInt(it->second, 0, kMaxNodes, &v)) {
+        p.spare_nodes = static_cast<int>(v);
+      }
+    }
+    if (auto it = f.find("failureRatePerNodeDay"); it != f.end()) {
+      r_.ReadNumber(it->second, 0, false, 1000, &p.failures_per_node_day);
+    }
+    ReadSecondsField(f, "replacementLeadSeconds", 0, true, &p.replacement_lead_seconds);
     if (auto it = f.find("heartbeat"); it != f.end()) {
       auto h = r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
                          kHeartbeatFields);

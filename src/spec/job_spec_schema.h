@@ -40,14 +40,17 @@ inline constexpr FieldDef kTopFields[] = {
      "memorySlots, sharedDir, goldenEvery, objectStore, objectIntervalSteps, peerReplication"},
     {"faultPolicy",
      "set faultPolicy to a mapping with any of: restartBudget, backoff, hangTimeout, spareNodes, "
-     "heartbeat, stopGraceSeconds, maxSameFaultWithoutProgress"},
+     "failureRatePerNodeDay, replacementLeadSeconds, heartbeat, stopGraceSeconds, "
+     "maxSameFaultWithoutProgress"},
     {"chaos",
      "set chaos to a list of faults, e.g. chaos: [{kind: kill_rank, atSeconds: 30, rank: 1}]"},
 };
 
 inline constexpr FieldDef kCheckpointFields[] = {
     {"dir", "set checkpoint.dir to a directory path (relative paths resolve against workdir)"},
-    {"intervalSteps", "set checkpoint.intervalSteps to an integer >= 0 (0 = no step trigger)"},
+    {"intervalSteps",
+     "set checkpoint.intervalSteps to an integer >= 0 (0 = no step trigger) or auto (the "
+     "controller picks it from checkpoint cost and failure rate)"},
     {"intervalSeconds",
      "set checkpoint.intervalSeconds to a number of seconds >= 0 (0 = no time trigger)"},
     {"keep", "set checkpoint.keep to how many committed checkpoints to retain (an integer >= 1)"},
@@ -71,7 +74,14 @@ inline constexpr FieldDef kFaultFields[] = {
     {"hangTimeout",
      "set faultPolicy.hangTimeout to a mapping {floorSeconds: 30, multiplier: 10, "
      "startupSeconds: 300}"},
-    {"spareNodes", "set faultPolicy.spareNodes to the number of warm standby nodes, 0 to 1024"},
+    {"spareNodes",
+     "set faultPolicy.spareNodes to the number of warm standby nodes, 0 to 1024, or auto "
+     "(the P99 of node failures within replacementLeadSeconds)"},
+    {"failureRatePerNodeDay",
+     "set faultPolicy.failureRatePerNodeDay to the expected node failures per node-day, "
+     ">= 0 (default 0.0038, Llama 3's rate)"},
+    {"replacementLeadSeconds",
+     "set faultPolicy.replacementLeadSeconds to the seconds it takes to get a new node, > 0"},
     {"heartbeat", "set faultPolicy.heartbeat to a mapping {intervalSeconds: 1, misses: 3}"},
     {"stopGraceSeconds",
      "set faultPolicy.stopGraceSeconds to the seconds between SIGTERM and SIGKILL, >= 0"},

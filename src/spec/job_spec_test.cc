@@ -108,6 +108,26 @@ TEST(JobSpecTest, NonDefaultValuesAreRead) {
   EXPECT_FALSE(r->checkpoint.peer_replication);
 }
 
+TEST(JobSpecTest, AutoCadenceAndStandby) {
+  auto r = ParseJobSpec(
+      "name: j\ncommand: [x]\ncheckpoint: {intervalSteps: auto}\nfaultPolicy:\n"
+      "  spareNodes: auto\n  failureRatePerNodeDay: 0.02\n  replacementLeadSeconds: 900\n",
+      "s", "/b");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->checkpoint.interval_auto);
+  EXPECT_EQ(r->checkpoint.interval_steps, 0);
+  EXPECT_TRUE(r->fault_policy.spare_nodes_auto);
+  EXPECT_EQ(r->fault_policy.spare_nodes, 0);
+  EXPECT_EQ(r->fault_policy.failures_per_node_day, 0.02);
+  EXPECT_EQ(r->fault_policy.replacement_lead_seconds, 900);
+  // Defaults: fixed cadence and standby, Llama 3's failure rate.
+  auto d = ParseJobSpec("name: j\ncommand: [x]\n", "s", "/b");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->checkpoint.interval_auto);
+  EXPECT_FALSE(d->fault_policy.spare_nodes_auto);
+  EXPECT_NEAR(d->fault_policy.failures_per_node_day, 0.00379, 1e-5);
+}
+
 TEST(JobSpecTest, MinimalSpecGetsDefaults) {
   auto r = ParseJobSpec(ReadFile(std::string(kTestdata) + "/minimal.yaml"), "m", "/base");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -246,6 +266,16 @@ const BadCase kBadCases[] = {
      "must be >= 0 (got -5)", "integer >= 0"},
     {"interval_nan", "checkpoint: {intervalSeconds: .nan}\n", 3, "checkpoint.intervalSeconds",
      "finite number", ">= 0"},
+    {"interval_word", "checkpoint: {intervalSteps: often}\n", 3, "checkpoint.intervalSteps",
+     "must be an integer (got often)", "or auto"},
+    {"interval_auto_no_memory", "checkpoint: {intervalSteps: auto, memorySlots: 0}\n", 3,
+     "checkpoint.intervalSteps", "auto needs the memory tier", "set memorySlots to 2"},
+    {"spare_word", "faultPolicy: {spareNodes: many}\n", 3, "faultPolicy.spareNodes",
+     "must be an integer", "or auto"},
+    {"rate_neg", "faultPolicy: {failureRatePerNodeDay: -1}\n", 3,
+     "faultPolicy.failureRatePerNodeDay", "must be >= 0", "failures per node-day"},
+    {"lead_zero", "faultPolicy: {replacementLeadSeconds: 0}\n", 3,
+     "faultPolicy.replacementLeadSeconds", "must be > 0", "new node"},
     {"object_not_s3", "checkpoint: {objectStore: /tmp/x}\n", 3, "checkpoint.objectStore",
      "is not an S3 URL", "s3://bucket/prefix"},
     {"object_no_bucket", "checkpoint: {objectStore: \"s3://?endpoint=x\"}\n", 3,
