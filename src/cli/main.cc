@@ -4,6 +4,8 @@
 //   chaos ACTION    inject a fault into a running job (talks to its controller)
 //   get / describe  read jobs, events and incidents from a store
 //   ckpt ls|inspect|verify|gc   inspect and maintain a checkpoint dir (ckpt_cmd.h)
+//   sim CONFIG      simulate a cluster through faults with the real scheduler and
+//                   recovery policy (sim_cmd.h, docs/simulator.md)
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
 #include "cli/ckpt_cmd.h"
+#include "cli/sim_cmd.h"
 #include "common/proc.h"
 #include "controller/controller.h"
 #include "spec/job_spec.h"
@@ -240,9 +243,12 @@ int main(int argc, char** argv) {
 
   int ckpt_rc = 2;
   auto* ckpt_cmd = cli::AddCkptCommands(app, &ckpt_rc);
+  int sim_rc = 2;
+  auto* sim_cmd = cli::AddSimCommand(app, &sim_rc);
 
   CLI11_PARSE(app, argc, argv);
   if (*ckpt_cmd) return ckpt_rc;
+  if (*sim_cmd) return sim_rc;
   if (*run) return CmdRun(rf);
   if (*validate) {
     auto s = LoadJobSpec(vspec);
