@@ -64,12 +64,13 @@ long NaiveScheduler::Used(int q, const std::string& type) const {
   return used;
 }
 
-bool NaiveScheduler::QuotaFits(const Job& j) const {
+bool NaiveScheduler::QuotaFits(const Job& j, int nodes) const {
   const std::string& t = j.req.gpu_type;
   int qi = 0;
   while (queues_[qi].name != j.req.queue) ++qi;
   const QueueSpec& q = queues_[qi];
-  const long demand = static_cast<long>(j.req.nodes + j.req.standby) * Gpn(t);
+  const long demand =
+      static_cast<long>(nodes >= 0 ? nodes : j.req.nodes + j.req.standby) * Gpn(t);
   const long u = Used(qi, t), n = Get(q.nominal_gpus, t, 0);
   const long b = q.cohort.empty() ? 0 : Get(q.borrowing_limit, t, kInf);
   if (u + demand > n + b) return false;
@@ -406,7 +407,40 @@ CycleResult NaiveScheduler::Schedule(double now, int max_admissions) {
     }
     failed[qi] = 1;
   }
+  if (config_.restock_standby) Restock(&r);
   return r;
+}
+
+void NaiveScheduler::Restock(CycleResult* r) {
+  released_.assign(jobs_.size(), 0);
+  std::vector<int> order;
+  for (size_t i = 0; i < jobs_.size(); ++i) {
+    const Job& j = jobs_[i];
+    if (j.phase == JobPhase::kRunning &&
+        static_cast<int>(j.adm.standby.size()) < j.req.standby) {
+      order.push_back(static_cast<int>(i));
+    }
+  }
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    if (jobs_[a].req.priority != jobs_[b].req.priority) {
+      return jobs_[a].req.priority > jobs_[b].req.priority;
+    }
+    return jobs_[a].admit_seq < jobs_[b].admit_seq;
+  });
+  for (int ji : order) {
+    Job& j = jobs_[ji];
+    Admission& a = j.adm;
+    const Dom gang{static_cast<int>(a.level), a.domain};
+    while (static_cast<int>(a.standby.size()) < j.req.standby &&
+           DomFree(j.req.gpu_type, a.pool, Dom{3, ""}) > 0 && QuotaFits(j, 1)) {
+      std::vector<int> got;
+      TakeOutward(j.req.gpu_type, a.pool, gang, 1, &got);
+      owner_[got[0]] = ji;
+      standby_[got[0]] = 1;
+      a.standby.push_back(got[0]);
+      r->restocked.push_back({j.req.id, got[0], "restocked"});
+    }
+  }
 }
 
 int NaiveScheduler::ClosestFree(int node, TopologyLevel limit) const {

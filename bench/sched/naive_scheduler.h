@@ -53,7 +53,8 @@ class NaiveScheduler {
 
   int Gpn(const std::string& type) const;
   long Used(int q, const std::string& type) const;
-  bool QuotaFits(const Job& j) const;
+  // Whether the job's queue can take `nodes` more of its nodes (-1: its whole demand).
+  bool QuotaFits(const Job& j, int nodes = -1) const;
   bool IsFree(int n) const;
   bool InDom(int n, const std::string& type, Pool pool, const Dom& d) const;
   int DomFree(const std::string& type, Pool pool, const Dom& d) const;
@@ -69,6 +70,7 @@ class NaiveScheduler {
   int Head(int q, double now) const;
   bool FindVictims(Job& j, std::vector<Job*>* victims);
   int ClosestFree(int node, TopologyLevel limit) const;
+  void Restock(CycleResult* r);
 
   SchedulerConfig config_;
   std::vector<NodeSpec> nodes_;

@@ -28,6 +28,7 @@ std::string Key(const CycleResult& r) {
   std::string s;
   for (const auto& a : r.admitted) s += "A " + Key(a) + "\n";
   for (const auto& p : r.preempted) s += "P " + p.victim + " by " + p.preemptor + "\n";
+  for (const auto& x : r.restocked) s += "R " + x.job_id + " " + std::to_string(x.node) + "\n";
   return s;
 }
 
@@ -142,6 +143,7 @@ void RunOne(uint64_t seed) {
 
       g_seen["admission"] += static_cast<int>(a.admitted.size());
       g_seen["preemption"] += static_cast<int>(a.preempted.size());
+      g_seen["restock"] += static_cast<int>(a.restocked.size());
     }
     ASSERT_EQ(fast.PendingJobs(), naive.PendingJobs());
     ASSERT_EQ(fast.RunningJobs(), naive.RunningJobs());
@@ -161,7 +163,7 @@ TEST(SchedDiffTest, RandomWorkloadsMatchTheOracle) {
     RunOne(seed);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  for (const char* k : {"admission", "preemption", "none", "use_standby", "use_free_node",
+  for (const char* k : {"admission", "preemption", "restock", "none", "use_standby", "use_free_node",
                         "preempt_for_node", "requeue"}) {
     EXPECT_GT(g_seen[k], 0) << k;
     std::printf("%s: %d\n", k, g_seen[k]);

@@ -81,6 +81,7 @@ NodeFailureDecision Scheduler::Impl::OnNodeFailure(int node, double now) {
     UpdateShare(job.queue);
     d.reason = Fmt("node %s failed: job %s lost a standby node (%zu left); quarantined",
                    name.c_str(), job.req.id.c_str(), a.standby.size());
+    MarkShortStandby(j);
     return d;
   }
   const size_t pos = std::find(a.nodes.begin(), a.nodes.end(), node) - a.nodes.begin();
@@ -108,6 +109,7 @@ NodeFailureDecision Scheduler::Impl::OnNodeFailure(int node, double now) {
     FillPlacementInfo(&a);
     d.action = FailureAction::kUseStandby;
     d.replacement = best;
+    MarkShortStandby(j);
     d.reason = Fmt("node %s failed: job %s continues on its standby node %s", name.c_str(),
                    job.req.id.c_str(), specs[best].name.c_str());
     return d;

@@ -1,6 +1,8 @@
 // The scheduling cycle: fair-share queue order, quota, placement, preemption.
 #include <algorithm>
 #include <cassert>
+#include <iterator>
+#include <tuple>
 
 #include "sched/scheduler_impl.h"
 
@@ -236,6 +238,7 @@ void Scheduler::Impl::FinishRelease(int v) {
     for (int n : *list) FreeNode(n);
   }
   q.running.erase({job.req.priority, -job.admit_seq, v});
+  short_standby.erase({-job.req.priority, job.admit_seq, v});
   --running_count;
   Touch(job.queue);
   ++cap_version[job.type];
@@ -399,7 +402,41 @@ CycleResult Scheduler::Impl::Schedule(double now, int max_admissions) {
     cand.erase({q.share, qi});
   }
   cycle_candidates = nullptr;
+  if (config.restock_standby) Restock(&r);
   return r;
+}
+
+void Scheduler::Impl::Restock(CycleResult* r) {
+  for (auto it = short_standby.begin(); it != short_standby.end();) {
+    const int j = std::get<2>(*it);
+    JobState& job = jobs[j];
+    Admission& a = job.adm;
+    const int gpn = gpus_per_node[job.type];
+    const int slice = index.Slice(job.type, a.pool);
+    const int anchor = index.DomainOf(a.nodes[0], a.level);
+    const std::string gang = a.level == TopologyLevel::kAny
+                                 ? std::string("across domains")
+                                 : std::string("in ") + TopologyLevelName(a.level) + " " + a.domain;
+    while (static_cast<int>(a.standby.size()) < job.req.standby && index.SliceFree(slice) > 0 &&
+           QuotaFits(job, gpn)) {
+      std::vector<int> got;
+      index.TakeOutward(anchor, 1, &got);
+      const int n = got[0];
+      nodes[n].owner = j;
+      nodes[n].standby = true;
+      a.standby.push_back(n);
+      job.charge += gpn;
+      SetUsage(job.queue, job.type, gpn);
+      UpdateShare(job.queue);
+      r->restocked.push_back(
+          {job.req.id, n,
+           Fmt("standby restocked: node %s for job %s (%zu of %d standby; gang %s)",
+               specs[n].name.c_str(), job.req.id.c_str(), a.standby.size(), job.req.standby,
+               gang.c_str())});
+    }
+    it = static_cast<int>(a.standby.size()) < job.req.standby ? std::next(it)
+                                                               : short_standby.erase(it);
+  }
 }
 
 }  // namespace bulwark::sched

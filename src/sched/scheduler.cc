@@ -184,6 +184,14 @@ int Scheduler::Impl::Head(int qi, double now) const {
   return -1;
 }
 
+void Scheduler::Impl::MarkShortStandby(int j) {
+  const JobState& job = jobs[j];
+  if (job.phase == JobPhase::kRunning &&
+      static_cast<int>(job.adm.standby.size()) < job.req.standby) {
+    short_standby.insert({-job.req.priority, job.admit_seq, j});
+  }
+}
+
 void Scheduler::Impl::FreeNode(int node) {
   NodeState& n = nodes[node];
   n.owner = -1;

@@ -25,6 +25,9 @@
 //   * Node failure of a running job: a reserved standby, else a free node in the same
 //     domain (rack, block, zone), else preempt a lower-priority job for a node, else
 //     requeue the job with exponential backoff.
+//   * Standby restock: after each cycle's admissions, a running job that used or lost
+//     standby nodes gets free nodes back (same pool, closest to its gang), higher
+//     priority first, within its queue's quota.
 //
 // Tie-breaks (exact; bench/sched/naive_scheduler.cc follows them and sched_diff_test
 // checks both agree): equal shares -> lower queue index in Create(); inside a queue
@@ -93,6 +96,8 @@ struct SchedulerConfig {
   double requeue_backoff_base_s = 30;  // requeue after failure: base * 2^(n-1), capped
   double requeue_backoff_cap_s = 1800;
   uint64_t seed = 1;  // jitter of requeue backoff
+  // Refill running jobs' standby from free nodes at the end of every cycle.
+  bool restock_standby = true;
 };
 
 struct JobRequest {
@@ -126,10 +131,18 @@ struct Preemption {
   std::string reason;  // e.g. "preempted by job X (priority 10 > 0)" or "reclaim by queue Y"
 };
 
+// A running job got a free node as a warm standby, in place of one it used or lost.
+struct StandbyRestock {
+  std::string job_id;
+  int node = -1;
+  std::string reason;  // e.g. "standby restocked: node z0-b1-r2-n5 for job X (2 of 2, rack ...)"
+};
+
 struct CycleResult {
   std::vector<Admission> admitted;
   std::vector<Preemption> preempted;  // victims are back in their queues, pending
-  int considered = 0;                 // pending jobs examined this cycle
+  std::vector<StandbyRestock> restocked;  // after the admissions, by (priority desc, admit order)
+  int considered = 0;                     // pending jobs examined this cycle
 };
 
 enum class FailureAction : uint8_t {
@@ -177,7 +190,8 @@ class Scheduler {
 
   // One scheduling cycle: admits pending jobs in fair-share order until none fits or
   // `max_admissions` were admitted, preempting where the rules allow. Jobs whose
-  // requeue backoff has not expired at `now` are skipped.
+  // requeue backoff has not expired at `now` are skipped. Then, with
+  // restock_standby, refills running jobs' standby from the free nodes left.
   CycleResult Schedule(double now, int max_admissions = 1 << 30);
 
   // A node failed (or was reclaimed, for spot). Marks it quarantined (out of service

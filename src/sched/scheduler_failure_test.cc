@@ -67,6 +67,86 @@ TEST(NodeFailureTest, IdleAndStandbyNodeFailures) {
   EXPECT_EQ(s->FreeNodes("h100"), 0);
 }
 
+TEST(StandbyRestockTest, RefillsClosestToTheGangAfterUseOrLoss) {
+  auto s = MustCreate(Racks({4, 4}, 2), {MakeQueue("q", 1000)});
+  JobRequest j = MakeJob("j", "q", 3);
+  j.standby = 1;
+  ASSERT_TRUE(s->Submit(j, 0).ok());
+  ASSERT_EQ(s->Schedule(0).admitted.size(), 1u);  // gang 0,1,2 in rack r0; standby 3
+  ASSERT_EQ(s->OnNodeFailure(1, 5).action, FailureAction::kUseStandby);
+  EXPECT_EQ(s->Usage("q").used_gpus.at("h100"), 24);
+  // Rack r0 has nothing free (1 is quarantined): the closest is rack r1 in the block.
+  CycleResult c = s->Schedule(6);
+  ASSERT_EQ(c.restocked.size(), 1u);
+  EXPECT_EQ(c.restocked[0].job_id, "j");
+  EXPECT_EQ(c.restocked[0].node, 4);
+  EXPECT_THAT(c.restocked[0].reason,
+              HasSubstr("standby restocked: node n4 for job j (1 of 1 standby; gang in rack "
+                        "z0/b0/r0)"));
+  EXPECT_THAT(s->Placement("j")->standby, ElementsAre(4));
+  EXPECT_EQ(s->Usage("q").used_gpus.at("h100"), 32);
+  EXPECT_TRUE(s->Schedule(7).restocked.empty());  // full again: nothing to do
+  // Node 1 is repaired; the standby 4 is lost: node 1, back in rack r0, refills it.
+  ASSERT_TRUE(s->SetNodeHealth(1, NodeHealth::kReady).ok());
+  ASSERT_EQ(s->OnNodeFailure(4, 8).action, FailureAction::kNone);
+  EXPECT_EQ(s->Usage("q").used_gpus.at("h100"), 24);
+  c = s->Schedule(9);
+  ASSERT_EQ(c.restocked.size(), 1u);
+  EXPECT_EQ(c.restocked[0].node, 1);
+  EXPECT_EQ(s->Usage("q").used_gpus.at("h100"), 32);
+}
+
+TEST(StandbyRestockTest, PendingJobsFirstThenQuotaBoundsTheRefill) {
+  auto s = MustCreate(Racks({6}), {MakeQueue("q", 32)});
+  JobRequest a = MakeJob("a", "q", 2, 1);
+  a.standby = 1;
+  ASSERT_TRUE(s->Submit(a, 0).ok());
+  ASSERT_TRUE(s->Submit(MakeJob("b", "q", 1), 0).ok());
+  ASSERT_EQ(s->Schedule(0).admitted.size(), 2u);  // a: 0,1 + standby 2; b: 3; quota full
+  ASSERT_EQ(s->OnNodeFailure(0, 1).action, FailureAction::kUseStandby);
+  ASSERT_TRUE(s->Submit(MakeJob("c", "q", 1), 2).ok());
+  CycleResult r = s->Schedule(2);
+  ASSERT_EQ(r.admitted.size(), 1u);  // c takes the 8 GPUs a's used standby gave back
+  EXPECT_TRUE(r.restocked.empty());  // 32 + 8 > nominal 32
+  EXPECT_EQ(s->FreeNodes("h100"), 1);
+  ASSERT_TRUE(s->Finish("c", 3).ok());
+  r = s->Schedule(3);
+  ASSERT_EQ(r.restocked.size(), 1u);
+  EXPECT_EQ(r.restocked[0].node, 4);
+  EXPECT_EQ(s->Usage("q").used_gpus.at("h100"), 32);
+}
+
+TEST(StandbyRestockTest, HigherPriorityFirstAndCanBeTurnedOff) {
+  for (bool restock : {true, false}) {
+    SCOPED_TRACE(restock ? "restock on" : "restock off");
+    SchedulerConfig cfg;
+    cfg.restock_standby = restock;
+    auto s = MustCreate(Racks({5}), {MakeQueue("q", 1000)}, cfg);
+    JobRequest lo = MakeJob("lo", "q", 1, 0), hi = MakeJob("hi", "q", 1, 5);
+    lo.standby = hi.standby = 1;
+    ASSERT_TRUE(s->Submit(lo, 0).ok());
+    ASSERT_EQ(s->Schedule(0).admitted.size(), 1u);  // lo: 0 + standby 1 (admitted first)
+    ASSERT_TRUE(s->Submit(hi, 1).ok());
+    ASSERT_EQ(s->Schedule(1).admitted.size(), 1u);  // hi: 2 + standby 3
+    ASSERT_EQ(s->OnNodeFailure(0, 2).action, FailureAction::kUseStandby);
+    ASSERT_EQ(s->OnNodeFailure(2, 2).action, FailureAction::kUseStandby);
+    CycleResult r = s->Schedule(3);  // one free node (4): the higher priority gets it
+    if (!restock) {
+      EXPECT_TRUE(r.restocked.empty());
+      EXPECT_TRUE(s->Placement("hi")->standby.empty());
+      continue;
+    }
+    ASSERT_EQ(r.restocked.size(), 1u);
+    EXPECT_EQ(r.restocked[0].job_id, "hi");
+    EXPECT_EQ(r.restocked[0].node, 4);
+    ASSERT_TRUE(s->SetNodeHealth(0, NodeHealth::kReady).ok());
+    r = s->Schedule(4);
+    ASSERT_EQ(r.restocked.size(), 1u);
+    EXPECT_EQ(r.restocked[0].job_id, "lo");
+    EXPECT_EQ(r.restocked[0].node, 0);
+  }
+}
+
 TEST(NodeFailureTest, PreemptsLowerPriorityForANode) {
   auto s = MustCreate(Racks({2}), {MakeQueue("q", 1000)});
   ASSERT_TRUE(s->Submit(MakeJob("high", "q", 1, 5), 0).ok());

@@ -7,6 +7,8 @@
 //     running jobs ordered by victim preference (priority asc, admit seq desc);
 //   * per cohort: lendable capacity and lendable usage per type;
 //   * drf_: queues with pending jobs ordered by (weighted dominant share, queue index);
+//   * short_standby: running jobs holding fewer standby nodes than requested, in
+//     restock order (priority desc, admission order);
 //   * a failed queue head is remembered with the versions that could change the
 //     outcome (free capacity of its GPU type, its queue, its cohort) and is not
 //     re-evaluated until one of them moves.
@@ -89,6 +91,7 @@ class Scheduler::Impl {
   std::vector<JobState> jobs;
   std::unordered_map<std::string, int> job_id;
   std::set<std::pair<double, int>> drf;  // queues with pending jobs
+  std::set<std::tuple<int, int64_t, int>> short_standby;  // (-priority, admit_seq, job)
   std::set<std::pair<double, int>>* cycle_candidates = nullptr;
   int64_t next_seq = 0, next_admit = 0, cycle = 0;
   int pending_count = 0, running_count = 0;
@@ -104,6 +107,7 @@ class Scheduler::Impl {
   void RemovePending(int j);
   int Head(int q, double now) const;
   void FreeNode(int node);  // committed release of one node (to the index if ready)
+  void MarkShortStandby(int j);  // after a running job used or lost a standby node
 
   // schedule.cc
   CycleResult Schedule(double now, int max_admissions);
@@ -126,6 +130,7 @@ class Scheduler::Impl {
   void FinishRelease(int v);  // committed part of a release after IndexRelease
   void ReleaseJob(int j);     // committed: nodes back, usage reduced, running set
   void FillPlacementInfo(Admission* a) const;
+  void Restock(CycleResult* r);  // standby refill at the end of a cycle
 
   // failure.cc
   NodeFailureDecision OnNodeFailure(int node, double now);

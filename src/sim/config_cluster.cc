@@ -168,6 +168,7 @@ void ConfigParser::ParseScheduler(const Entry& e) {
   if (auto it = f.find("researchPools"); it != f.end()) ParsePools(it->second, &s.research_pools);
   Num(f, "requeueBackoffBaseSeconds", 0, false, 1e7, &s.requeue_backoff_base_s);
   Num(f, "requeueBackoffCapSeconds", 0, false, 1e7, &s.requeue_backoff_cap_s);
+  Bool(f, "restockStandby", &s.restock_standby);
 }
 
 void ConfigParser::ParseGpuMap(const Entry& e, std::map<std::string, int>* out) {

@@ -13,7 +13,7 @@ inline constexpr FieldDef kTopFields[] = {
     {"cluster", "set cluster to a mapping with either shape: {...} or nodes: [...]"},
     {"scheduler",
      "set scheduler to a mapping with any of: preemption, productionPools, researchPools, "
-     "requeueBackoffBaseSeconds, requeueBackoffCapSeconds"},
+     "requeueBackoffBaseSeconds, requeueBackoffCapSeconds, restockStandby"},
     {"queues", "set queues to a list of {name, cohort, nominalGpus, ...}"},
     {"strategies", "set strategies to a mapping of name: {restartSeconds, ...}"},
     {"workload", "set workload to a mapping with any of: defaults, jobs, generator"},
@@ -68,6 +68,7 @@ inline constexpr FieldDef kSchedulerFields[] = {
     {"researchPools", "set researchPools to a list of on-demand, spot, reserved"},
     {"requeueBackoffBaseSeconds", "set requeueBackoffBaseSeconds to a number >= 0"},
     {"requeueBackoffCapSeconds", "set requeueBackoffCapSeconds to a number >= 0"},
+    {"restockStandby", "set restockStandby to true or false"},
 };
 
 inline constexpr FieldDef kQueueFields[] = {

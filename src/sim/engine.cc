@@ -124,6 +124,7 @@ Status Engine::OnArrival(int j, double t) {
 void Engine::Admit(int j, double t) {
   SimJob& job = jobs_[j];
   Refresh(j);
+  for (int n : job.standby) nodes_[n].warm_at = t;  // started with the gang
   if (!job.started) {
     job.started = true;
     job.first_start = t;
@@ -218,7 +219,8 @@ Status Engine::OnDetect(int j, double t) {
   SimJob& job = jobs_[j];
   job.lost.detection += t - job.fault_t;
   // The scheduler learns of the lost nodes and decides their replacement.
-  bool hardware = false, lead = false, requeued = false;
+  bool hardware = false, requeued = false;
+  double lead_s = 0;  // until the replacement can run: free-node lead or standby warm-up
   double requeue_after = 0;
   const size_t standby_before = job.standby.size();
   for (const SimJob::DeadNode& dn : job.dead) {
@@ -229,7 +231,9 @@ Status Engine::OnDetect(int j, double t) {
          EvType::kRepair, dn.node);
     if (d.action == sched::FailureAction::kUseFreeNode ||
         d.action == sched::FailureAction::kPreemptForNode) {
-      lead = true;
+      lead_s = std::max(lead_s, job.st->replacement_lead_s);
+    } else if (d.action == sched::FailureAction::kUseStandby) {
+      lead_s = std::max(lead_s, nodes_[d.replacement].warm_at - t);
     }
     if (d.action == sched::FailureAction::kRequeue) {
       requeued = true;
@@ -307,7 +311,7 @@ Status Engine::OnDetect(int j, double t) {
   Refresh(j);
   const bool from_memory = kept > job.work_ckpt || (job.st->in_memory && kept == job.p_fault);
   StartAttempt(job, t, job.st->restart_s, from_memory ? 0 : job.st->ckpt_load_s, d.backoff_seconds,
-               lead ? job.st->replacement_lead_s : 0);
+               lead_s);
   return Status::Ok();
 }
 
@@ -356,6 +360,14 @@ Status Engine::RunSchedule(double t) {
       continue;
     }
     Admit(k, t);
+  }
+  // Restocked standby nodes start their agent now and are warm after the lead time.
+  for (const sched::StandbyRestock& x : cr.restocked) {
+    const int k = IndexOf(x.job_id);
+    if (k < 0) return Internal("scheduler restocked unknown job " + x.job_id);
+    Refresh(k);
+    nodes_[x.node].warm_at = t + jobs_[k].st->replacement_lead_s;
+    ++jobs_[k].restocks;
   }
   return Status::Ok();
 }

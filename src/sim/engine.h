@@ -87,7 +87,7 @@ struct SimJob {
   // Accounting and history.
   LostTime lost;
   std::array<int, kFaultTypes> faults{};
-  int restarts = 0, requeues = 0, preemptions = 0, replacements = 0;
+  int restarts = 0, requeues = 0, preemptions = 0, replacements = 0, restocks = 0;
   int consecutive = 0;
   long hw_at_last_incident = -2;
   double node_seconds = 0;  // for the cadence failure-rate estimate
@@ -100,6 +100,7 @@ struct SimJob {
 struct NodeState {
   int owner = -1;  // job index, -1 idle
   bool standby = false;
+  double warm_at = 0;  // a standby is ready to take over from this time
   bool down = false;
   uint32_t epoch = 0;  // bumps when the node goes down (drops its pending failures)
 };

@@ -172,6 +172,36 @@ TEST(SimEngine, HardwareFaultUsesStandbyAndPeerMemory) {
   ExpectBalanced(j);
 }
 
+TEST(SimEngine, UsedStandbyIsRestockedAndWarmsUpForTheLeadTime) {
+  // 4 nodes: gang 0,1 + standby 2, node 3 free. The first loss promotes the standby and
+  // the scheduler restocks node 3 at detection (1010.5), warm at 1010.5 + 900. The
+  // second loss (detected at 1210) promotes node 3 and waits out its warm-up: 700.5 s.
+  // Without restocking the second loss takes free node 3 with the full 900 s lead.
+  for (bool restock : {true, false}) {
+    SCOPED_TRACE(restock ? "restock" : "no restock");
+    const std::string st =
+        "    detectionSeconds: {hardware: 10}\n    restartSeconds: 20\n"
+        "    checkpointIntervalSeconds: 3600\n    checkpointWriteSeconds: 5\n"
+        "    standby: 1\n    replacementLeadSeconds: 900\n" +
+        std::string(kNoBackoff);
+    SimConfig c = Parse(OneJob(4, 2, st,
+                               std::string("scheduler: {restockStandby: ") +
+                                   (restock ? "true" : "false") + "}\n",
+                               2));
+    const std::vector<int> nodes = Placement(c, 1);
+    ASSERT_EQ(nodes.size(), 2u);
+    c.faults.push_back({1000.5, nodes[1], FaultType::kHardware});
+    c.faults.push_back({1200, nodes[0], FaultType::kHardware});
+    auto r = RunSimulation(c);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const JobResult j = Only(*r);
+    EXPECT_EQ(j.replacements, 2);
+    EXPECT_EQ(j.restocks, restock ? 1 : 0);
+    EXPECT_DOUBLE_EQ(j.lost.replacement, restock ? 700.5 : 900);
+    ExpectBalanced(j);
+  }
+}
+
 TEST(SimEngine, HardwareFaultWithoutStandbyUsesFreeNodeAfterLeadTime) {
   const std::string st =
       "    detectionSeconds: {hardware: 10}\n    restartSeconds: 20\n"

@@ -102,6 +102,7 @@ void WriteJson(const SimResult& r, std::ostream& out) {
     x["requeues"] = j.requeues;
     x["preemptions"] = j.preemptions;
     x["replacements"] = j.replacements;
+    x["standby_restocks"] = j.restocks;
     if (!j.reason.empty()) x["reason"] = j.reason;
     jobs.push_back(std::move(x));
   }

@@ -244,6 +244,7 @@ Status Engine::Finalize(double t_end) {
     o.requeues = j.requeues;
     o.preemptions = j.preemptions;
     o.replacements = j.replacements;
+    o.restocks = j.restocks;
     o.reason = j.reason;
     if (j.started) waits.push_back(o.queue_wait_s);
     r.productive_gpu_h += o.productive_s * o.gpus / 3600.0;

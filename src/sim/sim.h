@@ -161,6 +161,7 @@ struct JobResult {
   LostTime lost;              // wall_s == productive_s + lost.Total()
   std::array<int, kFaultTypes> faults = {0, 0, 0, 0, 0};
   int restarts = 0, requeues = 0, preemptions = 0, replacements = 0;
+  int restocks = 0;     // standby nodes the scheduler gave back after use or loss
   std::string reason;  // give-up diagnosis
 };
 
