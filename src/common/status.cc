@@ -26,6 +26,10 @@ const char* CodeName(Code c) {
       return "INTERNAL";
     case Code::kAborted:
       return "ABORTED";
+    case Code::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case Code::kOutOfRange:
+      return "OUT_OF_RANGE";
   }
   return "UNKNOWN";
 }

@@ -22,7 +22,9 @@ enum class Code {
   kDeadlineExceeded,
   kUnavailable,  // peer gone, transient I/O
   kInternal,
-  kAborted,
+  kAborted,           // optimistic-concurrency conflict (e.g. a stale resourceVersion)
+  kPermissionDenied,  // authentication or authorization refused
+  kOutOfRange,        // a version or position no longer (or not yet) served, e.g. HTTP 410
 };
 
 const char* CodeName(Code c);
@@ -55,6 +57,9 @@ inline Status DataLoss(std::string m) { return {Code::kDataLoss, std::move(m)}; 
 inline Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
 inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
 inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
+inline Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
+inline Status OutOfRange(std::string m) { return {Code::kOutOfRange, std::move(m)}; }
 // Status from errno with the failing operation and path: "open /x/y: No such file".
 Status ErrnoStatus(const std::string& what, int err);
 
