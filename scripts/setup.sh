@@ -34,3 +34,11 @@ if [ ! -x "$ROOT/tools/s3rver/node_modules/.bin/s3rver" ]; then
   echo "setup: installing s3rver into tools/s3rver/node_modules"
   npm ci --prefix "$ROOT/tools/s3rver" --no-audit --no-fund
 fi
+# kubernetes-models (the official Kubernetes v1.36 OpenAPI schema) and ajv, with which
+# k8s_schema_test validates every object Bulwark generates; pinned by
+# tools/k8s-schema/package-lock.json.
+if [ ! -f "$ROOT/tools/k8s-schema/node_modules/kubernetes-models/package.json" ] ||
+   [ ! -f "$ROOT/tools/k8s-schema/node_modules/ajv-formats/package.json" ]; then
+  echo "setup: installing kubernetes-models into tools/k8s-schema/node_modules"
+  npm ci --prefix "$ROOT/tools/k8s-schema" --no-audit --no-fund
+fi

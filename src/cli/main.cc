@@ -1,6 +1,8 @@
 // `bulwark`: the command-line entry point. Subcommands:
 //   run SPEC        run a job on the local backend with the embedded controller
-//   validate SPEC   parse and validate a job spec
+//                   (SPEC: a job spec, a TrainJob or a Kubeflow PyTorchJob)
+//   validate SPEC   parse and validate a job spec, TrainJob or PyTorchJob
+//   render SPEC     the Kubernetes objects the operator would create (render_cmd.h)
 //   chaos ACTION    inject a fault into a running job (talks to its controller)
 //   get / describe  read jobs, events and incidents from a store
 //   ckpt ls|inspect|verify|gc   inspect and maintain a checkpoint dir (ckpt_cmd.h)
@@ -18,11 +20,13 @@
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
 #include "cli/ckpt_cmd.h"
+#include "cli/render_cmd.h"
 #include "cli/sim_cmd.h"
 #include "common/proc.h"
 #include "controller/controller.h"
 #include "spec/job_spec.h"
 #include "store/store.h"
+#include "trainjob/trainjob.h"
 
 #ifndef BULWARK_SOURCE_DIR
 #define BULWARK_SOURCE_DIR ""
@@ -61,9 +65,15 @@ struct RunFlags {
   uint64_t seed = 1;
 };
 
+void PrintNotes(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+}
+
 int CmdRun(const RunFlags& f) {
-  auto spec = LoadJobSpec(f.spec);
-  if (!spec.ok()) return Fail(spec.status());
+  auto manifest = trainjob::LoadManifest(f.spec, trainjob::Target::kLocal);
+  if (!manifest.ok()) return Fail(manifest.status());
+  PrintNotes(manifest->notes);
+  JobSpec* spec = &manifest->job.job;
   std::string root = EnvOr("BULWARK_HOME", spec->workdir + "/.bulwark");
   std::string run_dir = f.run_dir.empty() ? root + "/" + spec->name : f.run_dir;
   std::string store_path = f.store.empty() ? root + "/bulwark.db" : f.store;
@@ -144,6 +154,30 @@ int CmdRun(const RunFlags& f) {
   }
 }
 
+// `validate`: a job spec is checked for the local backend; a TrainJob or PyTorchJob
+// for Kubernetes too unless --target local (the local check runs first either way).
+int CmdValidate(const std::string& path, const std::string& target) {
+  auto m = trainjob::LoadManifest(path, trainjob::Target::kLocal);
+  const bool k8s = target == "kubernetes" ||
+                   (target == "auto" && m.ok() && m->kind != trainjob::ManifestKind::kJobSpec);
+  if (m.ok() && k8s) m = trainjob::LoadManifest(path, trainjob::Target::kKubernetes);
+  if (!m.ok()) return Fail(m.status());
+  PrintNotes(m->notes);
+  const trainjob::TrainJob& t = m->job;
+  const JobSpec& s = t.job;
+  if (m->kind == trainjob::ManifestKind::kJobSpec && !k8s) {
+    std::printf("%s: OK (%s: %d nodes x %d ranks, %zu chaos faults)\n", path.c_str(),
+                s.name.c_str(), s.nodes, s.procs_per_node, s.chaos.size());
+    return 0;
+  }
+  std::printf(
+      "%s: OK (%s %s/%s for %s: %d nodes x %d ranks, %zu chaos faults; gang %s, queue %s)\n",
+      path.c_str(), trainjob::ManifestKindName(m->kind), t.ns.c_str(), t.name.c_str(),
+      k8s ? "Kubernetes" : "the local backend", s.nodes, s.procs_per_node, s.chaos.size(),
+      trainjob::GangModeName(t.scheduling.gang), t.scheduling.queue.c_str());
+  return 0;
+}
+
 int CmdChaos(const std::string& addr_in, const std::string& job, const std::string& run_root,
              const std::string& action, int rank, int node) {
   std::string addr = addr_in;
@@ -207,7 +241,9 @@ int main(int argc, char** argv) {
   RunFlags rf;
   auto* run =
       app.add_subcommand("run", "run a job spec on the local backend and print its ETTR report");
-  run->add_option("spec", rf.spec, "job spec (YAML)")->required()->check(CLI::ExistingFile);
+  run->add_option("spec", rf.spec, "job spec, TrainJob or Kubeflow PyTorchJob (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
   run->add_option("--report", rf.report, "also write the report as JSON to this file");
   run->add_option("--run-dir", rf.run_dir,
                   "scratch dir for logs and sockets (default <workdir>/.bulwark/<job>)");
@@ -216,9 +252,15 @@ int main(int argc, char** argv) {
   run->add_flag("--quiet", rf.quiet, "do not print controller events");
   run->add_option("--seed", rf.seed, "seed for backoff jitter");
 
-  std::string vspec;
-  auto* validate = app.add_subcommand("validate", "check a job spec and print the problems found");
-  validate->add_option("spec", vspec, "job spec (YAML)")->required();
+  std::string vspec, vtarget = "auto";
+  auto* validate = app.add_subcommand(
+      "validate", "check a job spec, TrainJob or PyTorchJob and print the problems found");
+  validate->add_option("spec", vspec, "job spec, TrainJob or Kubeflow PyTorchJob (YAML)")
+      ->required();
+  validate
+      ->add_option("--target", vtarget,
+                   "auto (Kubernetes for TrainJob/PyTorchJob), local or kubernetes")
+      ->check(CLI::IsMember({"auto", "local", "kubernetes"}));
 
   std::string addr, job, run_root = EnvOr("BULWARK_HOME", ".bulwark"), action;
   int rank = 0, node = 0;
@@ -245,18 +287,15 @@ int main(int argc, char** argv) {
   auto* ckpt_cmd = cli::AddCkptCommands(app, &ckpt_rc);
   int sim_rc = 2;
   auto* sim_cmd = cli::AddSimCommand(app, &sim_rc);
+  int render_rc = 2;
+  auto* render_cmd = cli::AddRenderCommand(app, &render_rc);
 
   CLI11_PARSE(app, argc, argv);
   if (*ckpt_cmd) return ckpt_rc;
   if (*sim_cmd) return sim_rc;
+  if (*render_cmd) return render_rc;
   if (*run) return CmdRun(rf);
-  if (*validate) {
-    auto s = LoadJobSpec(vspec);
-    if (!s.ok()) return Fail(s.status());
-    std::printf("%s: OK (%s: %d nodes x %d ranks, %zu chaos faults)\n", vspec.c_str(),
-                s->name.c_str(), s->nodes, s->procs_per_node, s->chaos.size());
-    return 0;
-  }
+  if (*validate) return CmdValidate(vspec, vtarget);
   if (*chaos) {
     if (addr.empty() && job.empty()) {
       std::fprintf(stderr, "bulwark chaos: give --job NAME or --controller HOST:PORT\n");

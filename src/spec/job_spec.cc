@@ -10,6 +10,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "spec/job_fields.h"
 #include "spec/job_spec_schema.h"
 #include "spec/spec_reader.h"
 #include "spec/yaml_document.h"
@@ -22,61 +23,74 @@ namespace fs = std::filesystem;
 
 class Parser {
  public:
-  Parser(const std::string& source, const std::string& base_dir)
-      : r_(source), base_dir_(base_dir) {}
+  Parser(SpecReader& r, const JobFieldsOptions& o, JobSpec* spec) : r_(r), o_(o), spec_(*spec) {}
 
-  // Fills spec_ from the root mapping; errors accumulate in r_.
-  void Parse(const YAML::Node& root) {
-    const int line = SpecReader::LineOf(root, 1);
-    auto f = r_.Fields(root, line, "", "", kTopFields);
+  // Fills spec_ from the mapping; errors accumulate in r_.
+  std::map<std::string, Entry> Parse(const YAML::Node& root, int line) {
+    std::vector<FieldDef> fields;
+    std::span<const FieldDef> base =
+        o_.name.empty() ? TopFields() : std::span<const FieldDef>(kJobFields);
+    fields.assign(base.begin(), base.end());
+    fields.insert(fields.end(), o_.extra_fields.begin(), o_.extra_fields.end());
+    auto f = r_.Fields(root, line, o_.root_path, "", fields);
+    // Entries must point into the static tables, not into the local `fields`.
+    for (auto& [key, entry] : f) {
+      for (std::span<const FieldDef> table : {base, o_.extra_fields}) {
+        for (const FieldDef& d : table) {
+          if (key == d.key) entry.def = &d;
+        }
+      }
+    }
     ParseIdentity(f, line);
     ParseWorkdir(f);
     if (auto it = f.find("checkpoint"); it != f.end()) ParseCheckpoint(it->second);
-    if (spec_.checkpoint.dir.empty()) {
+    if (spec_.checkpoint.dir.empty() && o_.paths == PathMode::kResolve) {
       spec_.checkpoint.dir = CleanPath(fs::path(spec_.workdir) / "checkpoints" / spec_.name);
     }
     if (auto it = f.find("faultPolicy"); it != f.end()) ParseFaultPolicy(it->second);
     if (auto it = f.find("chaos"); it != f.end()) ParseChaos(it->second);
+    return f;
   }
 
-  SpecReader& reader() { return r_; }
-  JobSpec& spec() { return spec_; }
-
  private:
-  void Missing(int line, const char* path, const char* hint) {
+  // The path of `rel` in messages, under the mapping's own path.
+  std::string P(const std::string& rel) const {
+    return o_.root_path.empty() ? rel : o_.root_path + "." + rel;
+  }
+
+  void Missing(int line, const std::string& path, const char* hint) {
     r_.Error(line, path, "required field is missing", "nothing", hint);
   }
 
   void ParseIdentity(std::map<std::string, Entry>& f, int line) {
-    if (auto it = f.find("name"); it == f.end()) {
-      Missing(line, "name", HintFor(kTopFields, "name"));
+    if (!o_.name.empty()) {
+      spec_.name = o_.name;
+    } else if (auto it = f.find("name"); it == f.end()) {
+      Missing(line, P("name"), kNameField.hint);
     } else if (r_.ReadString(it->second, &spec_.name) && !IsDnsLabel(spec_.name)) {
       std::string problem = spec_.name.size() > kMaxNameLen
                                 ? "must be at most 63 characters"
                                 : "must be a DNS-1123 label (lowercase letters, digits, '-')";
-      r_.Error(it->second.line, "name", problem, SpecReader::Describe(it->second.value),
+      r_.Error(it->second.line, it->second.path, problem, SpecReader::Describe(it->second.value),
                it->second.hint);
     }
     long nodes = 1, ppn = 1;
     bool nodes_ok = true, ppn_ok = true;
-    if (auto it = f.find("nodes"); it != f.end()) {
-      nodes_ok = r_.ReadInt(it->second, 1, kMaxNodes, &nodes);
-    }
-    if (auto it = f.find("procsPerNode"); it != f.end()) {
-      ppn_ok = r_.ReadInt(it->second, 1, kMaxProcsPerNode, &ppn);
-    }
+    if (auto it = f.find("nodes"); it != f.end()) nodes_ok = r_.ReadInt(it->second, &nodes);
+    if (auto it = f.find("procsPerNode"); it != f.end()) ppn_ok = r_.ReadInt(it->second, &ppn);
     spec_.nodes = static_cast<int>(nodes);
     spec_.procs_per_node = static_cast<int>(ppn);
     world_ok_ = nodes_ok && ppn_ok;
     nodes_ok_ = nodes_ok;
 
     if (auto it = f.find("command"); it == f.end()) {
-      Missing(line, "command", HintFor(kTopFields, "command"));
+      Missing(line, P("command"), HintFor(kJobFields, "command"));
     } else if (r_.ReadStringList(it->second, &spec_.command)) {
       if (spec_.command.empty()) {
-        r_.Error(it->second.line, "command", "must not be empty", "an empty list", it->second.hint);
+        r_.Error(it->second.line, it->second.path, "must not be empty", "an empty list",
+                 it->second.hint);
       } else if (spec_.command[0].empty()) {
-        r_.Error(SpecReader::LineOf(it->second.value[0], it->second.line), "command[0]",
+        r_.Error(SpecReader::LineOf(it->second.value[0], it->second.line), P("command[0]"),
                  "the program must not be empty", "\"\"", it->second.hint);
       }
     }
@@ -98,11 +112,11 @@ class Parser {
       const YAML::Node v = kv.second;
       const int kl = SpecReader::LineOf(k, e.line);
       if (!k.IsScalar()) {
-        r_.Error(kl, "env", "variable names must be strings", SpecReader::Describe(k), e.hint);
+        r_.Error(kl, e.path, "variable names must be strings", SpecReader::Describe(k), e.hint);
         continue;
       }
       const std::string key = k.Scalar();
-      const std::string path = "env." + key;
+      const std::string path = e.path + "." + key;
       if (!IsEnvName(key)) {
         r_.Error(kl, path, "invalid environment variable name", SpecReader::Describe(k),
                  "use letters, digits and '_', not starting with a digit (e.g. MY_VAR)");
@@ -131,22 +145,35 @@ class Parser {
   }
 
   void ParseWorkdir(std::map<std::string, Entry>& f) {
+    const bool container = o_.paths == PathMode::kContainer;
     std::error_code ec;
-    fs::path base = base_dir_.empty() ? fs::current_path(ec) : fs::path(base_dir_);
-    if (!base.is_absolute()) base = fs::absolute(base, ec);
+    fs::path base;
+    if (!container) {
+      base = o_.base_dir.empty() ? fs::current_path(ec) : fs::path(o_.base_dir);
+      if (!base.is_absolute()) base = fs::absolute(base, ec);
+    }
     fs::path wd = base;
     if (auto it = f.find("workdir"); it != f.end()) {
       std::string s;
       if (r_.ReadString(it->second, &s)) {
         if (s.empty()) {
-          r_.Error(it->second.line, "workdir", "must not be empty", "\"\"",
-                   "omit workdir to use the spec file's directory, or set a path");
+          r_.Error(it->second.line, it->second.path, "must not be empty", "\"\"",
+                   container ? "omit workdir to use the image's working directory, or set a path"
+                             : "omit workdir to use the spec file's directory, or set a path");
         } else {
           wd = fs::path(s).is_absolute() ? fs::path(s) : base / s;
         }
       }
     }
-    spec_.workdir = CleanPath(wd);
+    spec_.workdir = wd.empty() ? "" : CleanPath(wd);
+  }
+
+  // A checkpoint path: relative ones resolve against workdir (kept relative inside a
+  // container whose workdir is the image's).
+  std::string ResolveUnderWorkdir(const std::string& s) const {
+    fs::path p(s);
+    if (p.is_absolute() || spec_.workdir.empty()) return CleanPath(p);
+    return CleanPath(fs::path(spec_.workdir) / p);
   }
 
   void ParseCheckpoint(const Entry& e) {
@@ -159,8 +186,7 @@ class Parser {
           r_.Error(it->second.line, it->second.path, "must not be empty", "\"\"",
                    "omit dir to use <workdir>/checkpoints/<name>, or set a path");
         } else {
-          fs::path p(s);
-          c.dir = CleanPath(p.is_absolute() ? p : fs::path(spec_.workdir) / p);
+          c.dir = ResolveUnderWorkdir(s);
         }
       }
     }
@@ -175,16 +201,16 @@ class Parser {
                    "set memorySlots to 2 or more, or give intervalSteps a number");
         }
       } else {
-        r_.ReadInt(it->second, 0, LONG_MAX, &c.interval_steps);
+        r_.ReadInt(it->second, &c.interval_steps);
       }
     }
     if (auto it = f.find("intervalSeconds"); it != f.end()) {
-      r_.ReadNumber(it->second, 0, false, kMaxSeconds, &c.interval_seconds);
+      r_.ReadNumber(it->second, &c.interval_seconds);
     }
-    ReadIntField(f, "keep", 1, INT_MAX, &c.keep);
+    ReadIntField(f, "keep", &c.keep);
     if (auto it = f.find("memorySlots"); it != f.end()) {
       long v = 0;
-      if (r_.ReadInt(it->second, 0, 62, &v)) {
+      if (r_.ReadInt(it->second, &v)) {
         if (v == 1) {
           r_.Error(it->second.line, it->second.path, "must be 0 or at least 2", "1",
                    "use 0 to turn the memory tier off, or 2..62 snapshots");
@@ -195,13 +221,10 @@ class Parser {
     }
     if (auto it = f.find("sharedDir"); it != f.end()) {
       std::string s;
-      if (r_.ReadString(it->second, &s) && !s.empty()) {
-        fs::path p(s);
-        c.shared_dir = CleanPath(p.is_absolute() ? p : fs::path(spec_.workdir) / p);
-      }
+      if (r_.ReadString(it->second, &s) && !s.empty()) c.shared_dir = ResolveUnderWorkdir(s);
     }
     if (auto it = f.find("goldenEvery"); it != f.end()) {
-      r_.ReadInt(it->second, 0, LONG_MAX, &c.golden_every);
+      r_.ReadInt(it->second, &c.golden_every);
     }
     if (auto it = f.find("objectStore"); it != f.end()) {
       std::string s;
@@ -219,7 +242,7 @@ class Parser {
       }
     }
     if (auto it = f.find("objectIntervalSteps"); it != f.end()) {
-      r_.ReadInt(it->second, 0, LONG_MAX, &c.object_interval_steps);
+      r_.ReadInt(it->second, &c.object_interval_steps);
     }
     if (auto it = f.find("peerReplication"); it != f.end()) {
       std::string s;
@@ -237,68 +260,61 @@ class Parser {
   // `auto` as a plain scalar (quoted "auto" too: it cannot be a number either way).
   static bool IsAuto(const Entry& e) { return e.value.IsScalar() && e.value.Scalar() == "auto"; }
 
-  void ReadIntField(std::map<std::string, Entry>& f, const char* key, long lo, long hi, int* out) {
+  void ReadIntField(std::map<std::string, Entry>& f, const char* key, int* out) {
     long v = 0;
-    if (auto it = f.find(key); it != f.end() && r_.ReadInt(it->second, lo, hi, &v)) {
+    if (auto it = f.find(key); it != f.end() && r_.ReadInt(it->second, &v)) {
       *out = static_cast<int>(v);
     }
   }
 
-  void ReadSecondsField(std::map<std::string, Entry>& f, const char* key, double lo,
-                        bool lo_exclusive, double* out) {
-    if (auto it = f.find(key); it != f.end()) {
-      r_.ReadNumber(it->second, lo, lo_exclusive, kMaxSeconds, out);
-    }
+  void ReadNumberField(std::map<std::string, Entry>& f, const char* key, double* out) {
+    if (auto it = f.find(key); it != f.end()) r_.ReadNumber(it->second, out);
   }
 
   void ParseFaultPolicy(const Entry& e) {
     auto f = r_.Fields(e.value, e.line, e.path, e.hint, kFaultFields);
     FaultPolicySpec& p = spec_.fault_policy;
-    ReadIntField(f, "restartBudget", 0, INT_MAX, &p.restart_budget);
+    ReadIntField(f, "restartBudget", &p.restart_budget);
     if (auto it = f.find("backoff"); it != f.end()) {
       auto b = r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
                          kBackoffFields);
-      ReadSecondsField(b, "baseSeconds", 0, true, &p.backoff_base_seconds);
-      ReadSecondsField(b, "capSeconds", 0, true, &p.backoff_cap_seconds);
+      ReadNumberField(b, "baseSeconds", &p.backoff_base_seconds);
+      ReadNumberField(b, "capSeconds", &p.backoff_cap_seconds);
       if (p.backoff_cap_seconds < p.backoff_base_seconds) {
         auto cap = b.find("capSeconds");
         const Entry& at = cap != b.end() ? cap->second : it->second;
         std::ostringstream got;
         got << "capSeconds " << p.backoff_cap_seconds << " < baseSeconds "
             << p.backoff_base_seconds;
-        r_.Error(at.line, "faultPolicy.backoff.capSeconds", "must be >= baseSeconds", got.str(),
+        r_.Error(at.line, it->second.path + ".capSeconds", "must be >= baseSeconds", got.str(),
                  "raise capSeconds or lower baseSeconds");
       }
     }
     if (auto it = f.find("hangTimeout"); it != f.end()) {
       auto h = r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
                          kHangFields);
-      ReadSecondsField(h, "floorSeconds", 0, true, &p.hang_timeout_floor_seconds);
-      if (auto m = h.find("multiplier"); m != h.end()) {
-        r_.ReadNumber(m->second, 1, false, 1e6, &p.hang_timeout_multiplier);
-      }
-      ReadSecondsField(h, "startupSeconds", 0, true, &p.startup_timeout_seconds);
+      ReadNumberField(h, "floorSeconds", &p.hang_timeout_floor_seconds);
+      ReadNumberField(h, "multiplier", &p.hang_timeout_multiplier);
+      ReadNumberField(h, "startupSeconds", &p.startup_timeout_seconds);
     }
     if (auto it = f.find("spareNodes"); it != f.end()) {
       long v = 0;
       if (IsAuto(it->second)) {
         p.spare_nodes_auto = true;
-      } else if (r_.ReadInt(it->second, 0, kMaxNodes, &v)) {
+      } else if (r_.ReadInt(it->second, &v)) {
         p.spare_nodes = static_cast<int>(v);
       }
     }
-    if (auto it = f.find("failureRatePerNodeDay"); it != f.end()) {
-      r_.ReadNumber(it->second, 0, false, 1000, &p.failures_per_node_day);
-    }
-    ReadSecondsField(f, "replacementLeadSeconds", 0, true, &p.replacement_lead_seconds);
+    ReadNumberField(f, "failureRatePerNodeDay", &p.failures_per_node_day);
+    ReadNumberField(f, "replacementLeadSeconds", &p.replacement_lead_seconds);
     if (auto it = f.find("heartbeat"); it != f.end()) {
       auto h = r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
                          kHeartbeatFields);
-      ReadSecondsField(h, "intervalSeconds", 0, true, &p.heartbeat_interval_seconds);
-      ReadIntField(h, "misses", 1, INT_MAX, &p.heartbeat_misses);
+      ReadNumberField(h, "intervalSeconds", &p.heartbeat_interval_seconds);
+      ReadIntField(h, "misses", &p.heartbeat_misses);
     }
-    ReadSecondsField(f, "stopGraceSeconds", 0, false, &p.stop_grace_seconds);
-    ReadIntField(f, "maxSameFaultWithoutProgress", 1, INT_MAX, &p.max_same_fault_without_progress);
+    ReadNumberField(f, "stopGraceSeconds", &p.stop_grace_seconds);
+    ReadIntField(f, "maxSameFaultWithoutProgress", &p.max_same_fault_without_progress);
   }
 
   void ParseChaos(const Entry& e) {
@@ -307,9 +323,14 @@ class Parser {
       r_.Error(e.line, e.path, "must be a list of faults", SpecReader::Describe(e.value), e.hint);
       return;
     }
+    if (e.def->max_items > 0 && e.value.size() > static_cast<size_t>(e.def->max_items)) {
+      r_.Error(e.line, e.path, "too many faults", std::to_string(e.value.size()) + " faults",
+               "inject at most " + std::to_string(e.def->max_items) + " faults per job");
+      return;
+    }
     int i = 0;
     for (const YAML::Node& item : e.value) {
-      const std::string path = "chaos[" + std::to_string(i++) + "]";
+      const std::string path = e.path + "[" + std::to_string(i++) + "]";
       const int line = SpecReader::LineOf(item, e.line);
       if (!item.IsMap()) {
         r_.Error(line, path, "must be a mapping", SpecReader::Describe(item),
@@ -351,8 +372,8 @@ class Parser {
       r_.Error(line, path, "needs a trigger", "neither atSeconds nor atStep",
                "add atSeconds: <seconds since start> or atStep: <step>");
     }
-    if (at_s != f.end()) r_.ReadNumber(at_s->second, 0, false, kMaxSeconds, &fault.at_seconds);
-    if (at_step != f.end()) r_.ReadInt(at_step->second, 0, LONG_MAX, &fault.at_step);
+    if (at_s != f.end()) r_.ReadNumber(at_s->second, &fault.at_seconds);
+    if (at_step != f.end()) r_.ReadInt(at_step->second, &fault.at_step);
 
     if (kind_ok) {
       const bool by_node = fault.kind == ChaosKind::kKillAgent;
@@ -381,9 +402,9 @@ class Parser {
     spec_.chaos.push_back(fault);
   }
 
-  SpecReader r_;
-  std::string base_dir_;
-  JobSpec spec_;
+  SpecReader& r_;
+  const JobFieldsOptions& o_;
+  JobSpec& spec_;
   bool world_ok_ = true;
   bool nodes_ok_ = true;
 };
@@ -398,7 +419,7 @@ Status JoinErrors(const std::vector<std::string>& errors) {
 }
 
 Result<JobSpec> ParseImpl(const std::string& text, const std::string& source,
-                          const std::string& base_dir) {
+                          const JobFieldsOptions& o) {
   SpecReader hints(source);
   if (text.size() > kMaxSpecBytes) {
     hints.Error(1, "", "the spec is too large", std::to_string(text.size()) + " bytes",
@@ -419,13 +440,59 @@ Result<JobSpec> ParseImpl(const std::string& text, const std::string& source,
                 "start the file with fields such as name: my-job and command: [...]");
     return JoinErrors(hints.SortedErrors());
   }
-  Parser p(source, base_dir);
-  p.Parse(root);
-  if (p.reader().has_errors()) return JoinErrors(p.reader().SortedErrors());
-  return std::move(p.spec());
+  SpecReader r(source);
+  JobSpec spec;
+  ParseJobFields(r, root, SpecReader::LineOf(root, 1), o, &spec);
+  if (r.has_errors()) return JoinErrors(r.SortedErrors());
+  return spec;
 }
 
 }  // namespace
+
+Result<JobSpec> ParseJobSpecText(const std::string& text, const std::string& source,
+                                 const JobFieldsOptions& o) {
+  try {
+    return ParseImpl(text, source, o);
+  } catch (const std::exception& e) {
+    return InvalidArgument(source + ":1: (top level): could not be parsed (got " +
+                           std::string(e.what()) + "); check the file against docs/job-spec.md");
+  } catch (...) {
+    return InvalidArgument(source +
+                           ":1: (top level): could not be parsed (got an unknown error); check "
+                           "the file against docs/job-spec.md");
+  }
+}
+
+Result<std::string> ReadSpecFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return ErrnoStatus("open job spec " + path, errno);
+  std::string text;
+  char buf[64 * 1024];
+  int read_errno = 0;
+  while (true) {
+    size_t n = std::fread(buf, 1, sizeof(buf), f);
+    text.append(buf, n);
+    if (text.size() > kMaxSpecBytes) break;
+    if (n < sizeof(buf)) {
+      if (std::ferror(f)) read_errno = errno;
+      break;
+    }
+  }
+  std::fclose(f);
+  if (read_errno != 0) return ErrnoStatus("read job spec " + path, read_errno);
+  if (text.size() > kMaxSpecBytes) {
+    return InvalidArgument(path +
+                           ":1: (top level): file too large (got more than 1 MiB); a "
+                           "job spec should be a few KiB of YAML");
+  }
+  return text;
+}
+
+std::map<std::string, Entry> ParseJobFields(SpecReader& r, const YAML::Node& map, int line,
+                                            const JobFieldsOptions& o, JobSpec* spec) {
+  return Parser(r, o, spec).Parse(map, line);
+}
+
 }  // namespace spec_internal
 
 const char* ChaosKindName(ChaosKind k) {
@@ -444,44 +511,18 @@ const char* ChaosKindName(ChaosKind k) {
 
 Result<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source_name,
                              const std::string& base_dir) {
-  try {
-    return spec_internal::ParseImpl(yaml_text, source_name, base_dir);
-  } catch (const std::exception& e) {
-    return InvalidArgument(source_name + ":1: (top level): could not be parsed (got " +
-                           std::string(e.what()) + "); check the file against docs/job-spec.md");
-  } catch (...) {
-    return InvalidArgument(source_name +
-                           ":1: (top level): could not be parsed (got an unknown error); check "
-                           "the file against docs/job-spec.md");
-  }
+  spec_internal::JobFieldsOptions o;
+  o.base_dir = base_dir;
+  return spec_internal::ParseJobSpecText(yaml_text, source_name, o);
 }
 
 Result<JobSpec> LoadJobSpec(const std::string& path) {
   std::error_code ec;
   std::filesystem::path abs = std::filesystem::absolute(path, ec);
   if (ec) return InvalidArgument("spec path " + path + ": " + ec.message());
-  std::FILE* f = std::fopen(abs.c_str(), "rb");
-  if (f == nullptr) return ErrnoStatus("open job spec " + path, errno);
-  std::string text;
-  char buf[64 * 1024];
-  int read_errno = 0;
-  while (true) {
-    size_t n = std::fread(buf, 1, sizeof(buf), f);
-    text.append(buf, n);
-    if (text.size() > spec_internal::kMaxSpecBytes) break;
-    if (n < sizeof(buf)) {
-      if (std::ferror(f)) read_errno = errno;
-      break;
-    }
-  }
-  std::fclose(f);
-  if (read_errno != 0) return ErrnoStatus("read job spec " + path, read_errno);
-  if (text.size() > spec_internal::kMaxSpecBytes) {
-    return InvalidArgument(path +
-                           ":1: (top level): file too large (got more than 1 MiB); a "
-                           "job spec should be a few KiB of YAML");
-  }
-  Result<JobSpec> r = ParseJobSpec(text, path, abs.parent_path().string());
+  Result<std::string> text = spec_internal::ReadSpecFile(path);
+  if (!text.ok()) return text.status();
+  Result<JobSpec> r = ParseJobSpec(*text, path, abs.parent_path().string());
   if (r.ok()) r->source_path = spec_internal::CleanPath(abs);
   return r;
 }

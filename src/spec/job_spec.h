@@ -78,7 +78,10 @@ struct JobSpec {
   std::vector<std::string> command;  // argv[0] and fixed args
   std::vector<std::string> args;     // appended to command
   std::map<std::string, std::string> env;
-  std::string workdir;  // absolute after parsing (relative -> spec file's dir)
+  // ParseJobSpec: absolute (relative -> the spec file's dir). A TrainJob parsed for
+  // Kubernetes (src/trainjob) leaves it "" when unset, meaning the container image's
+  // working directory; a relative one is relative to that.
+  std::string workdir;
   CheckpointSpec checkpoint;
   FaultPolicySpec fault_policy;
   std::vector<ChaosFault> chaos;

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cctype>
+#include <climits>
 #include <cstddef>
 #include <filesystem>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "spec/job_spec.h"
 #include "spec/spec_reader.h"
@@ -20,102 +22,301 @@ inline constexpr int kMaxProcsPerNode = 256;
 inline constexpr double kMaxSeconds = 1e9;  // keeps every duration representable in int64 ns
 inline constexpr size_t kMaxNameLen = 63;
 inline constexpr size_t kMaxSpecBytes = 1 << 20;
+inline constexpr int kMaxChaosFaults = 1000;
 
-inline constexpr FieldDef kTopFields[] = {
-    {"name",
-     "set name to a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
-     "with a letter or digit, at most 63 characters (e.g. name: gpt-char)"},
-    {"nodes", "set nodes to the number of machines, an integer from 1 to 1024"},
-    {"procsPerNode", "set procsPerNode to the number of ranks per node, an integer from 1 to 256"},
-    {"command",
-     "set command to a non-empty list of strings, e.g. command: [\"/usr/bin/python3\", "
-     "\"train.py\"]"},
-    {"args", "set args to a list of strings, e.g. args: [\"--steps\", \"600\"]"},
-    {"env", "set env to a mapping of NAME: value, e.g. env: {OMP_NUM_THREADS: \"1\"}"},
-    {"workdir",
-     "set workdir to a directory path (relative paths resolve against the spec file's "
-     "directory) or omit it"},
-    {"checkpoint",
-     "set checkpoint to a mapping with any of: dir, intervalSteps, intervalSeconds, keep, "
-     "memorySlots, sharedDir, goldenEvery, objectStore, objectIntervalSteps, peerReplication"},
-    {"faultPolicy",
-     "set faultPolicy to a mapping with any of: restartBudget, backoff, hangTimeout, spareNodes, "
-     "failureRatePerNodeDay, replacementLeadSeconds, heartbeat, stopGraceSeconds, "
-     "maxSameFaultWithoutProgress"},
-    {"chaos",
-     "set chaos to a list of faults, e.g. chaos: [{kind: kill_rank, atSeconds: 30, rank: 1}]"},
+inline constexpr CelRule kMemorySlotsRules[] = {
+    {"self != 1", "checkpoint.memorySlots must be 0 (off) or 2 to 62"},
 };
 
-inline constexpr FieldDef kCheckpointFields[] = {
-    {"dir", "set checkpoint.dir to a directory path (relative paths resolve against workdir)"},
-    {"intervalSteps",
-     "set checkpoint.intervalSteps to an integer >= 0 (0 = no step trigger) or auto (the "
-     "controller picks it from checkpoint cost and failure rate)"},
-    {"intervalSeconds",
-     "set checkpoint.intervalSeconds to a number of seconds >= 0 (0 = no time trigger)"},
-    {"keep", "set checkpoint.keep to how many committed checkpoints to retain (an integer >= 1)"},
-    {"memorySlots",
-     "set checkpoint.memorySlots to the staging ring size per rank, 0 (off) or 2 to 62"},
-    {"sharedDir", "set checkpoint.sharedDir to a directory path for the shared tier"},
-    {"goldenEvery",
-     "set checkpoint.goldenEvery to an integer >= 0: steps divisible by it are kept forever"},
-    {"objectStore",
-     "set checkpoint.objectStore to an S3 URL, s3://bucket/prefix[?endpoint=URL&region=R]"},
-    {"objectIntervalSteps",
-     "set checkpoint.objectIntervalSteps to an integer >= 0: upload every N-th step "
-     "(0 = every persisted step)"},
-    {"peerReplication",
-     "set checkpoint.peerReplication to true or false (copy memory snapshots to a peer node)"},
-};
-
-inline constexpr FieldDef kFaultFields[] = {
-    {"restartBudget", "set faultPolicy.restartBudget to the maximum restarts, an integer >= 0"},
-    {"backoff", "set faultPolicy.backoff to a mapping {baseSeconds: 1, capSeconds: 30}"},
-    {"hangTimeout",
-     "set faultPolicy.hangTimeout to a mapping {floorSeconds: 30, multiplier: 10, "
-     "startupSeconds: 300}"},
-    {"spareNodes",
-     "set faultPolicy.spareNodes to the number of warm standby nodes, 0 to 1024, or auto "
-     "(the P99 of node failures within replacementLeadSeconds)"},
-    {"failureRatePerNodeDay",
-     "set faultPolicy.failureRatePerNodeDay to the expected node failures per node-day, "
-     ">= 0 (default 0.0038, Llama 3's rate)"},
-    {"replacementLeadSeconds",
-     "set faultPolicy.replacementLeadSeconds to the seconds it takes to get a new node, > 0"},
-    {"heartbeat", "set faultPolicy.heartbeat to a mapping {intervalSeconds: 1, misses: 3}"},
-    {"stopGraceSeconds",
-     "set faultPolicy.stopGraceSeconds to the seconds between SIGTERM and SIGKILL, >= 0"},
-    {"maxSameFaultWithoutProgress",
-     "set faultPolicy.maxSameFaultWithoutProgress to an integer >= 1"},
+inline constexpr CelRule kObjectStoreRules[] = {
+    {"self.startsWith('s3://') && size(self) > 5 && !self.startsWith('s3:///') && "
+     "!self.startsWith('s3://?')",
+     "checkpoint.objectStore must be an S3 URL, s3://bucket/prefix[?endpoint=URL&region=R]"},
 };
 
 inline constexpr FieldDef kBackoffFields[] = {
-    {"baseSeconds", "set faultPolicy.backoff.baseSeconds to the first backoff in seconds, > 0"},
-    {"capSeconds",
-     "set faultPolicy.backoff.capSeconds to the backoff ceiling in seconds, >= baseSeconds"},
+    {.key = "baseSeconds",
+     .hint = "set faultPolicy.backoff.baseSeconds to the first backoff in seconds, > 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds,
+     .min_exclusive = true},
+    {.key = "capSeconds",
+     .hint = "set faultPolicy.backoff.capSeconds to the backoff ceiling in seconds, >= baseSeconds",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds,
+     .min_exclusive = true},
 };
 
 inline constexpr FieldDef kHangFields[] = {
-    {"floorSeconds",
-     "set faultPolicy.hangTimeout.floorSeconds to the minimum hang timeout in seconds, > 0"},
-    {"multiplier",
-     "set faultPolicy.hangTimeout.multiplier to k in max(floor, k * p99 step time), >= 1"},
-    {"startupSeconds",
-     "set faultPolicy.hangTimeout.startupSeconds to the launch-to-first-step limit, > 0"},
+    {.key = "floorSeconds",
+     .hint = "set faultPolicy.hangTimeout.floorSeconds to the minimum hang timeout in seconds, > 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds,
+     .min_exclusive = true},
+    {.key = "multiplier",
+     .hint = "set faultPolicy.hangTimeout.multiplier to k in max(floor, k * p99 step time), >= 1",
+     .type = FieldType::kNumber,
+     .min = 1,
+     .max = 1e6},
+    {.key = "startupSeconds",
+     .hint = "set faultPolicy.hangTimeout.startupSeconds to the launch-to-first-step limit, > 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds,
+     .min_exclusive = true},
 };
 
 inline constexpr FieldDef kHeartbeatFields[] = {
-    {"intervalSeconds", "set faultPolicy.heartbeat.intervalSeconds to a number of seconds > 0"},
-    {"misses", "set faultPolicy.heartbeat.misses to an integer >= 1"},
+    {.key = "intervalSeconds",
+     .hint = "set faultPolicy.heartbeat.intervalSeconds to a number of seconds > 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds,
+     .min_exclusive = true},
+    {.key = "misses",
+     .hint = "set faultPolicy.heartbeat.misses to an integer >= 1",
+     .type = FieldType::kInt,
+     .min = 1,
+     .max = INT_MAX},
+};
+
+inline constexpr CelRule kBackoffRules[] = {
+    {"(has(self.capSeconds) ? self.capSeconds : 30.0) >= "
+     "(has(self.baseSeconds) ? self.baseSeconds : 1.0)",
+     "faultPolicy.backoff.capSeconds must be >= baseSeconds (defaults 30 and 1); raise "
+     "capSeconds or lower baseSeconds"},
+};
+
+inline constexpr FieldDef kCheckpointFields[] = {
+    {.key = "dir",
+     .hint = "set checkpoint.dir to a directory path (relative paths resolve against workdir)",
+     .type = FieldType::kString},
+    {.key = "intervalSteps",
+     .hint = "set checkpoint.intervalSteps to an integer >= 0 (0 = no step trigger) or auto (the "
+             "controller picks it from checkpoint cost and failure rate)",
+     .type = FieldType::kIntOrAuto,
+     .min = 0},
+    {.key = "intervalSeconds",
+     .hint = "set checkpoint.intervalSeconds to a number of seconds >= 0 (0 = no time trigger)",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds},
+    {.key = "keep",
+     .hint = "set checkpoint.keep to how many committed checkpoints to retain (an integer >= 1)",
+     .type = FieldType::kInt,
+     .min = 1,
+     .max = INT_MAX},
+    {.key = "memorySlots",
+     .hint = "set checkpoint.memorySlots to the staging ring size per rank, 0 (off) or 2 to 62",
+     .type = FieldType::kInt,
+     .min = 0,
+     .max = 62,
+     .rules = kMemorySlotsRules},
+    {.key = "sharedDir",
+     .hint = "set checkpoint.sharedDir to a directory path for the shared tier",
+     .type = FieldType::kString},
+    {.key = "goldenEvery",
+     .hint =
+         "set checkpoint.goldenEvery to an integer >= 0: steps divisible by it are kept forever",
+     .type = FieldType::kInt,
+     .min = 0},
+    {.key = "objectStore",
+     .hint = "set checkpoint.objectStore to an S3 URL, s3://bucket/prefix[?endpoint=URL&region=R]",
+     .type = FieldType::kString,
+     .rules = kObjectStoreRules},
+    {.key = "objectIntervalSteps",
+     .hint = "set checkpoint.objectIntervalSteps to an integer >= 0: upload every N-th step "
+             "(0 = every persisted step)",
+     .type = FieldType::kInt,
+     .min = 0},
+    {.key = "peerReplication",
+     .hint = "set checkpoint.peerReplication to true or false (copy memory snapshots to a peer "
+             "node)",
+     .type = FieldType::kBool},
+};
+
+inline constexpr CelRule kCheckpointRules[] = {
+    {"!has(self.intervalSteps) || type(self.intervalSteps) != string || "
+     "!has(self.memorySlots) || self.memorySlots != 0",
+     "checkpoint.intervalSteps: auto needs the memory tier; set memorySlots to 2 or more, or give "
+     "intervalSteps a number"},
+};
+
+inline constexpr FieldDef kFaultFields[] = {
+    {.key = "restartBudget",
+     .hint = "set faultPolicy.restartBudget to the maximum restarts, an integer >= 0",
+     .type = FieldType::kInt,
+     .min = 0,
+     .max = INT_MAX},
+    {.key = "backoff",
+     .hint = "set faultPolicy.backoff to a mapping {baseSeconds: 1, capSeconds: 30}",
+     .type = FieldType::kObject,
+     .children = kBackoffFields,
+     .rules = kBackoffRules},
+    {.key = "hangTimeout",
+     .hint = "set faultPolicy.hangTimeout to a mapping {floorSeconds: 30, multiplier: 10, "
+             "startupSeconds: 300}",
+     .type = FieldType::kObject,
+     .children = kHangFields},
+    {.key = "spareNodes",
+     .hint = "set faultPolicy.spareNodes to the number of warm standby nodes, 0 to 1024, or auto "
+             "(the P99 of node failures within replacementLeadSeconds)",
+     .type = FieldType::kIntOrAuto,
+     .min = 0,
+     .max = kMaxNodes},
+    {.key = "failureRatePerNodeDay",
+     .hint = "set faultPolicy.failureRatePerNodeDay to the expected node failures per node-day, "
+             ">= 0 (default 0.0038, Llama 3's rate)",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = 1000},
+    {.key = "replacementLeadSeconds",
+     .hint =
+         "set faultPolicy.replacementLeadSeconds to the seconds it takes to get a new node, > 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds,
+     .min_exclusive = true},
+    {.key = "heartbeat",
+     .hint = "set faultPolicy.heartbeat to a mapping {intervalSeconds: 1, misses: 3}",
+     .type = FieldType::kObject,
+     .children = kHeartbeatFields},
+    {.key = "stopGraceSeconds",
+     .hint = "set faultPolicy.stopGraceSeconds to the seconds between SIGTERM and SIGKILL, >= 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds},
+    {.key = "maxSameFaultWithoutProgress",
+     .hint = "set faultPolicy.maxSameFaultWithoutProgress to an integer >= 1",
+     .type = FieldType::kInt,
+     .min = 1,
+     .max = INT_MAX},
+};
+
+inline constexpr const char* kChaosKindNames[] = {"kill_rank", "hang_rank", "nan_loss",
+                                                  "kill_agent"};
+
+inline constexpr CelRule kChaosRules[] = {
+    {"has(self.atSeconds) != has(self.atStep)",
+     "chaos: set exactly one trigger, atSeconds or atStep"},
+    {"self.kind == 'kill_agent' ? (has(self.node) && !has(self.rank)) : "
+     "(has(self.rank) && !has(self.node))",
+     "chaos: kill_agent needs node (and no rank); kill_rank, hang_rank and nan_loss need rank "
+     "(and no node)"},
 };
 
 inline constexpr FieldDef kChaosFields[] = {
-    {"kind", "set kind to one of: kill_rank, hang_rank, nan_loss, kill_agent"},
-    {"atSeconds", "set atSeconds to seconds since job start (>= 0), or use atStep instead"},
-    {"atStep", "set atStep to a training step (an integer >= 0), or use atSeconds instead"},
-    {"rank", "set rank to a global rank from 0 to world size - 1"},
-    {"node", "set node to a node index from 0 to nodes - 1"},
+    {.key = "kind",
+     .hint = "set kind to one of: kill_rank, hang_rank, nan_loss, kill_agent",
+     .type = FieldType::kString,
+     .required = true,
+     .values = kChaosKindNames},
+    {.key = "atSeconds",
+     .hint = "set atSeconds to seconds since job start (>= 0), or use atStep instead",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds},
+    {.key = "atStep",
+     .hint = "set atStep to a training step (an integer >= 0), or use atSeconds instead",
+     .type = FieldType::kInt,
+     .min = 0},
+    {.key = "rank",
+     .hint = "set rank to a global rank from 0 to world size - 1",
+     .type = FieldType::kInt,
+     .min = 0,
+     .max = kMaxNodes * kMaxProcsPerNode - 1},
+    {.key = "node",
+     .hint = "set node to a node index from 0 to nodes - 1",
+     .type = FieldType::kInt,
+     .min = 0,
+     .max = kMaxNodes - 1},
 };
+
+inline constexpr CelRule kCommandRules[] = {
+    {"size(self) > 0 && self[0] != ''",
+     "command must be a non-empty list whose first item, the program, is not empty"},
+};
+
+// Cross-field rules on the mapping that holds the job fields (a TrainJob's spec).
+inline constexpr CelRule kJobRules[] = {
+    {"!has(self.chaos) || self.chaos.all(f, !has(f.rank) || f.rank < "
+     "(has(self.nodes) ? self.nodes : 1) * (has(self.procsPerNode) ? self.procsPerNode : 1))",
+     "chaos[].rank must be below the world size, nodes x procsPerNode"},
+    {"!has(self.chaos) || self.chaos.all(f, !has(f.node) || f.node < "
+     "(has(self.nodes) ? self.nodes : 1))",
+     "chaos[].node must be below nodes"},
+};
+
+// The job fields of a spec except `name` (a TrainJob takes its name from metadata).
+inline constexpr FieldDef kJobFields[] = {
+    {.key = "nodes",
+     .hint = "set nodes to the number of machines, an integer from 1 to 1024",
+     .type = FieldType::kInt,
+     .min = 1,
+     .max = kMaxNodes},
+    {.key = "procsPerNode",
+     .hint = "set procsPerNode to the number of ranks per node, an integer from 1 to 256",
+     .type = FieldType::kInt,
+     .min = 1,
+     .max = kMaxProcsPerNode},
+    {.key = "command",
+     .hint = "set command to a non-empty list of strings, e.g. command: [\"/usr/bin/python3\", "
+             "\"train.py\"]",
+     .type = FieldType::kStringList,
+     .required = true,
+     .rules = kCommandRules},
+    {.key = "args",
+     .hint = "set args to a list of strings, e.g. args: [\"--steps\", \"600\"]",
+     .type = FieldType::kStringList},
+    {.key = "env",
+     .hint = "set env to a mapping of NAME: value, e.g. env: {OMP_NUM_THREADS: \"1\"}",
+     .type = FieldType::kStringMap},
+    {.key = "workdir",
+     .hint = "set workdir to a directory path (relative paths resolve against the spec file's "
+             "directory) or omit it",
+     .type = FieldType::kString},
+    {.key = "checkpoint",
+     .hint = "set checkpoint to a mapping with any of: dir, intervalSteps, intervalSeconds, keep, "
+             "memorySlots, sharedDir, goldenEvery, objectStore, objectIntervalSteps, "
+             "peerReplication",
+     .type = FieldType::kObject,
+     .children = kCheckpointFields,
+     .rules = kCheckpointRules},
+    {.key = "faultPolicy",
+     .hint = "set faultPolicy to a mapping with any of: restartBudget, backoff, hangTimeout, "
+             "spareNodes, failureRatePerNodeDay, replacementLeadSeconds, heartbeat, "
+             "stopGraceSeconds, maxSameFaultWithoutProgress",
+     .type = FieldType::kObject,
+     .children = kFaultFields},
+    {.key = "chaos",
+     .hint = "set chaos to a list of faults, e.g. chaos: [{kind: kill_rank, atSeconds: 30, rank: "
+             "1}]",
+     .type = FieldType::kObjectList,
+     .children = kChaosFields,
+     .rules = kChaosRules,
+     .max_items = kMaxChaosFaults},
+};
+
+inline constexpr FieldDef kNameField = {
+    .key = "name",
+    .hint =
+        "set name to a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
+        "with a letter or digit, at most 63 characters (e.g. name: gpt-char)",
+    .type = FieldType::kString,
+    .required = true};
+
+// The keys of a job spec's top level: `name`, then the job fields.
+inline std::span<const FieldDef> TopFields() {
+  static const std::vector<FieldDef> fields = [] {
+    std::vector<FieldDef> v{kNameField};
+    v.insert(v.end(), std::begin(kJobFields), std::end(kJobFields));
+    return v;
+  }();
+  return fields;
+}
 
 inline constexpr ChaosKind kAllKinds[] = {ChaosKind::kKillRank, ChaosKind::kHangRank,
                                           ChaosKind::kNanLoss, ChaosKind::kKillAgent};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -115,8 +116,10 @@ std::string SpecReader::Describe(const YAML::Node& n) {
 void SpecReader::Error(int line, const std::string& path, const std::string& problem,
                        const std::string& got, const std::string& fix) {
   std::ostringstream os;
-  os << source_ << ":" << line << ": " << (path.empty() ? "(top level)" : path) << ": " << problem
-     << " (got " << got << "); " << fix;
+  os << source_;
+  if (show_lines_) os << ":" << line;
+  os << ": " << (path.empty() ? "(top level)" : path) << ": " << problem << " (got " << got << "); "
+     << fix;
   errors_.emplace_back(line, os.str());
 }
 
@@ -175,6 +178,7 @@ std::map<std::string, Entry> SpecReader::Fields(const YAML::Node& map, int line,
     e.line = v.IsNull() ? key_line : LineOf(v, key_line);
     e.path = Child(path, key);
     e.hint = def->hint;
+    e.def = def;
     out.emplace(key, std::move(e));
   }
   return out;
@@ -257,6 +261,20 @@ bool SpecReader::ReadNumber(const Entry& e, double lo, bool lo_exclusive, double
   }
   *out = v;
   return true;
+}
+
+bool SpecReader::ReadInt(const Entry& e, long* out) {
+  // Table limits are doubles; infinite (or beyond long) means the type's own limit.
+  auto limit = [](double d, long inf) {
+    if (std::isinf(d) || std::fabs(d) >= 9.2e18) return inf;
+    return static_cast<long>(d);
+  };
+  const double lo = e.def->min_exclusive ? e.def->min + 1 : e.def->min;
+  return ReadInt(e, limit(lo, LONG_MIN), limit(e.def->max, LONG_MAX), out);
+}
+
+bool SpecReader::ReadNumber(const Entry& e, double* out) {
+  return ReadNumber(e, e.def->min, e.def->min_exclusive, e.def->max, out);
 }
 
 bool SpecReader::ReadString(const Entry& e, std::string* out) {

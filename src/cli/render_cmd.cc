@@ -1,0 +1,89 @@
+#include "cli/render_cmd.h"
+
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "trainjob/render.h"
+#include "trainjob/trainjob.h"
+#include "trainjob/yaml_json.h"
+
+namespace bulwark::cli {
+namespace {
+
+int Usage(std::ostream& err, const std::string& msg) {
+  err << "bulwark render: " << msg << "\n";
+  return 2;
+}
+
+void Print(const std::vector<Json>& docs, const std::string& format, std::ostream& out) {
+  if (format == "json") {
+    out << Json(docs).dump(2) << "\n";
+  } else {
+    out << trainjob::EmitYaml(docs);
+  }
+}
+
+}  // namespace
+
+int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err) {
+  if (f.output != "yaml" && f.output != "json") {
+    return Usage(err, "-o must be yaml or json (got \"" + f.output + "\")");
+  }
+  if (f.crd) {
+    if (!f.spec.empty()) return Usage(err, "--crd takes no SPEC");
+    Print({trainjob::TrainJobCrd()}, f.output, out);
+    return 0;
+  }
+  if (f.spec.empty()) return Usage(err, "give a SPEC (job spec, TrainJob or PyTorchJob) or --crd");
+  auto m = trainjob::LoadManifest(f.spec, trainjob::Target::kKubernetes);
+  if (!m.ok()) {
+    err << "bulwark render: " << m.status().message() << "\n";
+    return m.status().code() == Code::kInvalidArgument || m.status().code() == Code::kNotFound ? 2
+                                                                                               : 1;
+  }
+  for (const std::string& note : m->notes) err << "note: " << note << "\n";
+  trainjob::TrainJob& t = m->job;
+  if (!f.image.empty()) t.pod.image = f.image;
+  if (f.trainjob) {
+    Print({trainjob::ToObject(t)}, f.output, out);
+    return 0;
+  }
+  if (t.pod.image.empty()) {
+    return Usage(err, f.spec +
+                          ": no pod.image: pass --image IMAGE, or write a TrainJob (bulwark "
+                          "render " +
+                          f.spec + " --trainjob prints one to start from)");
+  }
+  trainjob::RenderOptions o;
+  if (!f.controller.empty()) {
+    const size_t colon = f.controller.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == f.controller.size()) {
+      return Usage(err, "--controller must be HOST:PORT (got \"" + f.controller + "\")");
+    }
+    o.controller_addr = f.controller;
+  }
+  std::vector<std::string> names;
+  std::stringstream list(f.node_names);
+  for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+  Print(trainjob::RenderJobObjects(t, names, o), f.output, out);
+  return 0;
+}
+
+CLI::App* AddRenderCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err) {
+  auto flags = std::make_shared<RenderFlags>();
+  auto* cmd = app.add_subcommand(
+      "render", "print the Kubernetes objects the operator would create for a spec (no cluster)");
+  cmd->add_option("spec", flags->spec, "job spec, TrainJob or Kubeflow PyTorchJob (YAML)");
+  cmd->add_option("--node-names", flags->node_names,
+                  "comma-separated node names that bind the pods in order (gang: bulwark)");
+  cmd->add_option("--controller", flags->controller, "controller HOST:PORT the agents dial");
+  cmd->add_option("-o,--output", flags->output, "yaml (default) or json");
+  cmd->add_option("--image", flags->image, "container image when the spec has no pod.image");
+  cmd->add_flag("--crd", flags->crd, "print the TrainJob CustomResourceDefinition");
+  cmd->add_flag("--trainjob", flags->trainjob, "print the TrainJob the spec converts to");
+  cmd->callback([=, &out, &err] { *exit_code = RenderRun(*flags, out, err); });
+  return cmd;
+}
+
+}  // namespace bulwark::cli

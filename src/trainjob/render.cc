@@ -1,0 +1,265 @@
+// RenderPod, RenderHeadlessService, RenderPodGroup, RenderEvent,
+// RenderQuarantineTaint and RenderJobObjects (render.h). The CRD is in crd.cc.
+#include "trainjob/render.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+
+namespace bulwark::trainjob {
+namespace {
+
+// Kubernetes' memory-backed emptyDir default when pod.shmSize is unset: none (the
+// pod's memory limit bounds it).
+Json Metadata(const TrainJob& t, const std::string& name, const RenderOptions& o) {
+  Json labels = {{kJobLabel, t.name}, {"app.kubernetes.io/managed-by", "bulwark"}};
+  for (const auto& [k, v] : o.labels) labels[k] = v;
+  Json m = {{"name", name},
+            {"namespace", t.ns},
+            {"labels", labels},
+            {"ownerReferences", Json::array({{{"apiVersion", kApiVersion},
+                                              {"kind", kKind},
+                                              {"name", t.name},
+                                              {"uid", t.uid},
+                                              {"controller", true},
+                                              {"blockOwnerDeletion", true}}})}};
+  if (!o.annotations.empty()) m["annotations"] = o.annotations;
+  return m;
+}
+
+Json FieldEnv(const char* name, const char* path) {
+  return {{"name", name},
+          {"valueFrom", {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", path}}}}}};
+}
+
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+uint64_t Fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// The volumes of a node's pod and the agent container's mounts for them.
+void AddVolumes(const PodOptions& p, Json* volumes, Json* mounts) {
+  auto add = [&](const char* name, Json source, const char* path, bool read_only) {
+    source["name"] = name;
+    volumes->push_back(std::move(source));
+    Json m = {{"name", name}, {"mountPath", path}};
+    if (read_only) m["readOnly"] = true;
+    mounts->push_back(std::move(m));
+  };
+  add("bulwark-run", {{"emptyDir", Json::object()}}, kRunDir, false);
+  Json shm = {{"medium", "Memory"}};
+  if (!p.shm_size.empty()) shm["sizeLimit"] = p.shm_size;
+  add("dshm", {{"emptyDir", shm}}, "/dev/shm", false);
+  if (p.data_volume.is_object() && !p.data_volume.empty()) {
+    add("data", p.data_volume, kDataDir, true);
+  }
+  if (!p.local_checkpoint_path.empty()) {
+    add("ckpt-local",
+        {{"hostPath", {{"path", p.local_checkpoint_path}, {"type", "DirectoryOrCreate"}}}},
+        kLocalCkptDir, false);
+  }
+  if (!p.shared_checkpoint_claim.empty()) {
+    add("ckpt-shared", {{"persistentVolumeClaim", {{"claimName", p.shared_checkpoint_claim}}}},
+        kSharedCkptDir, false);
+  }
+  if (!p.config_map.empty()) {
+    add("config", {{"configMap", {{"name", p.config_map}}}}, kConfigDir, true);
+  }
+}
+
+Json Resources(const PodOptions& p) {
+  Json r = Json::object();
+  if (p.gpus_per_node > 0) r[p.gpu_resource] = std::to_string(p.gpus_per_node);
+  if (!p.cpu.empty()) r["cpu"] = p.cpu;
+  if (!p.memory.empty()) r["memory"] = p.memory;
+  if (r.empty()) return Json::object();
+  return {{"limits", r}, {"requests", r}};
+}
+
+}  // namespace
+
+std::string Rfc3339Seconds(double epoch_seconds) {
+  const std::time_t t = static_cast<std::time_t>(std::floor(epoch_seconds));
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
+               const std::string& node_name, const RenderOptions& o) {
+  const bool standby = slot < 0;
+  Json meta = Metadata(t, t.name + "-" + node_id, o);
+  meta["labels"][kNodeIdLabel] = node_id;
+  meta["labels"][kRoleLabel] = standby ? "standby" : "worker";
+  if (!standby) meta["annotations"][kSlotAnnotation] = std::to_string(slot);
+  meta["finalizers"] = Json::array({kAgentFinalizer});
+
+  const double hb = o.heartbeat_interval_s > 0 ? o.heartbeat_interval_s
+                                               : t.job.fault_policy.heartbeat_interval_seconds;
+  Json command = {
+      o.agent_path,     "--controller", o.controller_addr, "--node",    node_id,
+      "--run-dir",      kRunDir,        "--peer-host",     "$(POD_IP)", "--heartbeat-interval",
+      FormatSeconds(hb)};
+  if (!o.python_dir.empty()) command.insert(command.end(), {"--python-dir", o.python_dir});
+  if (!o.lib_path.empty()) command.insert(command.end(), {"--lib", o.lib_path});
+
+  Json volumes = Json::array(), mounts = Json::array();
+  AddVolumes(t.pod, &volumes, &mounts);
+  Json container = {{"name", kAgentContainer},
+                    {"image", t.pod.image},
+                    {"imagePullPolicy", t.pod.image_pull_policy},
+                    {"command", command},
+                    {"env",
+                     {FieldEnv("POD_NAME", "metadata.name"),
+                      FieldEnv("POD_NAMESPACE", "metadata.namespace"),
+                      FieldEnv("POD_IP", "status.podIP"),
+                      FieldEnv("NODE_NAME", "spec.nodeName"),
+                      {{"name", "BULWARK_NODE_ID"}, {"value", node_id}}}},
+                    {"volumeMounts", mounts},
+                    {"securityContext", {{"capabilities", {{"add", {"SYS_PTRACE"}}}}}}};
+  if (Json r = Resources(t.pod); !r.empty()) container["resources"] = r;
+
+  Json node_selector = {{kGpuTypeNodeLabel, t.scheduling.gpu_type}};
+  for (const auto& [k, v] : t.pod.node_selector) node_selector[k] = v;
+  Json spec = {
+      {"hostNetwork", true},
+      {"dnsPolicy", "ClusterFirstWithHostNet"},
+      {"restartPolicy", "Never"},
+      {"hostname", node_id},
+      {"subdomain", t.name},
+      {"nodeSelector", node_selector},
+      {"terminationGracePeriodSeconds",
+       static_cast<int64_t>(std::ceil(t.job.fault_policy.stop_grace_seconds)) + o.grace_margin_s},
+      {"containers", Json::array({container})},
+      {"volumes", volumes}};
+  if (!node_name.empty()) spec["nodeName"] = node_name;
+  if (t.pod.tolerations.is_array() && !t.pod.tolerations.empty()) {
+    spec["tolerations"] = t.pod.tolerations;
+  }
+  if (!t.pod.service_account_name.empty()) {
+    spec["serviceAccountName"] = t.pod.service_account_name;
+  }
+  if (!t.pod.priority_class_name.empty()) spec["priorityClassName"] = t.pod.priority_class_name;
+
+  switch (t.scheduling.gang) {
+    case GangMode::kBulwark:
+      break;
+    case GangMode::kVolcano:
+      spec["schedulerName"] = "volcano";
+      meta["annotations"]["scheduling.k8s.io/group-name"] = t.name;
+      break;
+    case GangMode::kKueue:
+      meta["labels"]["kueue.x-k8s.io/queue-name"] = t.scheduling.kueue_queue;
+      // A standby is admitted on its own: Kueue's pod group must be exactly the workers.
+      if (!standby) {
+        meta["labels"]["kueue.x-k8s.io/pod-group-name"] = t.name;
+        meta["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = std::to_string(t.job.nodes);
+      }
+      break;
+  }
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+}
+
+Json RenderHeadlessService(const TrainJob& t, const RenderOptions& o) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", Metadata(t, t.name, o)},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"publishNotReadyAddresses", true},
+            {"selector", {{kJobLabel, t.name}}}}}};
+}
+
+Json RenderPodGroup(const TrainJob& t, const RenderOptions& o) {
+  Json spec = {{"minMember", t.job.nodes}, {"queue", t.scheduling.queue}};
+  if (!t.pod.priority_class_name.empty()) spec["priorityClassName"] = t.pod.priority_class_name;
+  if (t.pod.gpus_per_node > 0) {
+    spec["minResources"] = {
+        {t.pod.gpu_resource, std::to_string(t.pod.gpus_per_node * t.job.nodes)}};
+  }
+  return {{"apiVersion", "scheduling.volcano.sh/v1beta1"},
+          {"kind", "PodGroup"},
+          {"metadata", Metadata(t, t.name, o)},
+          {"spec", spec}};
+}
+
+Json RenderEvent(const Json& obj, const std::string& type, const std::string& reason,
+                 const std::string& message, double now, const std::string& component) {
+  auto field = [](const Json& j, const char* k) {
+    return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "";
+  };
+  const Json meta = obj.is_object() && obj.contains("metadata") ? obj["metadata"] : Json();
+  Json involved = {{"apiVersion", field(obj, "apiVersion")},
+                   {"kind", field(obj, "kind")},
+                   {"name", field(meta, "name")}};
+  const std::string ns = field(meta, "namespace");
+  if (!ns.empty()) involved["namespace"] = ns;
+  if (!field(meta, "uid").empty()) involved["uid"] = field(meta, "uid");
+  if (!field(meta, "resourceVersion").empty()) {
+    involved["resourceVersion"] = field(meta, "resourceVersion");
+  }
+  const uint64_t ns_now = static_cast<uint64_t>(std::max(0.0, now) * 1e9);
+  char suffix[24];
+  std::snprintf(suffix, sizeof(suffix), "%016llx",
+                static_cast<unsigned long long>(Fnv1a(reason + "\n" + message, ns_now)));
+  const std::string ts = Rfc3339Seconds(now);
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata",
+       {{"name", field(meta, "name") + "." + suffix}, {"namespace", ns.empty() ? "default" : ns}}},
+      {"involvedObject", involved},
+      {"type", type},
+      {"reason", reason},
+      {"message", message.substr(0, 1024)},
+      {"source", {{"component", component}}},
+      {"reportingComponent", component},
+      {"firstTimestamp", ts},
+      {"lastTimestamp", ts},
+      {"count", 1}};
+}
+
+Json RenderQuarantineTaint(const std::string& reason) {
+  // A taint value is a label value: <= 63 of [A-Za-z0-9_.-], alphanumeric at both ends.
+  std::string v;
+  for (char c : reason) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    v += ok ? c : '-';
+  }
+  if (v.size() > 63) v.resize(63);
+  auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  while (!v.empty() && !alnum(v.back())) v.pop_back();
+  size_t start = 0;
+  while (start < v.size() && !alnum(v[start])) ++start;
+  return {{"key", kQuarantineTaint}, {"value", v.substr(start)}, {"effect", "NoSchedule"}};
+}
+
+std::vector<Json> RenderJobObjects(const TrainJob& t, const std::vector<std::string>& node_names,
+                                   const RenderOptions& o) {
+  std::vector<Json> out = {RenderHeadlessService(t, o)};
+  if (t.scheduling.gang == GangMode::kVolcano) out.push_back(RenderPodGroup(t, o));
+  const int workers = t.job.nodes;
+  const int pods = std::max(workers + StandbyCount(t.job), static_cast<int>(node_names.size()));
+  const bool bind = t.scheduling.gang == GangMode::kBulwark;
+  for (int i = 0; i < pods; ++i) {
+    const std::string name =
+        bind && static_cast<size_t>(i) < node_names.size() ? node_names[i] : "";
+    out.push_back(RenderPod(t, "node-" + std::to_string(i), i < workers ? i : -1, name, o));
+  }
+  return out;
+}
+
+}  // namespace bulwark::trainjob
