@@ -44,6 +44,7 @@ Agent::Agent(AgentOptions opts, const Clock* clock)
     : opts_(std::move(opts)), clock_(clock), detector_(clock) {}
 
 Agent::~Agent() {
+  catalog_.reset();  // finishes the catalog request in progress
   StopAllBlocking();
   CloseRanks();
   if (fetch_thread_.joinable()) fetch_thread_.join();  // bounded by the fetch timeouts
@@ -111,8 +112,22 @@ Status Agent::Setup() {
         {"pid", getpid()},
         {"host", HostName()},
         {"peer_host", opts_.peer_host},
-        {"peer_port", peer_->port()}});
+        {"peer_port", peer_->port()},
+        {"free_port", FreePort()}});
   return Status::Ok();
+}
+
+void Agent::SendStopped(long attempt, Json mem) {
+  Send({{"type", "stopped"},
+        {"attempt", attempt},
+        {"mem", std::move(mem)},
+        {"replicas", ReplicaInventory()},
+        {"free_port", FreePort()}});
+}
+
+int Agent::FreePort() {
+  auto p = PickFreePort("0.0.0.0");
+  return p.ok() ? *p : 0;
 }
 
 int Agent::Run() {
@@ -207,6 +222,15 @@ void Agent::HandleController(const Json& msg) {
     HandleCaptureStacks(msg);
   } else if (type == "cadence") {
     HandleCadence(msg);
+  } else if (IsCatalogRequest(type)) {
+    if (!catalog_) {
+      catalog_ = std::make_unique<CatalogWorker>([this](Json reply) {
+        std::lock_guard<std::mutex> l(outbox_mu_);
+        outbox_.push_back(std::move(reply));
+      });
+    }
+    Status st = catalog_->Submit(msg);
+    if (!st.ok()) Warn("controller: dropped " + type + ": " + st.message());
   } else if (type == "shutdown") {
     shutdown_requested_ = true;
     pending_start_.reset();
@@ -217,7 +241,7 @@ void Agent::HandleController(const Json& msg) {
 }
 
 void Agent::HandleStart(const Json& msg) {
-  auto spec = ParseStartMessage(msg);
+  auto spec = ParseStartMessage(msg, opts_.run_dir + "/logs");
   if (!spec.ok()) {
     Warn("controller: dropped start: " + spec.status().message());
     return;
@@ -319,12 +343,12 @@ void Agent::HandleStop(const Json& msg) {
   }
   if (fetching_ && (*attempt < 0 || fetching_->attempt == *attempt)) {
     fetch_cancelled_ = true;  // its ranks never start
-    Send({{"type", "stopped"}, {"attempt", *attempt}, {"replicas", ReplicaInventory()}});
+    SendStopped(*attempt, Json::object());
     return;
   }
   const bool ours = spec_ && (*attempt < 0 || *attempt == spec_->attempt);
   if (!ours || ranks_.empty()) {
-    Send({{"type", "stopped"}, {"attempt", *attempt}, {"replicas", ReplicaInventory()}});
+    SendStopped(*attempt, Json::object());
     return;
   }
   if (stopping_) {

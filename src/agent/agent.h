@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/ckpt_ops.h"
 #include "agent/fault_detector.h"
 #include "agent/rank_env.h"
 #include "agent/stack_capture.h"
@@ -118,6 +119,13 @@ class Agent {
   void BeginFetch(const StartSpec& spec);
   void FinishFetchIfDone();
   Json ReplicaInventory();
+  // A TCP port free on this host right now, for the ranks' rendezvous when this node
+  // serves slot 0 (`free_port` in hello and stopped); 0 if none could be bound. Racy
+  // by nature: the port is released before a rank binds it (docs/protocol.md).
+  static int FreePort();
+  // `stopped` for `attempt` with this node's memory inventory `mem` (rank -> sealed
+  // steps; empty when no ranks ran), its replicas and a fresh free_port.
+  void SendStopped(long attempt, Json mem);
 
   AgentOptions opts_;
   const Clock* clock_;
@@ -148,6 +156,9 @@ class Agent {
   std::thread fetch_thread_;
   std::atomic<bool> fetch_done_{false};
   std::vector<Json> fetch_results_;  // written by the fetch thread before fetch_done_
+  // Checkpoint catalog requests of a controller without the checkpoint file system;
+  // replies go through outbox_. Created on the first request.
+  std::unique_ptr<CatalogWorker> catalog_;
 };
 
 }  // namespace bulwark

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "ckpt/checkpoint.h"
 #include "common/net.h"
 #include "common/proc.h"
 
@@ -371,6 +372,60 @@ TEST(AgentIntegration, BadStartIsDroppedWithFieldName) {
   ASSERT_TRUE(fc.WaitFor("stopped")) << fc.agent_output();
   EXPECT_FALSE(fc.WaitFor("started", nullptr, 0.2));
   EXPECT_NE(fc.agent_output().find("nproc_per_node"), std::string::npos) << fc.agent_output();
+}
+
+TEST(AgentIntegration, EmptyWorkdirAndLogDirMeanTheAgentsOwn) {
+  // A controller without this node's file system (Kubernetes) sends "" for both: the
+  // ranks run in the agent's working directory and log under <run-dir>/logs.
+  FakeController fc("node-1");
+  auto hello = fc.WaitFor("hello");
+  ASSERT_TRUE(hello) << fc.agent_output();
+  ASSERT_TRUE((*hello)["free_port"].is_number_integer()) << hello->dump();
+  EXPECT_GT((*hello)["free_port"].get<int>(), 0);
+  Json start = fc.StartMsg(0, {"/bin/sh", "-c", "echo \"CWD=$(pwd)\""}, 1);
+  start["workdir"] = "";
+  start["log_dir"] = "";
+  fc.Send(start);
+  ASSERT_TRUE(fc.WaitFor("exited")) << fc.agent_output();
+  const std::string log = ReadFile(fc.dir() + "/run/logs/rank-1.log");
+  EXPECT_NE(log.find("CWD=" + std::filesystem::current_path().string() + "\n"), std::string::npos)
+      << log;
+  fc.Send({{"type", "stop"}, {"attempt", 0}, {"grace_s", 1.0}});
+  auto stopped = fc.WaitFor("stopped");
+  ASSERT_TRUE(stopped) << fc.agent_output();
+  EXPECT_GT((*stopped)["free_port"].get<int>(), 0) << stopped->dump();
+}
+
+TEST(AgentIntegration, CheckpointCatalogRequestsAreAnsweredOverTheConnection) {
+  FakeController fc("node-0");
+  ASSERT_TRUE(fc.WaitFor("hello")) << fc.agent_output();
+  const std::string disk = fc.dir() + "/ck";
+  std::vector<uint8_t> bytes(256, 7);
+  ckpt::TensorView t;
+  t.meta.name = "w";
+  t.meta.shape = {256};
+  t.data = bytes.data();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ckpt::WriteShard(ckpt::Env::Default(), disk, 5, r, 2, {t}, {}).ok());
+  }
+  fc.Send({{"type", "ckpt_commit"}});  // no id: dropped with a warning, the agent carries on
+  fc.Send({{"type", "ckpt_list"}, {"id", 1}, {"dirs", {{"disk", disk}}}});
+  fc.Send({{"type", "ckpt_commit"},
+           {"id", 2},
+           {"tier", "disk"},
+           {"step", 5},
+           {"world", 2},
+           {"dir", disk},
+           {"keep", 3}});
+  auto listed = fc.WaitFor("ckpt_result", [](const Json& m) { return m["id"] == 1; });
+  ASSERT_TRUE(listed) << fc.agent_output();
+  EXPECT_EQ((*listed)["committed"]["disk"], Json::array());
+  auto committed = fc.WaitFor("ckpt_result", [](const Json& m) { return m["id"] == 2; });
+  ASSERT_TRUE(committed) << fc.agent_output();
+  EXPECT_EQ((*committed)["ok"], true) << committed->dump();
+  EXPECT_EQ((*committed)["committed"]["disk"], Json::array({5}));
+  EXPECT_TRUE(std::filesystem::exists(ckpt::StepDir(disk, 5) + "/COMMIT"));
+  EXPECT_NE(fc.agent_output().find("dropped ckpt_commit"), std::string::npos) << fc.agent_output();
 }
 
 }  // namespace

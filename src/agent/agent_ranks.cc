@@ -317,7 +317,7 @@ void Agent::FinishStop() {
   DrainOutbox();
   spec_.reset();
   if (reply >= 0) {
-    Send({{"type", "stopped"}, {"attempt", reply}, {"mem", mem}, {"replicas", ReplicaInventory()}});
+    SendStopped(reply, std::move(mem));
   }
   if (pending_start_ && !shutdown_requested_) {
     StartSpec next = std::move(*pending_start_);

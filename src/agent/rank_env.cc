@@ -21,7 +21,7 @@ Status CheckPositive(const char* field, double v) {
 
 }  // namespace
 
-Result<StartSpec> ParseStartMessage(const Json& m) {
+Result<StartSpec> ParseStartMessage(const Json& m, const std::string& default_log_dir) {
   StartSpec s;
   BW_FIELD(s.attempt, JInt(m, "attempt"));
   BW_FIELD(s.run_id, JStrOr(m, "run_id", ""));
@@ -29,7 +29,8 @@ Result<StartSpec> ParseStartMessage(const Json& m) {
   BW_FIELD(s.command, JStrList(m, "command"));
   BW_FIELD(s.env, JStrMap(m, "env"));
   BW_FIELD(s.workdir, JStrOr(m, "workdir", ""));
-  BW_FIELD(s.log_dir, JStr(m, "log_dir"));
+  BW_FIELD(s.log_dir, JStrOr(m, "log_dir", ""));
+  if (s.log_dir.empty()) s.log_dir = default_log_dir;
   BW_FIELD(s.master_addr, JStr(m, "master_addr"));
   BW_FIELD(s.master_port, JInt(m, "master_port"));
   BW_FIELD(s.nnodes, JInt(m, "nnodes"));
@@ -85,7 +86,10 @@ Result<StartSpec> ParseStartMessage(const Json& m) {
   if (s.command.empty()) {
     return InvalidArgument("message 'start': field 'command' is empty; give the rank's argv");
   }
-  if (s.log_dir.empty()) return InvalidArgument("message 'start': field 'log_dir' is empty");
+  if (s.log_dir.empty()) {
+    return InvalidArgument(
+        "message 'start': field 'log_dir' is empty and the agent has no default");
+  }
   BW_RETURN_IF_ERROR(CheckPositive("nproc_per_node", s.nproc_per_node));
   BW_RETURN_IF_ERROR(CheckPositive("nnodes", s.nnodes));
   BW_RETURN_IF_ERROR(CheckPositive("hang_floor_s", s.hang_floor_s));

@@ -17,7 +17,7 @@ struct StartSpec {
   std::string job;
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
-  std::string workdir;
+  std::string workdir;  // "" = the agent's working directory
   std::string log_dir;
   std::string master_addr;
   int master_port = 0;
@@ -35,7 +35,7 @@ struct StartSpec {
   // Updated mid-attempt by `cadence` messages.
   long cadence_steps = 0;
   long cadence_from_step = 0;
-  bool persist_by_agent = false;  // ranks get BULWARK_CKPT_PERSIST=agent
+  bool persist_by_agent = false;   // ranks get BULWARK_CKPT_PERSIST=agent
   int memory_slots = 0;            // staging ring size K per rank; 0 = no memory tier
   std::string shared_dir;          // shared checkpoint tier ("" = none)
   std::string object_store;        // object tier URL ("" = none)
@@ -62,8 +62,11 @@ struct StartSpec {
   int GlobalRank(int local_rank) const { return group_rank * nproc_per_node + local_rank; }
 };
 
-// Parses and validates a `start` message; InvalidArgument names the bad field.
-Result<StartSpec> ParseStartMessage(const Json& msg);
+// Parses and validates a `start` message; InvalidArgument names the bad field. An
+// empty (or absent) `log_dir` becomes `default_log_dir` (the agent's <run-dir>/logs;
+// a controller without this node's file system sends ""); an error if both are empty.
+// An empty `workdir` means the agent's own working directory.
+Result<StartSpec> ParseStartMessage(const Json& msg, const std::string& default_log_dir = "");
 
 // Where the agent's per-node files live.
 struct AgentPaths {

@@ -2,12 +2,23 @@
 // backend only acts. A node is an agent process (local) or an agent pod (Kubernetes).
 //
 // Contract: StartNode returns once the node's agent has been launched; the agent
-// itself connects back to `controller_addr` and says hello with `node_id`. KillNode is
-// abrupt (chaos: node loss); ReleaseNode is the orderly end of a node the controller
-// no longer needs (the controller has already asked its agent to shut down). Poll
-// reaps/observes without blocking and returns the nodes that disappeared since the
-// last call. Teardown releases every node and leaves no process or object behind;
-// it is bounded in time. Called from the controller's thread only.
+// itself connects back to `controller_addr` and says hello with `node_id`. StartNode
+// may return UNAVAILABLE meaning "no capacity yet" (e.g. a pod that is still pending):
+// the controller then calls StartNode again with the same request (same node_id) at
+// most once per second until it succeeds, fails otherwise, or the controller stops
+// waiting (ControllerOptions::capacity_wait_s; spares are waited for indefinitely);
+// the message says what is missing and becomes part of a "waiting for capacity"
+// event. Any other error means the node could not be started at all.
+// KillNode is abrupt (chaos: node loss); ReleaseNode is the orderly end of a node the
+// controller no longer needs (the controller has already asked its agent to shut
+// down). Poll observes without blocking and returns the nodes that disappeared since
+// the last call, each once, with a human-readable reason. Teardown releases every
+// node (also those still waiting for capacity) and leaves no process or object
+// behind; it is bounded in time.
+//
+// Threading: one controller drives one backend instance, from the controller's thread
+// only; implementations need not be thread-safe. Several controllers in one process
+// each have their own instance.
 #pragma once
 
 #include <string>
@@ -22,6 +33,15 @@ struct NodeRequest {
   std::string node_id;          // unique per job, e.g. "node-3"
   std::string controller_addr;  // host:port the agent connects to
   std::string run_dir;          // per-job scratch directory (sockets, logs)
+  int slot = -1;                // node slot the agent will serve; -1 = warm standby
+};
+
+// A node that disappeared, as the backend observed it.
+struct NodeLoss {
+  std::string node_id;
+  // Human-readable, names the cause: "agent exited" (local), "node gke-a-3 NotReady:
+  // kubelet stopped posting node status" (Kubernetes). Becomes part of the incident.
+  std::string reason;
 };
 
 class Backend {
@@ -31,8 +51,20 @@ class Backend {
   virtual Status StartNode(const NodeRequest& req) = 0;
   virtual Status KillNode(const std::string& node_id) = 0;
   virtual Status ReleaseNode(const std::string& node_id, double grace_s) = 0;
-  virtual std::vector<std::string> Poll() = 0;
+  virtual std::vector<NodeLoss> Poll() = 0;
   virtual Status Teardown(double grace_s) = 0;
+  // Which warm standby takes `slot`, among `ready_spares` (connected standbys, never
+  // empty, in node-id order). An answer outside the list is ignored (the first is
+  // taken). Default: the first. Kubernetes: the scheduler's choice (closest standby).
+  virtual std::string PreferredSpare(int slot, const std::vector<std::string>& ready_spares) {
+    (void)slot;
+    return ready_spares.front();
+  }
+  // A warm standby was promoted into `slot` (Kubernetes: relabel the pod role=worker).
+  virtual void OnSlotAssigned(const std::string& node_id, int slot) {
+    (void)node_id;
+    (void)slot;
+  }
 };
 
 }  // namespace bulwark

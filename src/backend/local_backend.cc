@@ -60,8 +60,8 @@ Status LocalBackend::ReleaseNode(const std::string& node_id, double grace_s) {
   return Status::Ok();
 }
 
-std::vector<std::string> LocalBackend::Poll() {
-  std::vector<std::string> gone;
+std::vector<NodeLoss> LocalBackend::Poll() {
+  std::vector<NodeLoss> gone;
   // Ranks orphaned by a lost agent are reparented to us (child subreaper): reap them.
   if (++polls_ % 50 == 0) {  // a /proc scan: not on every loop iteration
     std::set<pid_t> agents;
@@ -71,7 +71,7 @@ std::vector<std::string> LocalBackend::Poll() {
   for (auto it = agents_.begin(); it != agents_.end();) {
     if (Reap(it->second.pid)) {
       (void)SignalGroup(it->second.pgid, SIGKILL);
-      gone.push_back(it->first);
+      gone.push_back({it->first, "agent exited"});
       it = agents_.erase(it);
     } else {
       ++it;

@@ -28,7 +28,7 @@ class LocalBackend : public Backend {
   Status StartNode(const NodeRequest& req) override;
   Status KillNode(const std::string& node_id) override;
   Status ReleaseNode(const std::string& node_id, double grace_s) override;
-  std::vector<std::string> Poll() override;
+  std::vector<NodeLoss> Poll() override;  // reason "agent exited"
   Status Teardown(double grace_s) override;
   // pid of a node's agent, or -1.
   int AgentPid(const std::string& node_id) const;

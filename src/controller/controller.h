@@ -7,16 +7,28 @@
 // reports) and acts to close the gap. Events (incidents, step and checkpoint reports)
 // only update observed state and, for faults, ask the policy for a decision.
 //
-// Threading: Run() owns the calling thread; nothing else may touch the Controller
-// while it runs except RequestCancel(), which is async-signal-safe.
+// The same controller runs inside `bulwark run` (local backend, one job per process)
+// and inside the Kubernetes operator (one Controller per TrainJob, each on its own
+// thread of the operator process, agents in pods on other machines). The options
+// below select what differs: where agents dial (advertise_host), whether the
+// controller may touch the checkpoint directories (remote_checkpoint_fs), and where
+// the ranks rendezvous (rendezvous_on_agent).
+//
+// Threading: Start() and Run() are called from one thread, which Run() owns until it
+// returns (with the local backend, agents die with the thread that started them:
+// PR_SET_PDEATHSIG). From any thread: Cancel(), Status(), Address(). From a signal
+// handler: RequestCancel(). Several Controllers may run in one process at once, each
+// with its own Backend, Store handle and run_dir.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "ckpt/env.h"
 #include "common/clock.h"
 #include "common/net.h"
 #include "ledger/ettr_ledger.h"
@@ -27,11 +39,61 @@
 namespace bulwark {
 
 struct ControllerOptions {
-  std::string run_dir;  // per-job scratch: sockets, logs, controller.addr
-  std::string bind_host = "127.0.0.1";
+  std::string run_dir;                  // per-job scratch: logs, controller.addr
+  std::string bind_host = "127.0.0.1";  // the agent listener binds here (e.g. 0.0.0.0)
+  // The address agents dial (and the backend is told): advertise_host:port. "" =
+  // bind_host. Also the ranks' MASTER_ADDR unless rendezvous_on_agent.
+  std::string advertise_host;
   double agent_connect_timeout_s = 60;
+  // How long a node slot may wait for capacity (StartNode answering UNAVAILABLE)
+  // before the job fails; < 0 = agent_connect_timeout_s. Spares wait indefinitely.
+  double capacity_wait_s = -1;
+  // true: the controller never touches checkpoint.dir or checkpoint.sharedDir; it
+  // orders commits, retention, listings and object-tier restores from an agent
+  // (controller/ckpt_catalog.h, docs/protocol.md "Checkpoint catalog"), and sends an
+  // empty log_dir (the agent's <run-dir>/logs). false: it does them itself (local).
+  bool remote_checkpoint_fs = false;
+  // true: MASTER_ADDR is the slot-0 agent's peer_host and MASTER_PORT a free port
+  // that agent reported (hello / stopped `free_port`). false: the controller's host
+  // and a port free there (right when every rank runs on this machine).
+  bool rendezvous_on_agent = false;
+  // Called on the controller's thread for every event the controller records
+  // (reason as in the store, e.g. "NodeLost"; warning = IsWarningEvent(reason)).
+  // Must not call back into this Controller except Status()/Address()/Cancel().
+  std::function<void(const std::string& reason, const std::string& message, bool warning)> on_event;
+  // File access of the local checkpoint catalog (not owned; nullptr = Env::Default()).
+  // Unused when remote_checkpoint_fs (tests inject an Env that fails every call).
+  ckpt::Env* ckpt_env = nullptr;
   uint64_t seed = 1;
   bool echo_events = true;  // print "[bulwark] ..." lines to stderr
+};
+
+// Which event reasons are warnings (Kubernetes Event type Warning): the reason names
+// something that went wrong — it ends in "Failed" or "Lost" (NodeLost, SpareLost,
+// CheckpointCommitFailed, NodeStartFailed, Failed, ...) — or is a step of handling a
+// fault (FaultDetected, Decision, Diagnosing, HangLocalised, StacksCaptured,
+// MemoryTierNotUsed, RendezvousFallback). Everything else (Created, NodeReady, AttemptStarted,
+// WaitingForCapacity, Succeeded, Cancelled, ...) is normal.
+bool IsWarningEvent(const std::string& reason);
+
+// A snapshot of a running controller (Controller::Status()).
+struct ControllerStatus {
+  // Provisioning, Running, Diagnosing, Stopping, Backoff, Done ("" before Start).
+  std::string stage;
+  JobPhase phase = JobPhase::kPending;
+  int attempt = -1;  // current attempt, 0-based; -1 before the first launch
+  int restarts = 0;
+  long current_step = -1;  // global rank 0's latest step in the current attempt
+  long last_committed_step = -1;
+  // The most durable tier holding last_committed_step (disk < shared < object).
+  std::string last_committed_tier;
+  double last_committed_time = 0;        // wall clock of that commit; 0 = none yet
+  double start_time = 0;                 // wall clock
+  double end_time = 0;                   // wall clock; 0 while running
+  std::vector<std::string> slot_nodes;   // node id per slot ("" = none yet)
+  std::vector<std::string> spare_nodes;  // warm standbys (connected or not)
+  LedgerReport ledger;                   // the ETTR ledger at the snapshot's time
+  std::string message;                   // the last decision or diagnosis
 };
 
 struct RunResult {
@@ -41,22 +103,35 @@ struct RunResult {
   Json report;  // the full JSON report (ledger, incidents, chaos, checkpoints)
 };
 
+class ControllerImpl;
+
 class Controller {
  public:
+  // backend, store and clock are not owned and must outlive the Controller.
   Controller(JobSpec spec, ControllerOptions opts, Backend* backend, Store* store, Clock* clock);
   ~Controller();
 
+  // Binds the agent listener, records the job in the store and asks the backend for
+  // the nodes; afterwards Address() is valid. Optional: Run() calls it if needed. An
+  // error is final (call Run() only after an OK Start).
+  // (Spelled bulwark::Status: the member Status() hides the type inside the class.)
+  bulwark::Status Start();
   // Runs the job until Succeeded, Failed or Cancelled. Every wait inside is bounded.
   Result<RunResult> Run();
 
-  // Asks a running controller (in any thread or a signal handler) to cancel the job.
+  // Asks this controller to cancel its job; any thread; returns at once.
+  void Cancel();
+  // A snapshot, updated by the loop at least once per iteration; any thread.
+  ControllerStatus Status() const;
+  // "host:port" agents dial (advertise_host or bind_host); "" until Start() succeeded.
+  // Any thread.
+  std::string Address() const;
+
+  // Asks every controller in the process to cancel its job (async-signal-safe).
   static void RequestCancel();
 
  private:
-  struct Node;
-  struct ChaosState;
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<ControllerImpl> impl_;
 };
 
 // Sends a chaos request to the controller listening at addr ("host:port"); returns

@@ -3,6 +3,8 @@
 
 #include "common/json_util.h"
 #include "controller/controller.h"
+#include "controller/controller_impl.h"
+#include "controller/incident_json.h"
 
 namespace bulwark {
 namespace {
@@ -99,6 +101,61 @@ Result<std::string> SendChaosRequest(const std::string& addr, const std::string&
     if (c.closed()) return Unavailable("controller closed the connection without a reply");
   }
   return DeadlineExceeded("no reply from the controller at " + addr);
+}
+
+Json ControllerImpl::BuildReport() {
+  double now = clock_->NowWall();
+  LedgerReport r = ledger_.Report(now);
+  Json j;
+  j["job"] = spec_.name;
+  j["run_id"] = rec_.run_id;
+  j["phase"] = JobPhaseName(rec_.phase);
+  j["message"] = rec_.message;
+  j["nodes"] = spec_.nodes;
+  j["procs_per_node"] = spec_.procs_per_node;
+  j["attempts"] = attempt_ + 1;
+  j["restarts"] = rec_.restarts;
+  j["wall_s"] = r.wall_s;
+  j["ettr"] = r.ettr();
+  j["steps_completed"] = r.steps_completed;
+  j["steps_reworked"] = r.steps_reworked;
+  j["last_step"] = last_step_;
+  j["tokens"] = r.tokens;
+  Json cats = Json::object();
+  for (const auto& [c, s] : r.seconds) cats[TimeCategoryName(c)] = s;
+  j["seconds"] = cats;
+  Json rows = Json::array();
+  for (size_t i = 0; i < r.incidents.size(); ++i) {
+    const IncidentRow& row = r.incidents[i];
+    Json x = i < incidents_.size() ? incidents_[i] : IncidentToJson(row.incident);
+    x.erase("stacks");
+    x.erase("log_tail");
+    x["action"] = row.action;
+    x["detection_s"] = row.detection_s;
+    x["restart_s"] = row.restart_s;
+    x["reinit_s"] = row.reinit_s;
+    x["rework_s"] = row.rework_s;
+    x["rework_steps"] = row.rework_steps;
+    x["resumed_from_step"] = row.resumed_from_step;
+    x["lost_s"] = row.total_s();
+    rows.push_back(x);
+  }
+  j["incidents"] = rows;
+  if (cadence_) j["cadence"] = cadence_log_;
+  Json chaos = Json::array();
+  for (size_t i = 0; i < spec_.chaos.size(); ++i) {
+    const ChaosState& c = chaos_[i];
+    Json x = {{"kind", ChaosKindName(spec_.chaos[i].kind)}, {"fired", c.fired}};
+    if (c.fired) {
+      x["fired_at_s"] = c.fired_at - start_;
+      x["detected_as"] = c.incident;
+      if (!c.incident.empty()) x["detection_latency_s"] = c.detected_at - c.fired_at;
+    }
+    chaos.push_back(x);
+  }
+  j["chaos"] = chaos;
+  j["checkpoints"] = {{"dir", spec_.checkpoint.dir}, {"committed", committed_}};
+  return j;
 }
 
 }  // namespace bulwark

@@ -1,0 +1,350 @@
+// Controller: agent and client messages, liveness (heartbeats, backend reports) and
+// chaos injection.
+#include <cstdio>
+#include <map>
+
+#include "common/json_util.h"
+#include "controller/controller_impl.h"
+#include "controller/incident_json.h"
+
+namespace bulwark {
+namespace {
+
+// {"<rank>": [step, ...]} from an agent report; malformed entries are skipped.
+std::map<int, std::vector<long>> StepsByRank(const Json& j) {
+  std::map<int, std::vector<long>> out;
+  if (!j.is_object()) return out;
+  for (const auto& [rank, steps] : j.items()) {
+    if (!steps.is_array()) continue;
+    for (const auto& s : steps) {
+      if (s.is_number_integer()) out[std::atoi(rank.c_str())].push_back(s.get<long>());
+    }
+  }
+  return out;
+}
+
+// A port in `m[field]` within [1, 65535]; 0 when absent or malformed.
+int PortField(const Json& m, const char* field) {
+  auto p = JIntOr(m, field, 0);
+  return p.ok() && *p > 0 && *p < 65536 ? static_cast<int>(*p) : 0;
+}
+
+}  // namespace
+
+void ControllerImpl::AcceptAndGreet() {
+  while (true) {
+    Fd c = TcpAcceptNonBlocking(listen_.get());
+    if (!c.valid()) break;
+    pending_.push_back(std::make_unique<JsonLineConn>(std::move(c)));
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    std::vector<std::string> bad;
+    auto msgs = (*it)->Read(&bad);
+    for (const auto& b : bad)
+      std::fprintf(stderr, "[bulwark] dropped a bad message: %s\n", b.c_str());
+    bool adopted = false;
+    for (size_t i = 0; i < msgs.size() && !adopted; ++i) {
+      const Json& m = msgs[i];
+      if (m["type"] == "hello") {
+        auto id = JStr(m, "node");
+        auto nit = id.ok() ? nodes_.find(*id) : nodes_.end();
+        if (nit == nodes_.end() || nit->second->conn) {
+          std::fprintf(stderr, "[bulwark] hello from unknown or duplicate node %s; closing\n",
+                       id.ok() ? id->c_str() : "(no node field)");
+          (*it)->Send(Json{{"type", "shutdown"}}).ok();
+          break;
+        }
+        Node& n = *nit->second;
+        n.conn = std::move(*it);
+        n.last_heartbeat = clock_->NowWall();
+        auto peer_host = JStrOr(m, "peer_host", "");
+        n.peer_host = peer_host.ok() ? *peer_host : "";
+        n.peer_port = PortField(m, "peer_port");
+        n.free_port = PortField(m, "free_port");
+        adopted = true;
+        Event("NodeReady", n.id + (n.slot >= 0 ? " serves slot " + std::to_string(n.slot)
+                                               : std::string(" is a warm standby")));
+        for (size_t k = i + 1; k < msgs.size(); ++k) HandleAgentMessage(n, msgs[k]);
+      } else {
+        HandleClientRequest(**it, m);
+      }
+    }
+    if (adopted || (*it)->closed()) {
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ControllerImpl::HandleClientRequest(JsonLineConn& c, const Json& m) {
+  std::string type = m["type"].get<std::string>();
+  Json reply = {{"type", "reply"}, {"ok", false}};
+  if (type == "chaos_request") {
+    auto action = JStr(m, "action");
+    auto rank = JIntOr(m, "rank", 0);
+    auto node = JIntOr(m, "node", 0);
+    if (!action.ok() || !rank.ok() || !node.ok()) {
+      reply["message"] = !action.ok()
+                             ? action.status().message()
+                             : (!rank.ok() ? rank.status().message() : node.status().message());
+    } else if (stage_ != Stage::kRunning) {
+      reply["message"] = std::string("job is not running (stage ") + StageName(stage_) +
+                         "); try again in a moment";
+    } else {
+      ChaosFault f;
+      f.rank = static_cast<int>(*rank);
+      f.node = static_cast<int>(*node);
+      std::string a = *action;
+      bool known = true;
+      if (a == "kill_rank")
+        f.kind = ChaosKind::kKillRank;
+      else if (a == "hang_rank")
+        f.kind = ChaosKind::kHangRank;
+      else if (a == "nan_loss")
+        f.kind = ChaosKind::kNanLoss;
+      else if (a == "kill_agent")
+        f.kind = ChaosKind::kKillAgent;
+      else
+        known = false;
+      if (!known) {
+        reply["message"] =
+            "unknown action '" + a + "'; use kill_rank, hang_rank, nan_loss or kill_agent";
+      } else if (f.kind != ChaosKind::kKillAgent && (f.rank < 0 || f.rank >= spec_.world_size())) {
+        reply["message"] = "rank " + std::to_string(f.rank) +
+                           " out of range; the job has ranks 0.." +
+                           std::to_string(spec_.world_size() - 1);
+      } else if (f.kind == ChaosKind::kKillAgent && (f.node < 0 || f.node >= spec_.nodes)) {
+        reply["message"] = "node " + std::to_string(f.node) +
+                           " out of range; the job has nodes 0.." + std::to_string(spec_.nodes - 1);
+      } else {
+        spec_.chaos.push_back(f);
+        chaos_.emplace_back();
+        FireChaos(chaos_.size() - 1);
+        reply["ok"] = true;
+        reply["message"] = "injected " + a + " into job " + spec_.name;
+      }
+    }
+  } else if (type == "status_request") {
+    reply["ok"] = true;
+    reply["message"] = std::string(JobPhaseName(rec_.phase)) + " attempt " +
+                       std::to_string(attempt_) + " step " + std::to_string(last_step_);
+    reply["report"] = BuildReport();
+  } else {
+    reply["message"] = "unknown request type '" + type + "'";
+  }
+  (void)c.Send(reply);
+  (void)c.Flush(1);
+}
+
+void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
+  std::string type = m["type"].get<std::string>();
+  double now = clock_->NowWall();
+  n.last_heartbeat = now;       // any message proves liveness
+  if (type == "ckpt_result") {  // a checkpoint catalog reply: not tied to an attempt
+    if (remote_) remote_->OnMessage(n.id, m);
+    return;
+  }
+  auto attempt = JIntOr(m, "attempt", -1);
+  if (!attempt.ok()) {
+    std::fprintf(stderr, "[bulwark] %s: %s\n", n.id.c_str(), attempt.status().message().c_str());
+    return;
+  }
+  bool current = *attempt == attempt_;
+  if ((type == "heartbeat" || type == "stopped") && m.contains("replicas")) {
+    n.replicas = StepsByRank(m["replicas"]);
+  }
+  if (type == "heartbeat" || type == "hello") return;
+  if (type == "started") {
+    if (current)
+      Event("RanksStarted", n.id + " started its ranks for attempt " + std::to_string(attempt_));
+    return;
+  }
+  if (type == "stopped") {
+    n.stopped_attempt = static_cast<int>(*attempt);
+    if (const int fp = PortField(m, "free_port")) n.free_port = fp;
+    n.mem.clear();
+    if (m.contains("mem")) n.mem = StepsByRank(m["mem"]);
+    return;
+  }
+  if (type == "fetched") {
+    auto rank = JInt(m, "rank");
+    auto step = JInt(m, "step");
+    if (!rank.ok() || !step.ok()) return;
+    // Typed reads: a malformed report must not throw (json::value would).
+    auto from_r = JStrOr(m, "from", "a peer");
+    auto error_r = JStrOr(m, "error", "unknown error");
+    const std::string from = from_r.ok() ? *from_r : "a peer";
+    const std::string error = error_r.ok() ? *error_r : "unknown error";
+    const bool ok = m.contains("ok") && m["ok"].is_boolean() && m["ok"].get<bool>();
+    if (ok) {
+      Event("PeerRestored", n.id + " fetched rank " + std::to_string(*rank) + " step " +
+                                std::to_string(*step) + " from " + from + "'s memory");
+    } else {
+      bad_replicas_.insert({static_cast<int>(*rank), *step});
+      Event("PeerRestoreFailed", n.id + " could not fetch rank " + std::to_string(*rank) +
+                                     " step " + std::to_string(*step) + " from " + from + ": " +
+                                     error + "; that replica is not used again");
+    }
+    return;
+  }
+  if (type == "stacks") {
+    if (current && stage_ == Stage::kDiagnosing) MergeDiagnosis(n.slot, m);
+    return;
+  }
+  if (!current) return;  // stale report from an earlier attempt
+  if (type == "step") {
+    auto rank = JInt(m, "rank");
+    auto step = JInt(m, "step");
+    auto st = JNumOr(m, "step_time", 0);
+    auto stall = JNumOr(m, "ckpt_stall", 0);
+    auto tokens = JNumOr(m, "tokens", 0);
+    auto t = JNumOr(m, "t", now);
+    for (const Status* s : {&rank.status(), &step.status(), &st.status(), &stall.status(),
+                            &tokens.status(), &t.status()}) {
+      if (!s->ok()) {
+        std::fprintf(stderr, "[bulwark] %s: dropped step report: %s\n", n.id.c_str(),
+                     s->message().c_str());
+        return;
+      }
+    }
+    if (*rank != 0 || stage_ != Stage::kRunning) return;  // steps after a fault are lost work
+    ledger_.OnStep(std::min(*t, now), *step, *st, *stall, *tokens);
+    if (cadence_) cadence_->OnStep(*st, *stall);
+    last_step_ = *step;
+    if (*step > high_water_) {
+      high_water_ = *step;
+      history_.consecutive_failures = 0;
+    }
+    history_.high_water_step = high_water_;
+    for (size_t i = 0; i < spec_.chaos.size(); ++i) {
+      if (!chaos_[i].fired && spec_.chaos[i].at_step >= 0 && *step >= spec_.chaos[i].at_step)
+        FireChaos(i);
+    }
+  } else if (type == "ckpt") {
+    auto rank = JInt(m, "rank");
+    auto step = JInt(m, "step");
+    auto tier = JStrOr(m, "tier", "disk");
+    if (!rank.ok() || !step.ok() || !tier.ok() ||
+        (*tier != "disk" && *tier != "shared" && *tier != "object")) {
+      std::fprintf(stderr, "[bulwark] %s: dropped ckpt report: %s\n", n.id.c_str(),
+                   (!rank.ok()   ? rank.status().message()
+                    : !step.ok() ? step.status().message()
+                    : !tier.ok() ? tier.status().message()
+                                 : "field 'tier' must be disk, shared or object")
+                       .c_str());
+      return;
+    }
+    if (m.contains("error")) {
+      Event("CheckpointShardFailed", "rank " + std::to_string(*rank) + " step " +
+                                         std::to_string(*step) + " (" + *tier +
+                                         "): " + m["error"].dump());
+      return;
+    }
+    if (cadence_ && *tier == "disk") {
+      auto write_s = JNumOr(m, "write_s", -1);
+      if (write_s.ok()) cadence_->OnPersist(*write_s);
+    }
+    OnCheckpointShard(static_cast<int>(*rank), *step, *tier);
+  } else if (type == "exited") {
+    auto rank = JInt(m, "rank");
+    if (rank.ok()) exited_ok_.insert(static_cast<int>(*rank));
+    MaybeSucceed();
+  } else if (type == "incident") {
+    Result<Incident> inc = IncidentFromJson(m);
+    if (!inc.ok()) {
+      std::fprintf(stderr, "[bulwark] %s: dropped incident: %s\n", n.id.c_str(),
+                   inc.status().message().c_str());
+      return;
+    }
+    inc->node = n.slot;
+    if (inc->detect_time <= 0) inc->detect_time = now;
+    if (inc->fault_time <= 0 || inc->fault_time > inc->detect_time)
+      inc->fault_time = inc->detect_time;
+    OnFault(*inc, m);
+  }
+}
+
+void ControllerImpl::OnNodeGone(Node& n, const std::string& subtype, const std::string& reason,
+                                double fault_time) {
+  if (n.lost) return;
+  n.lost = true;
+  if (remote_) remote_->OnAgentLost(n.id);
+  double now = clock_->NowWall();
+  (void)backend_->KillNode(n.id);  // make sure a half-dead node is really gone
+  if (n.slot < 0) {
+    Event("SpareLost", n.id + " (" + reason + ")");
+    return;
+  }
+  if (n.retire) return;  // we are releasing it ourselves
+  Event("NodeLost", n.id + " (slot " + std::to_string(n.slot) + "): " + reason);
+  Incident inc;
+  inc.kind = FaultKind::kNodeLost;
+  inc.subtype = subtype;
+  inc.node = n.slot;
+  inc.step = last_step_;
+  inc.fault_time = fault_time;
+  inc.detect_time = now;
+  inc.detail = n.id + " (slot " + std::to_string(n.slot) + ") lost: " + reason;
+  OnFault(inc, Json::object());
+}
+
+void ControllerImpl::CheckHeartbeats() {
+  double now = clock_->NowWall();
+  double limit =
+      spec_.fault_policy.heartbeat_interval_seconds * spec_.fault_policy.heartbeat_misses;
+  for (auto& [id, n] : nodes_) {
+    if (n->lost || n->awaiting_capacity) continue;
+    if (n->conn && n->conn->closed()) {
+      OnNodeGone(*n, "connection_lost", "connection_lost: the agent's connection closed", now);
+    } else if (n->conn && now - n->last_heartbeat > limit) {
+      char why[160];
+      std::snprintf(why, sizeof why, "heartbeat_timeout: no message for %.1f s (limit %.1f s)",
+                    now - n->last_heartbeat, limit);
+      OnNodeGone(*n, "heartbeat_timeout", why, n->last_heartbeat);
+    } else if (!n->conn && now - n->started_at > opts_.agent_connect_timeout_s) {
+      OnNodeGone(*n, "never_connected",
+                 "never_connected: the agent did not connect within " +
+                     std::to_string(static_cast<int>(opts_.agent_connect_timeout_s)) + " s",
+                 n->started_at);
+    }
+  }
+  // The backend's reason is both the subtype and the detail: "agent exited" (local),
+  // "node gke-a-3 NotReady: kubelet stopped posting node status" (Kubernetes).
+  for (const NodeLoss& loss : backend_->Poll()) {
+    auto it = nodes_.find(loss.node_id);
+    if (it != nodes_.end()) OnNodeGone(*it->second, loss.reason, loss.reason, now);
+  }
+}
+
+void ControllerImpl::FireChaos(size_t i) {
+  const ChaosFault& f = spec_.chaos[i];
+  ChaosState& c = chaos_[i];
+  c.fired = true;
+  c.fired_at = clock_->NowWall();
+  c.attempt = attempt_;
+  std::string what = ChaosKindName(f.kind);
+  if (f.kind == ChaosKind::kKillAgent) {
+    std::string id = f.node < static_cast<int>(slots_.size()) ? slots_[f.node] : "";
+    Event("ChaosInjected", what + " on node slot " + std::to_string(f.node) + " (" + id + ")");
+    if (!id.empty()) (void)backend_->KillNode(id);
+    return;
+  }
+  int slot = f.rank / spec_.procs_per_node;
+  auto it = nodes_.find(slots_[slot]);
+  Event("ChaosInjected", what + " on rank " + std::to_string(f.rank));
+  if (it != nodes_.end() && it->second->connected()) {
+    (void)it->second->conn->Send(Json{{"type", "chaos"}, {"action", what}, {"rank", f.rank}});
+  }
+}
+
+void ControllerImpl::RunChaos() {
+  if (stage_ != Stage::kRunning) return;
+  double elapsed = clock_->NowWall() - start_;
+  for (size_t i = 0; i < spec_.chaos.size(); ++i) {
+    if (!chaos_[i].fired && spec_.chaos[i].at_seconds >= 0 && elapsed >= spec_.chaos[i].at_seconds)
+      FireChaos(i);
+  }
+}
+
+}  // namespace bulwark

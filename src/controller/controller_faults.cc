@@ -1,0 +1,168 @@
+// Controller: incidents, hang diagnosis and the recovery decision.
+#include <fstream>
+
+#include "controller/controller_impl.h"
+#include "controller/hang_localiser.h"
+#include "controller/incident_json.h"
+
+namespace bulwark {
+
+void ControllerImpl::OnFault(const Incident& inc, Json extra) {
+  if (stage_ == Stage::kDiagnosing) {
+    MergeDiagnosis(inc.node, extra);  // another node's report of the same hang
+    Json j = IncidentToJson(inc);
+    j["attempt"] = attempt_;
+    j["secondary"] = true;
+    (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+    return;
+  }
+  if (stage_ == Stage::kRunning && inc.kind == FaultKind::kHang) {
+    BeginDiagnosis(inc, extra);
+    return;
+  }
+  Act(inc, std::move(extra));
+}
+
+void ControllerImpl::BeginDiagnosis(const Incident& inc, const Json& extra) {
+  diag_incident_ = inc;
+  diag_extra_ = extra;
+  diag_stacks_.clear();
+  diag_stopped_.clear();
+  diag_waiting_.clear();
+  MergeDiagnosis(inc.node, extra);
+  for (int s = 0; s < spec_.nodes; ++s) {
+    auto it = nodes_.find(slots_[s]);
+    if (s == inc.node || it == nodes_.end() || !it->second->connected()) continue;
+    (void)it->second->conn->Send(Json{{"type", "capture_stacks"}, {"attempt", attempt_}});
+    diag_waiting_.insert(s);
+  }
+  stage_ = Stage::kDiagnosing;
+  // Agents capture within their stack budget (1.8 s); a silent one is not waited for.
+  stage_deadline_ = clock_->NowWall() + 3;
+  Event("Diagnosing", "hang reported on node slot " + std::to_string(inc.node) +
+                          "; collecting every rank's stack before stopping");
+}
+
+void ControllerImpl::MergeDiagnosis(int slot, const Json& msg) {
+  diag_waiting_.erase(slot);
+  if (!msg.is_object()) return;
+  if (msg.contains("stacks") && msg["stacks"].is_object()) {
+    for (auto it = msg["stacks"].begin(); it != msg["stacks"].end(); ++it) {
+      int rank = std::atoi(it.key().c_str());
+      if (it.value().is_string()) diag_stacks_[rank] = it.value().get<std::string>();
+    }
+  }
+  if (msg.contains("stopped") && msg["stopped"].is_array()) {
+    for (const auto& r : msg["stopped"]) {
+      if (r.is_number_integer()) diag_stopped_.insert(r.get<int>());
+    }
+  }
+}
+
+void ControllerImpl::FinishDiagnosis() {
+  Incident inc = diag_incident_;
+  HangVerdict v = LocaliseHang(diag_stacks_, diag_stopped_);
+  if (v.culprit >= 0) {
+    inc.rank = v.culprit;
+    inc.node = v.culprit / spec_.procs_per_node;
+  }
+  inc.detail += "; localised: " + v.reason;
+  Json extra = diag_extra_.is_object() ? diag_extra_ : Json::object();
+  Json all = Json::object();
+  for (const auto& [rank, text] : diag_stacks_) all[std::to_string(rank)] = text;
+  extra["stacks"] = all;
+  Event("HangLocalised", v.reason);
+  stage_ = Stage::kRunning;
+  Act(inc, extra);
+}
+
+void ControllerImpl::Act(const Incident& inc, Json extra) {
+  double now = clock_->NowWall();
+  Json j = IncidentToJson(inc);
+  j["attempt"] = attempt_;
+  for (const char* k : {"stacks", "log_tail"}) {
+    if (extra.is_object() && extra.contains(k)) j[k] = extra[k];
+  }
+  // Attribute the fault to a chaos injection into this attempt, if any.
+  for (size_t i = 0; i < chaos_.size(); ++i) {
+    if (chaos_[i].fired && chaos_[i].attempt == attempt_ && chaos_[i].incident.empty()) {
+      chaos_[i].incident = FaultKindName(inc.kind);
+      chaos_[i].detected_at = inc.detect_time;
+      j["chaos"] = ChaosKindName(spec_.chaos[i].kind);
+      j["since_injection_s"] = inc.detect_time - chaos_[i].fired_at;
+    }
+  }
+  // Stacks from every agent's report of this attempt go into one file, so a hang's
+  // file holds every rank of the job: the blocked peers and the culprit alike.
+  if (extra.is_object() && extra.contains("stacks") && extra["stacks"].is_object() &&
+      !extra["stacks"].empty()) {
+    std::string path =
+        opts_.run_dir + "/logs/hang-attempt-" + std::to_string(attempt_) + "-stacks.txt";
+    std::ofstream f(path, std::ios::app);
+    std::string ranks;
+    for (auto it = extra["stacks"].begin(); it != extra["stacks"].end(); ++it) {
+      f << "===== rank " << it.key() << " =====\n"
+        << (it.value().is_string() ? it.value().get<std::string>() : it.value().dump()) << "\n";
+      ranks += (ranks.empty() ? "" : ",") + it.key();
+    }
+    j["stacks_file"] = path;
+    Event("StacksCaptured", "stacks of ranks " + ranks + " stored in " + path);
+  }
+  if (stage_ != Stage::kRunning) {
+    // A consequence of a fault already being handled (peers of a crashed rank fail too).
+    j["secondary"] = true;
+    (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+    return;
+  }
+  history_.spares_available = SparesReady();
+  history_.restarts_used = rec_.restarts;
+  Decision d = policy_.Decide(inc, history_, now);
+  ledger_.OnFault(inc, ActionName(d.action));
+  history_.incidents.push_back(inc);
+  history_.progress_at_incident.push_back(high_water_);
+  history_.consecutive_failures++;
+  j["decision"] = {{"action", ActionName(d.action)},
+                   {"backoff_s", d.backoff_seconds},
+                   {"resume_step_max", d.resume_step_max},
+                   {"reason", d.reason}};
+  j["detection_s"] = inc.detect_time - inc.fault_time;
+  incidents_.push_back(j);
+  (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+  std::string what = std::string(FaultKindName(inc.kind)) +
+                     (inc.subtype.empty() ? "" : " (" + inc.subtype + ")") +
+                     (inc.rank >= 0 ? " on rank " + std::to_string(inc.rank) : "") +
+                     (inc.node >= 0 ? " on node slot " + std::to_string(inc.node) : "");
+  Event("FaultDetected", what + ": " + inc.detail);
+  Event("Decision", std::string(ActionName(d.action)) + ": " + d.reason);
+  decision_ = d;
+  if (d.action == Action::kGiveUp) {
+    finish_after_stop_ = true;
+    final_phase_ = JobPhase::kFailed;
+    final_message_ = d.reason;
+  } else {
+    rec_.restarts++;
+    rec_.phase = JobPhase::kRestarting;
+    if (d.action == Action::kReplaceNode && d.replace_node >= 0 && d.replace_node < spec_.nodes) {
+      auto it = nodes_.find(slots_[d.replace_node]);
+      if (it != nodes_.end()) it->second->retire = true;
+    }
+  }
+  rec_.message = d.reason;
+  backoff_until_ = inc.detect_time + d.backoff_seconds;
+  StopAll();
+  Persist();
+}
+
+void ControllerImpl::StopAll() {
+  for (auto& [id, n] : nodes_) {
+    if (n->slot >= 0 && n->connected()) {
+      (void)n->conn->Send(Json{{"type", "stop"},
+                               {"attempt", attempt_},
+                               {"grace_s", spec_.fault_policy.stop_grace_seconds}});
+    }
+  }
+  stage_ = Stage::kStopping;
+  stage_deadline_ = clock_->NowWall() + spec_.fault_policy.stop_grace_seconds + 10;
+}
+
+}  // namespace bulwark

@@ -1,0 +1,217 @@
+// Controller internals, shared by the controller_*.cc files. Not a public header.
+//
+// The pieces: controller.cc (setup, the loop, reconcile, status), controller_agents.cc
+// (agent and client messages, liveness, chaos), controller_faults.cc (incidents,
+// diagnosis, decisions), controller_nodes.cc (slots, spares, capacity waits, memory
+// inventories), controller_launch.cc (resume choice, launch, checkpoint commits through
+// the CheckpointCatalog), report.cc (the JSON report and its table).
+//
+// Threading: everything here runs on the controller's thread, except the members
+// marked "any thread" (cancel_, the status snapshot and the address under status_mu_).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ckpt/object_tier.h"
+#include "controller/cadence_tracker.h"
+#include "controller/ckpt_catalog.h"
+#include "controller/controller.h"
+
+namespace bulwark {
+
+// One agent the controller knows of.
+struct ControllerNode {
+  std::string id;
+  std::unique_ptr<JsonLineConn> conn;  // null until hello
+  double started_at = 0;               // when the backend accepted StartNode
+  double last_heartbeat = 0;
+  int slot = -1;  // node slot it serves, -1 = spare, -2 = gone (kept for the report)
+  bool lost = false;
+  bool retire = false;  // release once the current attempt is stopped
+  int stopped_attempt = -1;
+  // StartNode answered UNAVAILABLE (no capacity yet): retried at most once a second.
+  bool awaiting_capacity = false;
+  double capacity_since = 0;
+  double next_start_try = 0;
+  std::string capacity_message;  // the backend's last answer, for events
+  // Memory tier: rank -> steps sealed in this node's staging rings, as reported
+  // in `stopped` (valid until the next attempt starts).
+  std::map<int, std::vector<long>> mem;
+  // Peer replication: where this agent's PeerServer listens (from hello), and the
+  // replicas of other nodes' ranks it holds (rank -> sealed steps; from heartbeats
+  // and `stopped`).
+  std::string peer_host;
+  int peer_port = 0;
+  std::map<int, std::vector<long>> replicas;
+  // A port free on the agent's host (hello / stopped): the rendezvous port when this
+  // node serves slot 0 and rendezvous_on_agent is set. 0 = unknown.
+  int free_port = 0;
+  bool connected() const { return conn && !conn->closed() && !lost; }
+};
+
+struct ControllerChaos {
+  bool fired = false;
+  double fired_at = 0;
+  int attempt = -1;
+  std::string incident;  // kind of the first incident detected after injection
+  double detected_at = 0;
+};
+
+class ControllerImpl {
+ public:
+  using Node = ControllerNode;
+  using ChaosState = ControllerChaos;
+  ControllerImpl(JobSpec spec, ControllerOptions opts, Backend* backend, Store* store,
+                 Clock* clock);
+
+  Status Start();
+  Result<RunResult> Run();
+  void Cancel() { cancel_.store(true); }
+  ControllerStatus Snapshot() const;
+  std::string Address() const;
+
+ private:
+  // kDiagnosing: a hang was reported; every agent is capturing its ranks' stacks
+  // before the ranks are stopped, so the culprit can be localised.
+  enum class Stage { kProvisioning, kRunning, kDiagnosing, kStopping, kBackoff, kDone };
+  static const char* StageName(Stage s);
+
+  // Setup and teardown (controller.cc).
+  Status Setup();
+  void Shutdown();
+  void PollOnce(double timeout_s);
+  void Reconcile();
+  // Waits for nodes (and capacity) before a launch; fails the job past the deadlines.
+  void ProvisionAndLaunch(double now, const char* what);
+  void Finish(JobPhase phase, const std::string& message);
+  // Succeeded once every rank exited 0 and the catalog has settled.
+  void MaybeSucceed();
+  void PublishStatus();
+  bool CancelRequested();
+  // Agents and clients (controller_agents.cc).
+  void AcceptAndGreet();
+  void HandleAgentMessage(Node& n, const Json& m);
+  void HandleClientRequest(JsonLineConn& c, const Json& m);
+  void CheckHeartbeats();
+  void OnNodeGone(Node& n, const std::string& subtype, const std::string& reason,
+                  double fault_time);
+  void RunChaos();
+  void FireChaos(size_t i);
+  // Faults (controller_faults.cc).
+  void OnFault(const Incident& inc, Json extra);
+  void Act(const Incident& inc, Json extra);
+  void BeginDiagnosis(const Incident& inc, const Json& extra);
+  void MergeDiagnosis(int slot, const Json& msg);
+  void FinishDiagnosis();
+  void StopAll();
+  // Nodes (controller_nodes.cc).
+  bool EnsureSlotsFilled();
+  void ReplenishSpares();
+  Node* StartNode(int slot);
+  // Asks the backend to start n; false while it waits for capacity or on failure.
+  bool TryStartNode(Node& n);
+  void RetryCapacityWaits();
+  // The slot waiting longest for capacity beyond capacity_wait_s, as a failure
+  // message; "" if none. *waiting tells whether any slot waits for capacity at all.
+  std::string CapacityExceeded(double now, bool* waiting) const;
+  int SparesReady() const;
+  // The agent catalog requests go to: slot 0's, else the lowest connected slot's.
+  std::string DesignatedAgent() const;
+  // Newest step <= max_step (-1: any) that every rank's current node holds in its
+  // memory tier (from the `stopped` reports); -1 if none.
+  long NewestInMemory(long max_step) const;
+  // The node (other than rank's own) holding a replica of (rank, step); null if none.
+  const Node* ReplicaHolder(int rank, long step, const Node* own) const;
+  // "rank 0 own 12..14, on node-1 11..13; rank 1 ..." (why memory was not used).
+  std::string MemoryInventoryText() const;
+  // Where slot s pushes its ranks' snapshots: the next slot's node, or for a
+  // one-node job the first warm standby; null when there is none.
+  const Node* PeerOf(int slot) const;
+  // Checkpoints and launch (controller_launch.cc).
+  // True when the resume step may be chosen now: the catalog is settled and an
+  // object-tier restore, if one is worth it, has finished.
+  bool ResumeReady();
+  Status Launch();
+  void OnCheckpointShard(int rank, long step, const std::string& tier);
+  void DrainCatalog();
+  void OnCatalogEvent(const CatalogEvent& ev);
+  void MaybeAnnounceCadence(double now);
+  // Helpers.
+  void Event(const std::string& reason, const std::string& message);
+  void Persist();
+  Json BuildReport();
+
+  JobSpec spec_;
+  ControllerOptions opts_;
+  Backend* backend_;
+  Store* store_;
+  Clock* clock_;
+  RecoveryPolicy policy_;
+  EttrLedger ledger_;
+  JobRecord rec_;
+
+  Fd listen_;
+  std::string addr_;         // what agents dial: advertise (or bind) host and port
+  std::string master_host_;  // advertise_host, else bind_host
+  double capacity_wait_s_ = 0;
+  bool started_ = false;
+  Status start_status_;  // Setup()'s result
+  std::map<std::string, std::unique_ptr<Node>> nodes_;
+  std::vector<std::unique_ptr<JsonLineConn>> pending_;  // accepted, not yet identified
+  std::vector<std::string> slots_;
+  int next_node_ = 0;
+
+  Stage stage_ = Stage::kProvisioning;
+  double stage_deadline_ = 0;
+  double backoff_until_ = 0;
+  bool finish_after_stop_ = false;
+  JobPhase final_phase_ = JobPhase::kFailed;
+  std::string final_message_;
+  Decision decision_;
+  // Hang diagnosis in progress.
+  Incident diag_incident_;
+  Json diag_extra_;
+  std::set<int> diag_waiting_;  // node slots whose stacks have not arrived
+  std::map<int, std::string> diag_stacks_;
+  std::set<int> diag_stopped_;
+
+  double start_ = 0;
+  double end_ = 0;
+  int attempt_ = -1;
+  long last_step_ = -1;
+  long high_water_ = -1;
+  double attempt_launched_at_ = 0;
+  std::set<int> exited_ok_;
+  std::map<std::pair<std::string, long>, std::set<int>> shards_;  // (tier, step) -> durable ranks
+  std::vector<long> committed_;                                   // disk tier, ascending
+  long last_committed_step_ = -1;
+  std::string last_committed_tier_;
+  double last_committed_time_ = 0;
+  JobHistory history_;
+  std::vector<Json> incidents_;
+  std::vector<ChaosState> chaos_;
+  RunResult result_;
+  std::unique_ptr<ckpt::ObjectTier> object_;     // checkpoint.objectStore, if set
+  std::unique_ptr<CheckpointCatalog> catalog_;   // local or remote (remote_ then)
+  RemoteCatalog* remote_ = nullptr;              // catalog_ when remote_checkpoint_fs
+  int object_checked_attempt_ = -2;              // attempt whose object restore was decided
+  long object_restored_ = -1;                    // step restored from the object tier
+  std::set<std::pair<int, long>> bad_replicas_;  // (rank, step) a peer failed to serve
+  std::optional<CadenceTracker> cadence_;        // checkpoint.intervalSteps: auto
+  Json cadence_log_ = Json::array();             // the intervals announced, for the report
+
+  std::atomic<bool> cancel_{false};  // any thread: Cancel()
+  uint64_t cancel_generation_ = 0;   // RequestCancel() calls seen at construction
+  mutable std::mutex status_mu_;     // guards status_ and address_ (any thread)
+  ControllerStatus status_;
+  std::string address_;
+};
+
+}  // namespace bulwark

@@ -1,0 +1,252 @@
+// Controller: node slots, warm spares, waits for capacity, and the agents' memory
+// and replica inventories.
+#include <algorithm>
+#include <cstdio>
+
+#include "controller/controller_impl.h"
+
+namespace bulwark {
+namespace {
+
+std::string NodeId(int i) { return "node-" + std::to_string(i); }
+
+}  // namespace
+
+ControllerNode* ControllerImpl::StartNode(int slot) {
+  auto n = std::make_unique<Node>();
+  n->id = NodeId(next_node_++);
+  n->slot = slot;
+  Node* raw = n.get();
+  if (!TryStartNode(*raw) && !raw->awaiting_capacity) return nullptr;
+  if (slot >= 0) slots_[slot] = raw->id;
+  nodes_[raw->id] = std::move(n);
+  return raw;
+}
+
+bool ControllerImpl::TryStartNode(Node& n) {
+  const double now = clock_->NowWall();
+  Status st = backend_->StartNode(NodeRequest{spec_.name, n.id, addr_, opts_.run_dir, n.slot});
+  const std::string role =
+      n.slot >= 0 ? "slot " + std::to_string(n.slot) : std::string("a warm standby");
+  if (st.ok()) {
+    n.started_at = now;
+    if (n.awaiting_capacity) {
+      n.awaiting_capacity = false;
+      char waited[32];
+      std::snprintf(waited, sizeof waited, "%.1f", now - n.capacity_since);
+      Event("CapacityAvailable",
+            n.id + " started for " + role + " after waiting " + waited + " s for capacity");
+      // The agent's connect deadline starts now, not when the wait began.
+      stage_deadline_ = std::max(stage_deadline_, now + opts_.agent_connect_timeout_s);
+    }
+    return true;
+  }
+  if (st.code() == Code::kUnavailable) {
+    if (!n.awaiting_capacity) {
+      n.awaiting_capacity = true;
+      n.capacity_since = now;
+    }
+    n.next_start_try = now + 1;
+    if (st.message() != n.capacity_message) {
+      n.capacity_message = st.message();
+      Event("WaitingForCapacity", "waiting for capacity for " + role + ": " + st.message());
+    }
+    return false;
+  }
+  n.awaiting_capacity = false;
+  Event("NodeStartFailed", n.id + ": " + st.ToString());
+  return false;
+}
+
+void ControllerImpl::RetryCapacityWaits() {
+  const double now = clock_->NowWall();
+  for (auto& [id, n] : nodes_) {
+    if (!n->awaiting_capacity || n->lost || now < n->next_start_try) continue;
+    // A node that now fails outright is replaced like a lost one (EnsureSlotsFilled,
+    // ReplenishSpares).
+    if (!TryStartNode(*n) && !n->awaiting_capacity) n->lost = true;
+  }
+}
+
+std::string ControllerImpl::CapacityExceeded(double now, bool* waiting) const {
+  *waiting = false;
+  std::string worst;
+  double longest = capacity_wait_s_;
+  for (const auto& [id, n] : nodes_) {
+    if (!n->awaiting_capacity || n->lost || n->slot < 0) continue;
+    *waiting = true;
+    const double waited = now - n->capacity_since;
+    if (waited > longest) {
+      longest = waited;
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", capacity_wait_s_);
+      worst = "no capacity for slot " + std::to_string(n->slot) + " within " + limit +
+              " s: " + n->capacity_message;
+    }
+  }
+  return worst;
+}
+
+int ControllerImpl::SparesReady() const {
+  int k = 0;
+  for (const auto& [id, n] : nodes_) k += (n->slot < 0 && n->connected()) ? 1 : 0;
+  return k;
+}
+
+void ControllerImpl::ReplenishSpares() {
+  int have = 0;
+  for (const auto& [id, n] : nodes_) have += (n->slot == -1 && !n->lost) ? 1 : 0;
+  for (; have < spec_.fault_policy.spare_nodes; ++have) {
+    Node* n = StartNode(-1);
+    if (n && !n->awaiting_capacity) Event("SpareStarted", n->id + " started as a warm standby");
+  }
+}
+
+bool ControllerImpl::EnsureSlotsFilled() {
+  bool all = true;
+  for (int s = 0; s < spec_.nodes; ++s) {
+    auto it = nodes_.find(slots_[s]);
+    Node* cur = it == nodes_.end() ? nullptr : it->second.get();
+    if (cur && !cur->lost && !cur->retire) {
+      all = all && cur->connected();
+      continue;
+    }
+    if (cur && cur->retire && !cur->lost) {
+      if (cur->conn) (void)cur->conn->Send(Json{{"type", "shutdown"}});
+      if (cur->conn) (void)cur->conn->Flush(1);
+      (void)backend_->ReleaseNode(cur->id, spec_.fault_policy.stop_grace_seconds + 2);
+      cur->lost = true;
+      if (remote_) remote_->OnAgentLost(cur->id);
+      Event("NodeReleased", cur->id + " released from slot " + std::to_string(s));
+    }
+    if (cur) cur->slot = -2;  // gone; keep the record for the report
+    std::vector<std::string> ready;
+    for (const auto& [id, n] : nodes_) {
+      if (n->slot == -1 && n->connected()) ready.push_back(id);
+    }
+    if (!ready.empty()) {
+      std::string pick = backend_->PreferredSpare(s, ready);
+      if (std::find(ready.begin(), ready.end(), pick) == ready.end()) pick = ready.front();
+      nodes_.at(pick)->slot = s;
+      slots_[s] = pick;
+      backend_->OnSlotAssigned(pick, s);
+      Event("StandbyPromoted",
+            pick + " takes slot " + std::to_string(s) + " (warm standby, already connected)");
+    } else {
+      Node* fresh = StartNode(s);
+      Event("NodeProvisioned",
+            (fresh ? fresh->id : std::string("(failed)")) + " started for slot " +
+                std::to_string(s) + " (no spare ready" +
+                (fresh && fresh->awaiting_capacity ? "; waiting for capacity)" : ")"));
+      all = false;
+    }
+  }
+  return all;
+}
+
+std::string ControllerImpl::DesignatedAgent() const {
+  for (const std::string& id : slots_) {
+    auto it = nodes_.find(id);
+    if (it != nodes_.end() && it->second->slot >= 0 && it->second->connected()) return id;
+  }
+  return "";
+}
+
+long ControllerImpl::NewestInMemory(long max_step) const {
+  if (spec_.checkpoint.memory_slots <= 0) return -1;
+  std::set<long> common;
+  for (int s = 0; s < spec_.nodes; ++s) {
+    auto it = nodes_.find(slots_[s]);
+    if (it == nodes_.end()) return -1;
+    const Node& n = *it->second;
+    for (int l = 0; l < spec_.procs_per_node; ++l) {
+      const int rank = s * spec_.procs_per_node + l;
+      // Own node's rings, plus any live peer's replicas of this rank.
+      std::set<long> have;
+      if (auto m = n.mem.find(rank); m != n.mem.end())
+        have.insert(m->second.begin(), m->second.end());
+      for (const auto& [id, p] : nodes_) {
+        if (!p->connected() || p->peer_port <= 0) continue;
+        auto r = p->replicas.find(rank);
+        if (r == p->replicas.end()) continue;
+        for (long x : r->second) {
+          if (!bad_replicas_.count({rank, x})) have.insert(x);
+        }
+      }
+      if (rank == 0) {
+        common = have;
+      } else {
+        std::set<long> both;
+        for (long x : common) {
+          if (have.count(x)) both.insert(x);
+        }
+        common.swap(both);
+      }
+    }
+  }
+  for (auto it = common.rbegin(); it != common.rend(); ++it) {
+    if (max_step < 0 || *it <= max_step) return *it;
+  }
+  return -1;
+}
+
+std::string ControllerImpl::MemoryInventoryText() const {
+  auto span = [](const std::vector<long>& v) {
+    if (v.empty()) return std::string("none");
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return std::to_string(*lo) + ".." + std::to_string(*hi);
+  };
+  std::string out;
+  for (int s = 0; s < spec_.nodes; ++s) {
+    auto it = nodes_.find(slots_[s]);
+    for (int l = 0; l < spec_.procs_per_node; ++l) {
+      const int rank = s * spec_.procs_per_node + l;
+      std::string r = "rank " + std::to_string(rank) + " own ";
+      if (it != nodes_.end()) {
+        auto m = it->second->mem.find(rank);
+        r += m == it->second->mem.end() ? "none" : span(m->second);
+      }
+      for (const auto& [id, p] : nodes_) {
+        auto x = p->replicas.find(rank);
+        if (p->connected() && x != p->replicas.end()) r += ", on " + id + " " + span(x->second);
+      }
+      out += (out.empty() ? "" : "; ") + r;
+    }
+  }
+  return out;
+}
+
+const ControllerNode* ControllerImpl::ReplicaHolder(int rank, long step, const Node* own) const {
+  if (bad_replicas_.count({rank, step})) return nullptr;
+  const Node* best = nullptr;
+  for (const auto& [id, p] : nodes_) {
+    if (!p->connected() || p->peer_port <= 0) continue;
+    auto r = p->replicas.find(rank);
+    if (r == p->replicas.end() ||
+        std::find(r->second.begin(), r->second.end(), step) == r->second.end()) {
+      continue;
+    }
+    if (p.get() == own) return p.get();  // its own replica store: no network hop
+    if (!best) best = p.get();
+  }
+  return best;
+}
+
+const ControllerNode* ControllerImpl::PeerOf(int slot) const {
+  if (!spec_.checkpoint.peer_replication || spec_.checkpoint.memory_slots <= 0) return nullptr;
+  const Node* peer = nullptr;
+  if (spec_.nodes >= 2) {
+    auto it = nodes_.find(slots_[(slot + 1) % spec_.nodes]);
+    if (it != nodes_.end()) peer = it->second.get();
+  } else {
+    for (const auto& [id, n] : nodes_) {
+      if (n->slot < 0 && n->connected()) {
+        peer = n.get();
+        break;
+      }
+    }
+  }
+  return peer && peer->connected() && peer->peer_port > 0 ? peer : nullptr;
+}
+
+}  // namespace bulwark
