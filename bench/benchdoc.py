@@ -2,7 +2,9 @@
 docs/benchmarks.md. A section is everything between its markers
 "<!-- BEGIN NAME ..." and "<!-- END NAME -->"; a missing section is appended.
 Figures are never edited by hand: each driver renders its whole section."""
+import datetime
 import os
+import platform
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO, "docs", "benchmarks.md")
@@ -25,3 +27,19 @@ def update_docs(section, name, path=DOC):
     with open(path, "w") as f:
         f.write(new)
     print(f"bench: updated {path}")
+
+
+def machine():
+    """The machine a benchmark ran on: CPU model, cores, memory, kernel, load, date."""
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    return {"cpu": cpu, "nproc": os.cpu_count(), "mem_gib": round(mem_gib, 1),
+            "kernel": platform.release(), "loadavg_before": " ".join(load),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}

@@ -13,10 +13,8 @@ Usage: /usr/bin/python3 bench/ckpt/run.py [--build DIR] [--dir DISK_DIR] [--out 
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -36,23 +34,11 @@ def sh(cmd):
 
 
 def machine(disk_dir):
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    df_disk = sh(f"df -hT {shlex.quote(disk_dir)} | tail -1")
-    df_shm = sh("df -hT /dev/shm | tail -1")
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    return {"cpu": cpu, "nproc": os.cpu_count(), "mem_gib": round(mem_gib, 1),
-            "kernel": platform.release(), "disk_df": " ".join(df_disk.split()),
-            "shm_df": " ".join(df_shm.split()), "loadavg_before": " ".join(load),
-            "torch": sh(f"{PYTHON} -c 'import torch; print(torch.__version__)'"),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-
+    m = benchdoc.machine()
+    m["disk_df"] = " ".join(sh(f"df -hT {shlex.quote(disk_dir)} | tail -1").split())
+    m["shm_df"] = " ".join(sh("df -hT /dev/shm | tail -1").split())
+    m["torch"] = sh(f"{PYTHON} -c 'import torch; print(torch.__version__)'")
+    return m
 
 def figures(c, p):
     """(name, value, unit, baseline name, baseline value, ratio, target text, pass)."""

@@ -15,10 +15,8 @@ Usage: /usr/bin/python3 bench/ettr_vs_torchrun/run.py [--out DIR] [--update-docs
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -35,22 +33,11 @@ END = "<!-- END ettr_vs_torchrun -->"
 
 
 def machine():
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    torch_v = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
-                             capture_output=True, text=True).stdout.strip()
-    return {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem_gib, 1),
-            "kernel": platform.release(), "torch": torch_v,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-
+    m = benchdoc.machine()
+    m["cores"] = m["nproc"]
+    m["torch"] = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                                capture_output=True, text=True).stdout.strip()
+    return m
 
 def run_logged(cmd, log_path, result_json):
     """Runs cmd with its output in log_path; returns the JSON it wrote plus its exit code."""

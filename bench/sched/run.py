@@ -15,10 +15,8 @@ Usage: /usr/bin/python3 bench/sched/run.py [--build DIR] [--out DIR] [--seed N]
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -37,19 +35,7 @@ JOBSET_PPS = 58.0   # JobSet exclusive placement, 58 pods/s at 5,000 nodes (jobs
 
 
 def machine():
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    return {"cpu": cpu, "nproc": os.cpu_count(), "mem_gib": round(mem_gib, 1),
-            "kernel": platform.release(), "loadavg_before": " ".join(load),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-
+    return benchdoc.machine()
 
 def figures(b):
     f, n = b["bulwark"], b["naive"]

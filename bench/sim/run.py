@@ -20,10 +20,8 @@ Usage: /usr/bin/python3 bench/sim/run.py [--build DIR] [--measured FILE] [--out 
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -64,18 +62,7 @@ def sh(cmd):
 
 
 def machine():
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    return {"cpu": cpu, "nproc": os.cpu_count(), "kernel": platform.release(),
-            "loadavg_before": " ".join(load),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-
+    return benchdoc.machine()
 
 def run_json(cmd):
     print("bench: " + " ".join(cmd), flush=True)

@@ -6,6 +6,8 @@
 //   chaos ACTION    inject a fault into a running job (talks to its controller)
 //   get / describe  read jobs, events and incidents from a store
 //   ckpt ls|inspect|verify|gc   inspect and maintain a checkpoint dir (ckpt_cmd.h)
+//   operator        run the Kubernetes operator; submit SPEC: create its TrainJob on a
+//                   cluster (kube_cmd.h, docs/kubernetes.md)
 //   sim CONFIG      simulate a cluster through faults with the real scheduler and
 //                   recovery policy (sim_cmd.h, docs/simulator.md)
 #include <signal.h>
@@ -20,6 +22,7 @@
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
 #include "cli/ckpt_cmd.h"
+#include "cli/kube_cmd.h"
 #include "cli/render_cmd.h"
 #include "cli/sim_cmd.h"
 #include "common/proc.h"
@@ -289,11 +292,16 @@ int main(int argc, char** argv) {
   auto* sim_cmd = cli::AddSimCommand(app, &sim_rc);
   int render_rc = 2;
   auto* render_cmd = cli::AddRenderCommand(app, &render_rc);
+  int kube_rc = 2;
+  const std::vector<CLI::App*> kube_cmds = cli::AddKubeCommands(app, &kube_rc);
 
   CLI11_PARSE(app, argc, argv);
   if (*ckpt_cmd) return ckpt_rc;
   if (*sim_cmd) return sim_rc;
   if (*render_cmd) return render_rc;
+  for (CLI::App* c : kube_cmds) {
+    if (*c) return kube_rc;
+  }
   if (*run) return CmdRun(rf);
   if (*validate) return CmdValidate(vspec, vtarget);
   if (*chaos) {

@@ -102,7 +102,7 @@ Status ControllerImpl::Start() {
   started_ = true;
   start_status_ = Setup();
   if (!start_status_.ok()) stage_ = Stage::kDone;
-  PublishStatus();
+  PublishStatus(/*force=*/true);
   return start_status_;
 }
 
@@ -348,18 +348,35 @@ void ControllerImpl::PollOnce(double timeout_s) {
   }
 }
 
+double ControllerImpl::PollTimeout() const {
+  constexpr double kIdle = 0.25, kBusy = 0.02;
+  const double now = clock_->NowWall();
+  double t = kIdle;
+  if (stage_ == Stage::kBackoff) t = std::min(t, std::max(kBusy, backoff_until_ - now));
+  if (stage_ == Stage::kDiagnosing || stage_ == Stage::kStopping) t = kBusy;
+  if (stage_ == Stage::kRunning) {
+    const double elapsed = now - start_;
+    for (size_t i = 0; i < spec_.chaos.size(); ++i) {
+      if (!chaos_[i].fired && spec_.chaos[i].at_seconds >= 0) {
+        t = std::min(t, std::max(kBusy, spec_.chaos[i].at_seconds - elapsed));
+      }
+    }
+  }
+  return t;
+}
+
 Result<RunResult> ControllerImpl::Run() {
   if (!started_) (void)Start();
   if (!start_status_.ok()) return start_status_;
   while (stage_ != Stage::kDone) {
-    PollOnce(0.02);
+    PollOnce(PollTimeout());
     if (stage_ != Stage::kDone) {
       CheckHeartbeats();
       RunChaos();
       DrainCatalog();
       Reconcile();
     }
-    PublishStatus();
+    PublishStatus(stage_ == Stage::kDone);
   }
   Shutdown();
   return result_;
@@ -374,7 +391,17 @@ void ControllerImpl::Shutdown() {
   (void)backend_->Teardown(spec_.fault_policy.stop_grace_seconds + 3);
 }
 
-void ControllerImpl::PublishStatus() {
+void ControllerImpl::PublishStatus(bool force) {
+  constexpr double kStatusPeriodS = 0.25;
+  const double now = clock_->NowMono();
+  {
+    std::lock_guard<std::mutex> l(status_mu_);
+    const bool changed = status_.stage != StageName(stage_) || status_.attempt != attempt_ ||
+                         status_.current_step != last_step_ ||
+                         status_.last_committed_step != last_committed_step_;
+    if (!force && !changed && published_at_ >= 0 && now - published_at_ < kStatusPeriodS) return;
+  }
+  published_at_ = now;
   ControllerStatus s;
   s.stage = StageName(stage_);
   s.phase = rec_.phase;

@@ -93,7 +93,15 @@ class ControllerImpl {
   void Finish(JobPhase phase, const std::string& message);
   // Succeeded once every rank exited 0 and the catalog has settled.
   void MaybeSucceed();
-  void PublishStatus();
+  // Refreshes the Status() snapshot: at once when the stage, attempt or step changed
+  // (or `force`), else at most every kStatusPeriodS (the ledger report it carries
+  // is not free, and an operator runs hundreds of controllers).
+  void PublishStatus(bool force = false);
+  // How long the loop may sleep in poll(): agent messages and connections wake it at
+  // once, so the timeout only paces the time-driven work. Short while a backoff is
+  // about to expire, a hang diagnosis runs or a chaos fault is due; else 0.25 s (an
+  // operator runs hundreds of controllers: idle ones must not spin).
+  double PollTimeout() const;
   bool CancelRequested();
   // Agents and clients (controller_agents.cc).
   void AcceptAndGreet();
@@ -211,6 +219,7 @@ class ControllerImpl {
   uint64_t cancel_generation_ = 0;   // RequestCancel() calls seen at construction
   mutable std::mutex status_mu_;     // guards status_ and address_ (any thread)
   ControllerStatus status_;
+  double published_at_ = -1;  // mono time of the last PublishStatus (controller thread)
   std::string address_;
 };
 

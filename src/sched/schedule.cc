@@ -435,7 +435,7 @@ void Scheduler::Impl::Restock(CycleResult* r) {
                gang.c_str())});
     }
     it = static_cast<int>(a.standby.size()) < job.req.standby ? std::next(it)
-                                                               : short_standby.erase(it);
+                                                              : short_standby.erase(it);
   }
 }
 

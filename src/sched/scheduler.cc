@@ -307,6 +307,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig config,
     if (nodes[i].health == NodeHealth::kReady) m.index.AddFree(static_cast<int>(i));
   }
   m.specs = std::move(nodes);
+  for (size_t i = 0; i < m.specs.size(); ++i) m.node_index[m.specs[i].name] = static_cast<int>(i);
 
   std::map<std::string, int> cohort_ids;
   m.queues.resize(queues.size());
@@ -404,6 +405,75 @@ Status Scheduler::Finish(const std::string& job_id, double now) {
   return Status::Ok();
 }
 
+Status Scheduler::Adopt(const JobRequest& job, const std::vector<int>& nodes,
+                        const std::vector<int>& standby, double now) {
+  Impl& m = *impl_;
+  const std::string who = "job \"" + job.id + "\"";
+  const int type = m.TypeOf(job.gpu_type);
+  if (static_cast<int>(nodes.size()) != job.nodes) {
+    return InvalidArgument(who +
+                           Fmt(": nodes: %zu given for a gang of %d", nodes.size(), job.nodes));
+  }
+  std::set<int> seen;
+  for (const auto* list : {&nodes, &standby}) {
+    for (int n : *list) {
+      if (n < 0 || n >= static_cast<int>(m.nodes.size())) {
+        return InvalidArgument(who + Fmt(": node index %d out of range", n));
+      }
+      const std::string& name = m.specs[n].name;
+      if (!seen.insert(n).second) {
+        return InvalidArgument(who + ": node " + name + " listed twice");
+      }
+      if (m.nodes[n].type != type) {
+        return InvalidArgument(who + ": node " + name + " has " + m.specs[n].gpu_type +
+                               " GPUs, the job wants " + job.gpu_type);
+      }
+      if (m.nodes[n].owner >= 0) {
+        return FailedPrecondition(who + ": node " + name + " is held by job " +
+                                  m.jobs[m.nodes[n].owner].req.id);
+      }
+      if (m.specs[n].pool != m.specs[nodes[0]].pool) {
+        return InvalidArgument(who + ": node " + name + " is in pool " + PoolName(m.specs[n].pool) +
+                               ", the gang in " + PoolName(m.specs[nodes[0]].pool));
+      }
+    }
+  }
+  BW_RETURN_IF_ERROR(Submit(job, now));
+  const int j = m.job_id.at(job.id);
+  Impl::JobState& js = m.jobs[j];
+  Impl::QueueState& q = m.queues[js.queue];
+  m.RemovePending(j);
+  Admission& a = js.adm;
+  a = Admission();
+  a.job_id = job.id;
+  a.pool = m.specs[nodes[0]].pool;
+  a.nodes = nodes;
+  a.standby = standby;
+  for (const auto* list : {&nodes, &standby}) {
+    for (int n : *list) {
+      if (m.index.IsFree(n)) m.index.RemoveFree(n);
+      m.nodes[n].owner = j;
+      m.nodes[n].standby = list == &standby;
+    }
+  }
+  const int gpn = m.gpus_per_node[type];
+  js.charge = static_cast<int64_t>(nodes.size() + standby.size()) * gpn;
+  m.SetUsage(js.queue, type, js.charge);
+  m.Touch(js.queue);
+  js.phase = JobPhase::kRunning;
+  js.admit_seq = m.next_admit++;
+  q.running.insert({job.priority, -js.admit_seq, j});
+  ++m.running_count;
+  m.UpdateShare(js.queue);
+  a.borrowed = q.used[type] > q.nominal[type];
+  m.FillPlacementInfo(&a);
+  a.reason =
+      Fmt("adopted: already running on %zu node(s) + %zu standby", nodes.size(), standby.size());
+  js.reason = a.reason;
+  m.MarkShortStandby(j);
+  return Status::Ok();
+}
+
 CycleResult Scheduler::Schedule(double now, int max_admissions) {
   return impl_->Schedule(now, max_admissions);
 }
@@ -496,5 +566,9 @@ int Scheduler::PendingJobs() const { return impl_->pending_count; }
 int Scheduler::RunningJobs() const { return impl_->running_count; }
 int Scheduler::NodeCount() const { return static_cast<int>(impl_->nodes.size()); }
 const NodeSpec& Scheduler::Node(int index) const { return impl_->specs[index]; }
+int Scheduler::NodeIndex(const std::string& name) const {
+  auto it = impl_->node_index.find(name);
+  return it == impl_->node_index.end() ? -1 : it->second;
+}
 
 }  // namespace bulwark::sched

@@ -187,6 +187,15 @@ class Scheduler {
   Status Submit(const JobRequest& job, double now);
   // Releases a running job's nodes and standby (or drops a pending job).
   Status Finish(const std::string& job_id, double now);
+  // Records a gang that is already running on `nodes` (+ `standby`), e.g. after the
+  // controller restarted or the scheduler was rebuilt for a changed cluster: the job
+  // is admitted there as is, quota charged without a quota check. The job is
+  // validated as by Submit; every node must exist, have the job's GPU type, be held
+  // by no other job and appear once; gang and standby must be in one pool;
+  // nodes.size() must equal job.nodes. A node that is not ready stays with the job.
+  // Standby below job.standby is restocked by later cycles.
+  Status Adopt(const JobRequest& job, const std::vector<int>& nodes,
+               const std::vector<int>& standby, double now);
 
   // One scheduling cycle: admits pending jobs in fair-share order until none fits or
   // `max_admissions` were admitted, preempting where the rules allow. Jobs whose
@@ -213,6 +222,7 @@ class Scheduler {
   int RunningJobs() const;
   int NodeCount() const;
   const NodeSpec& Node(int index) const;
+  int NodeIndex(const std::string& name) const;  // -1 when no node has that name
 
  private:
   Scheduler();

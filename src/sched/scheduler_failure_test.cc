@@ -147,6 +147,32 @@ TEST(StandbyRestockTest, HigherPriorityFirstAndCanBeTurnedOff) {
   }
 }
 
+TEST(AdoptTest, RunningGangIsRecordedAsIsAndRestockedLater) {
+  auto s = MustCreate(Racks({3, 3}, 2), {MakeQueue("q", 16)});
+  JobRequest j = MakeJob("j", "q", 2);
+  j.standby = 1;
+  EXPECT_EQ(s->NodeIndex("n4"), 4);
+  EXPECT_EQ(s->NodeIndex("nope"), -1);
+  // Errors name the problem and change nothing.
+  EXPECT_THAT(s->Adopt(j, {0}, {}, 0).message(), HasSubstr("1 given for a gang of 2"));
+  EXPECT_THAT(s->Adopt(j, {0, 0}, {}, 0).message(), HasSubstr("node n0 listed twice"));
+  EXPECT_THAT(s->Adopt(j, {0, 9}, {}, 0).message(), HasSubstr("out of range"));
+  EXPECT_EQ(s->Phase("j"), JobPhase::kFinished);
+  // Adopted over quota (24 > 16): recorded as is, without a quota check.
+  ASSERT_TRUE(s->Adopt(j, {4, 1}, {2}, 0).ok());
+  EXPECT_EQ(s->Phase("j"), JobPhase::kRunning);
+  EXPECT_THAT(s->Placement("j")->nodes, ElementsAre(4, 1));
+  EXPECT_EQ(s->Placement("j")->level, TopologyLevel::kBlock);
+  EXPECT_EQ(s->Usage("q").used_gpus.at("h100"), 24);
+  EXPECT_EQ(s->FreeNodes("h100"), 3);
+  JobRequest k = MakeJob("k", "q", 1);
+  EXPECT_THAT(s->Adopt(k, {1}, {}, 0).message(), HasSubstr("held by job j"));
+  // A used standby is restocked by the next cycle, within quota once j's usage allows.
+  ASSERT_EQ(s->OnNodeFailure(4, 1).action, FailureAction::kUseStandby);
+  EXPECT_EQ(s->Usage("q").used_gpus.at("h100"), 16);
+  EXPECT_TRUE(s->Schedule(2).restocked.empty());  // 16 + 8 > nominal 16
+}
+
 TEST(NodeFailureTest, PreemptsLowerPriorityForANode) {
   auto s = MustCreate(Racks({2}), {MakeQueue("q", 1000)});
   ASSERT_TRUE(s->Submit(MakeJob("high", "q", 1, 5), 0).ok());

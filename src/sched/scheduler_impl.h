@@ -78,6 +78,7 @@ class Scheduler::Impl {
   SchedulerConfig config;
   std::vector<NodeSpec> specs;
   std::vector<NodeState> nodes;
+  std::unordered_map<std::string, int> node_index;  // by NodeSpec::name
   std::vector<std::string> type_names;
   std::unordered_map<std::string, int> type_id;
   std::vector<int> gpus_per_node, nodes_of_type;  // per type

@@ -50,6 +50,12 @@ void ConfigParser::Parse(const YAML::Node& root) {
   if (auto it = f.find("faults"); it != f.end()) ParseFaults(it->second);
 }
 
+void ConfigParser::ParseScheduling(const YAML::Node& root) {
+  auto f = r_.Fields(root, SpecReader::LineOf(root, 1), "", "", kSchedulingTopFields);
+  if (auto it = f.find("scheduler"); it != f.end()) ParseScheduler(it->second);
+  if (auto it = f.find("queues"); it != f.end()) ParseQueues(it->second);
+}
+
 bool ConfigParser::Num(std::map<std::string, Entry>& f, const char* key, double lo, bool excl,
                        double hi, double* out, double scale) {
   auto it = f.find(key);
@@ -126,7 +132,10 @@ void ConfigParser::ParseSim(const Entry& e) {
   Num(f, "sampleMinutes", 0, false, 1e7, &c_.sample_s, 60.0);
 }
 
-Result<SimConfig> ParseSimConfig(const std::string& text, const std::string& source_name) {
+namespace {
+
+Result<SimConfig> ParseWith(const std::string& text, const std::string& source_name,
+                            bool scheduling_only) {
   if (text.size() > (64u << 20)) {
     return InvalidArgument(source_name + ":1: (top level): config larger than 64 MiB (got " +
                            std::to_string(text.size()) + " bytes); split the job trace");
@@ -137,9 +146,14 @@ Result<SimConfig> ParseSimConfig(const std::string& text, const std::string& sou
   try {
     if (!doc->IsMap()) {
       p.reader().Error(1, "", "the config must be a YAML mapping", SpecReader::Describe(*doc),
-                       "start with cluster:, queues:, workload:");
+                       scheduling_only ? "start with scheduler: or queues:"
+                                       : "start with cluster:, queues:, workload:");
     } else {
-      p.Parse(*doc);
+      if (scheduling_only) {
+        p.ParseScheduling(*doc);
+      } else {
+        p.Parse(*doc);
+      }
     }
   } catch (const std::exception& ex) {
     p.reader().Error(1, "", std::string("malformed YAML tree: ") + ex.what(), "an exception",
@@ -156,6 +170,16 @@ Result<SimConfig> ParseSimConfig(const std::string& text, const std::string& sou
   SimConfig c = std::move(p.config());
   c.source = source_name;
   return c;
+}
+
+}  // namespace
+
+Result<SimConfig> ParseSimConfig(const std::string& text, const std::string& source_name) {
+  return ParseWith(text, source_name, false);
+}
+
+Result<SimConfig> ParseSchedulingConfig(const std::string& text, const std::string& source_name) {
+  return ParseWith(text, source_name, true);
 }
 
 Result<SimConfig> LoadSimConfig(const std::string& path) {

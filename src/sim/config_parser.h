@@ -23,6 +23,7 @@ class ConfigParser {
  public:
   explicit ConfigParser(std::string source) : r_(std::move(source)) {}
   void Parse(const YAML::Node& root);
+  void ParseScheduling(const YAML::Node& root);  // scheduler + queues only
   spec_internal::SpecReader& reader() { return r_; }
   SimConfig& config() { return c_; }
 

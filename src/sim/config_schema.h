@@ -8,6 +8,13 @@ namespace bulwark::sim {
 
 using spec_internal::FieldDef;
 
+inline constexpr FieldDef kSchedulingTopFields[] = {
+    {"scheduler",
+     "set scheduler to a mapping with any of: preemption, productionPools, researchPools, "
+     "requeueBackoffBaseSeconds, requeueBackoffCapSeconds, restockStandby"},
+    {"queues", "set queues to a list of {name, cohort, nominalGpus, ...}"},
+};
+
 inline constexpr FieldDef kTopFields[] = {
     {"sim", "set sim to a mapping with any of: days, seed, sampleMinutes"},
     {"cluster", "set cluster to a mapping with either shape: {...} or nodes: [...]"},

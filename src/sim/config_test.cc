@@ -126,6 +126,23 @@ failures: {preset: llama3, distribution: weibull, weibullShape: 0.7, repairHours
   EXPECT_NE(m.find("faults[0].type: unknown fault type (got \"meteor\")"), std::string::npos) << m;
 }
 
+TEST(SimConfig, SchedulingOnlySectionsForTheOperator) {
+  auto c = ParseSchedulingConfig(
+      "scheduler: {preemption: false, restockStandby: false}\n"
+      "queues:\n  - {name: research, cohort: c, nominalGpus: {h100: 64}}\n"
+      "  - {name: prod, cohort: c, nominalGpus: {h100: 128}, weight: 2}\n",
+      "q.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(c->scheduler.preemption);
+  EXPECT_FALSE(c->scheduler.restock_standby);
+  ASSERT_EQ(c->queues.size(), 2u);
+  EXPECT_EQ(c->queues[1].nominal_gpus.at("h100"), 128);
+  auto bad = ParseSchedulingConfig("queues: []\ncluster: {}\n", "q.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("q.yaml:2: cluster: unknown field"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(SimConfig, PresetsSplitByLlama3Shares) {
   const FailurePreset* p = FindPreset("meta-rsc1");
   ASSERT_NE(p, nullptr);

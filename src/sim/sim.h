@@ -130,6 +130,10 @@ struct SimConfig {
 // problem, "<source>:<line>: <field.path>: <problem> (got <value>); <fix>". Never throws.
 Result<SimConfig> ParseSimConfig(const std::string& text, const std::string& source_name);
 Result<SimConfig> LoadSimConfig(const std::string& path);  // reads then ParseSimConfig
+// Only the `scheduler` and `queues` sections (both optional here; other keys are
+// errors), for the operator's queue configuration. Same error format. The returned
+// config has scheduler and queues set and nothing else.
+Result<SimConfig> ParseSchedulingConfig(const std::string& text, const std::string& source_name);
 
 // Seconds of a job's wall time (or GPU-seconds, when summed over the cluster) that
 // did not advance training, by cause.

@@ -1,0 +1,174 @@
+#include "cli/kube_cmd.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+
+#include "k8s/client.h"
+#include "operator/http_endpoint.h"
+#include "operator/operator.h"
+#include "trainjob/trainjob.h"
+
+namespace bulwark::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnStopSignal(int) { g_stop.store(true); }
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// In-cluster when no kubeconfig is named and the service account is mounted; else the
+// kubeconfig (flag, $KUBECONFIG, ~/.kube/config).
+Result<k8s::ClientConfig> ClusterConfig(const KubeFlags& f) {
+  if (f.kubeconfig.empty() && !Env("KUBERNETES_SERVICE_HOST").empty()) {
+    return k8s::InClusterConfig();
+  }
+  std::string path = f.kubeconfig;
+  if (path.empty()) path = Env("KUBECONFIG");
+  if (path.empty() && !Env("HOME").empty()) path = Env("HOME") + "/.kube/config";
+  if (path.empty() || !std::filesystem::exists(path)) {
+    return InvalidArgument(
+        "no cluster configured: pass --kubeconfig FILE, set KUBECONFIG, or run "
+        "inside a pod with a service account");
+  }
+  return k8s::LoadKubeConfig(path, f.context);
+}
+
+// The cluster's client, or nullptr after printing why ("bulwark <cmd>: ...").
+std::unique_ptr<k8s::Client> Connect(const KubeFlags& f, const char* cmd, std::ostream& err) {
+  auto cfg = ClusterConfig(f);
+  if (!cfg.ok()) {
+    err << "bulwark " << cmd << ": " << cfg.status().message() << "\n";
+    return nullptr;
+  }
+  auto client = k8s::Client::Create(*cfg);
+  if (!client.ok()) {
+    err << "bulwark " << cmd << ": " << client.status().message() << "\n";
+    return nullptr;
+  }
+  return std::move(*client);
+}
+
+}  // namespace
+
+int OperatorRun(const OperatorFlags& f, std::ostream& out, std::ostream& err) {
+  std::unique_ptr<k8s::Client> client = Connect(f.kube, "operator", err);
+  if (!client) return 2;
+  op::OperatorOptions o;
+  o.watch_namespace = f.watch_namespace;
+  o.gpu_resource = f.gpu_resource;
+  if (!f.queues.empty()) {
+    Status st = op::LoadSchedulerConfig(f.queues, &o.scheduler, &o.queues);
+    if (!st.ok()) {
+      err << st.message() << "\n";
+      return 2;
+    }
+  }
+  o.leader_election = !f.no_leader_election;
+  o.leader.lease_namespace = !f.lease_namespace.empty()      ? f.lease_namespace
+                             : !Env("POD_NAMESPACE").empty() ? Env("POD_NAMESPACE")
+                                                             : "bulwark-system";
+  std::string id = f.identity;
+  if (id.empty()) {
+    char host[256] = {};
+    (void)gethostname(host, sizeof host - 1);
+    id = (!Env("POD_NAME").empty() ? Env("POD_NAME") : std::string(host)) + "-" +
+         std::to_string(getpid());
+  }
+  o.leader.identity = id;
+  o.render.agent_path = f.agent_path;
+  o.runner.state_dir = f.state_dir;
+  o.runner.bind_host = f.bind;
+  o.runner.advertise_host = !f.advertise.empty()     ? f.advertise
+                            : !Env("POD_IP").empty() ? Env("POD_IP")
+                                                     : "127.0.0.1";
+  op::Operator oper(client.get(), o);
+  std::unique_ptr<op::HttpEndpoint> http;
+  if (!f.metrics_addr.empty()) {
+    auto h = op::HttpEndpoint::Start(
+        f.metrics_addr, {[] { return true; }, [&oper] { return oper.leading(); },
+                         [&oper] { return op::FormatMetrics(oper.Stats(), oper.leading()); }});
+    if (!h.ok()) {
+      err << "bulwark operator: " << h.status().message() << "\n";
+      return 2;
+    }
+    http = std::move(*h);
+  }
+  signal(SIGTERM, OnStopSignal);
+  signal(SIGINT, OnStopSignal);
+  out << "bulwark operator " << id << ": " << client->config().server << ", watching "
+      << (f.watch_namespace.empty() ? std::string("all namespaces") : f.watch_namespace)
+      << (o.leader_election
+              ? ", leader lease " + o.leader.lease_namespace + "/" + o.leader.lease_name
+              : std::string(", no leader election"))
+      << (http ? ", metrics on port " + std::to_string(http->port()) : std::string()) << "\n";
+  out.flush();
+  Status st = oper.Run(&g_stop);
+  if (!st.ok()) {
+    err << "bulwark operator: " << st.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int SubmitRun(const std::string& spec, const KubeFlags& f, std::ostream& out, std::ostream& err) {
+  auto m = trainjob::LoadManifest(spec, trainjob::Target::kKubernetes);
+  if (!m.ok()) {
+    err << m.status().message() << "\n";
+    return 2;
+  }
+  for (const std::string& n : m->notes) out << "note: " << n << "\n";
+  std::unique_ptr<k8s::Client> client = Connect(f, "submit", err);
+  if (!client) return 2;
+  trainjob::TrainJob tj = m->job;
+  if (!f.ns.empty()) tj.ns = f.ns;
+  auto created = client->Create(k8s::TrainJobs(), tj.ns, trainjob::ToObject(tj));
+  if (!created.ok()) {
+    err << "bulwark submit: " << created.status().message() << "\n";
+    return k8s::IsAlreadyExists(created.status()) ||
+                   created.status().code() == Code::kInvalidArgument
+               ? 2
+               : 1;
+  }
+  out << "trainjob.bulwark.dev/" << tj.name << " created in namespace " << tj.ns << "\n";
+  return 0;
+}
+
+std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostream& out,
+                                       std::ostream& err) {
+  auto flags = std::make_shared<OperatorFlags>();
+  auto* o = app.add_subcommand("operator", "run the Kubernetes operator (TrainJob controller)");
+  o->add_option("--kubeconfig", flags->kube.kubeconfig, "kubeconfig file (default: in-cluster)");
+  o->add_option("--context", flags->kube.context, "kubeconfig context");
+  o->add_option("--namespace", flags->watch_namespace, "watch TrainJobs only in this namespace");
+  o->add_option("--queues", flags->queues, "YAML with scheduler: and queues: sections");
+  o->add_option("--state-dir", flags->state_dir, "per-job stores and scratch");
+  o->add_option("--bind", flags->bind, "address the job controllers listen on");
+  o->add_option("--advertise", flags->advertise, "address agents dial (default $POD_IP)");
+  o->add_option("--identity", flags->identity, "leader-election identity");
+  o->add_option("--lease-namespace", flags->lease_namespace, "namespace of the leader Lease");
+  o->add_option("--metrics-addr", flags->metrics_addr, "health and metrics address ('' = off)");
+  o->add_option("--gpu-resource", flags->gpu_resource, "extended resource counted as GPUs");
+  o->add_option("--agent-path", flags->agent_path, "bulwark-agent's path inside job images");
+  o->add_flag("--no-leader-election", flags->no_leader_election, "single replica only");
+  o->callback([flags, exit_code, &out, &err] { *exit_code = OperatorRun(*flags, out, err); });
+
+  auto sflags = std::make_shared<KubeFlags>();
+  auto spec = std::make_shared<std::string>();
+  auto* s = app.add_subcommand("submit", "create the TrainJob for a spec on a cluster");
+  s->add_option("spec", *spec, "job spec, TrainJob or PyTorchJob manifest")->required();
+  s->add_option("--kubeconfig", sflags->kubeconfig, "kubeconfig file");
+  s->add_option("--context", sflags->context, "kubeconfig context");
+  s->add_option("--namespace,-n", sflags->ns, "namespace (default: the manifest's)");
+  s->callback(
+      [sflags, spec, exit_code, &out, &err] { *exit_code = SubmitRun(*spec, *sflags, out, err); });
+  return {o, s};
+}
+
+}  // namespace bulwark::cli

@@ -1,0 +1,213 @@
+#include "operator/k8s_backend.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace bulwark::op {
+
+KubernetesBackend::KubernetesBackend(KubernetesBackendOptions opts) : opts_(std::move(opts)) {}
+
+Status KubernetesBackend::StartNode(const NodeRequest& req) {
+  std::string node;
+  if (opts_.placement != nullptr) {
+    const std::optional<JobNodes> jn = opts_.placement->Nodes(opts_.job_key);
+    if (!jn) return Unavailable("not admitted: " + opts_.placement->Reason(opts_.job_key));
+    std::set<std::string> busy;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& [id, p] : pods_) {
+        if (!p.released) busy.insert(p.node);
+      }
+    }
+    if (req.slot >= 0) {
+      if (req.slot >= static_cast<int>(jn->gang.size())) {
+        return Internal("slot " + std::to_string(req.slot) + " beyond the admitted gang of " +
+                        std::to_string(jn->gang.size()));
+      }
+      node = jn->gang[req.slot];
+      if (busy.count(node)) {
+        return Unavailable("node " + node + " for slot " + std::to_string(req.slot) +
+                           " still hosts a pod of this job");
+      }
+    } else {
+      for (const std::string& s : jn->standby) {
+        if (!busy.count(s)) {
+          node = s;
+          break;
+        }
+      }
+      if (node.empty()) {
+        return Unavailable(
+            "no reserved standby node without a pod (the scheduler restocks "
+            "standby from free nodes)");
+      }
+    }
+  }
+  trainjob::RenderOptions ro = opts_.render;
+  ro.controller_addr = req.controller_addr;
+  Json pod = trainjob::RenderPod(opts_.job, req.node_id, req.slot, node, ro);
+  const std::string name = opts_.job.name + "-" + opts_.run_id + "-" + req.node_id;
+  pod["metadata"]["name"] = name;
+  pod["metadata"]["labels"]["bulwark.dev/run"] = opts_.run_id;
+  auto created = opts_.client->Create(k8s::Pods(), opts_.job.ns, pod);
+  if (!created.ok() && k8s::IsAlreadyExists(created.status())) {
+    // Ours only if this very request created it before (a retried POST).
+    auto existing = opts_.client->Get(k8s::Pods(), opts_.job.ns, name);
+    const bool mine = existing.ok() &&
+                      existing->value("metadata", Json::object())
+                              .value("labels", Json::object())
+                              .value("bulwark.dev/run", "") == opts_.run_id &&
+                      !existing->value("metadata", Json::object()).contains("deletionTimestamp");
+    if (mine) created = *existing;
+  }
+  if (!created.ok()) {
+    return created.status().Annotate("create pod " + name + " on " +
+                                     (node.empty() ? std::string("(unbound)") : node));
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  pods_[req.node_id] = Pod{name, node, req.slot, false};
+  return Status::Ok();
+}
+
+Status KubernetesBackend::DropFinalizer(const std::string& name) {
+  auto r = opts_.client->UpdateWithRetry(k8s::Pods(), opts_.job.ns, name, [](Json& pod) {
+    Json& meta = pod["metadata"];
+    if (!meta.contains("finalizers") || !meta["finalizers"].is_array()) return Status::Ok();
+    Json kept = Json::array();
+    for (const Json& f : meta["finalizers"]) {
+      if (!(f.is_string() && f.get<std::string>() == kAgentFinalizer)) kept.push_back(f);
+    }
+    meta["finalizers"] = std::move(kept);
+    return Status::Ok();
+  });
+  if (!r.ok() && !k8s::IsNotFound(r.status())) return r.status();
+  return Status::Ok();
+}
+
+Status KubernetesBackend::DeletePod(const std::string& name, int64_t grace_s) {
+  k8s::DeleteOptions o;
+  o.grace_period_seconds = grace_s;
+  Status st = opts_.client->Delete(k8s::Pods(), opts_.job.ns, name, o);
+  if (!st.ok() && !k8s::IsNotFound(st)) return st;
+  return DropFinalizer(name);
+}
+
+Status KubernetesBackend::KillNode(const std::string& node_id) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = pods_.find(node_id);
+    if (it == pods_.end()) return NotFound("no pod for " + node_id);
+    name = it->second.name;
+  }
+  // Abrupt (chaos: node loss): no grace. The loss comes back through Poll as for a real one.
+  return DeletePod(name, 0);
+}
+
+Status KubernetesBackend::ReleaseNode(const std::string& node_id, double grace_s) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = pods_.find(node_id);
+    if (it == pods_.end()) return Status::Ok();
+    it->second.released = true;
+    name = it->second.name;
+  }
+  return DeletePod(name, static_cast<int64_t>(std::ceil(std::max(0.0, grace_s))));
+}
+
+void KubernetesBackend::PushLoss(const std::string& node_id, const std::string& reason) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pods_.find(node_id);
+  if (it == pods_.end() || it->second.released) return;
+  for (const NodeLoss& x : losses_) {
+    if (x.node_id == node_id) return;
+  }
+  losses_.push_back({node_id, reason});
+}
+
+std::vector<NodeLoss> KubernetesBackend::Poll() {
+  std::vector<NodeLoss> out;
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    out.swap(losses_);
+    for (const NodeLoss& x : out) {
+      Pod& p = pods_[x.node_id];
+      p.released = true;
+      names.push_back(p.name);
+    }
+  }
+  // A lost node's pod is gone for training: delete it now (grace 0, finalizer off) so it
+  // does not linger Terminating on an unreachable node.
+  for (const std::string& n : names) (void)DeletePod(n, 0);
+  return out;
+}
+
+Status KubernetesBackend::Teardown(double grace_s) {
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [id, p] : pods_) {
+      p.released = true;
+      names.push_back(p.name);
+    }
+  }
+  Status first;
+  for (const std::string& n : names) {
+    Status st = DeletePod(n, static_cast<int64_t>(std::ceil(std::max(0.0, grace_s))));
+    if (first.ok() && !st.ok()) first = st;
+  }
+  return first;
+}
+
+std::string KubernetesBackend::PreferredSpare(int slot, const std::vector<std::string>& ready) {
+  if (ready.empty()) return "";
+  if (opts_.placement == nullptr) return ready.front();
+  const std::optional<JobNodes> jn = opts_.placement->Nodes(opts_.job_key);
+  if (!jn || slot < 0 || slot >= static_cast<int>(jn->gang.size())) return ready.front();
+  const std::string& want = jn->gang[slot];  // the scheduler's replacement for the slot
+  std::lock_guard<std::mutex> l(mu_);
+  for (const std::string& id : ready) {
+    auto it = pods_.find(id);
+    if (it != pods_.end() && it->second.node == want) return id;
+  }
+  return ready.front();
+}
+
+void KubernetesBackend::OnSlotAssigned(const std::string& node_id, int slot) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = pods_.find(node_id);
+    if (it == pods_.end()) return;
+    it->second.slot = slot;
+    name = it->second.name;
+  }
+  Json patch = {
+      {"metadata",
+       {{"labels", {{"bulwark.dev/role", "worker"}, {"bulwark.dev/slot", std::to_string(slot)}}}}}};
+  (void)opts_.client->Patch(k8s::Pods(), opts_.job.ns, name, patch);
+}
+
+std::string KubernetesBackend::PodName(const std::string& node_id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pods_.find(node_id);
+  return it == pods_.end() ? "" : it->second.name;
+}
+
+std::string KubernetesBackend::NodeIdOfPod(const std::string& pod_name) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [id, p] : pods_) {
+    if (p.name == pod_name) return id;
+  }
+  return "";
+}
+
+std::string KubernetesBackend::ClusterNodeOf(const std::string& node_id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = pods_.find(node_id);
+  return it == pods_.end() ? "" : it->second.node;
+}
+
+}  // namespace bulwark::op

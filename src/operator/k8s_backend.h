@@ -1,0 +1,82 @@
+// KubernetesBackend: the controller's Backend for one TrainJob on a cluster — a node
+// is an agent pod on a cluster node (docs/kubernetes.md, "The operator").
+//
+// Where a pod goes: with Bulwark's scheduler (scheduling.gang: bulwark), slot s's pod
+// is bound (spec.nodeName) to the admission's gang node s and a standby pod to a
+// standby node not yet hosting one of the job's pods; with gang: volcano or kueue the
+// pod is created unbound and the delegated scheduler binds it. When the placement
+// has no node for a request (the job was requeued, a standby not restocked yet)
+// StartNode answers kUnavailable and the controller asks again later.
+//
+// Lost nodes reach the controller through Poll(): the operator pushes them (node
+// failure, pod failure or eviction) with a reason; pods this backend deleted itself are
+// not reported. Pods carry Bulwark's finalizer; ReleaseNode/KillNode/Teardown remove it
+// after deleting, so no pod is left behind and none disappears unobserved.
+//
+// Threading: the controller's thread calls the Backend methods; PushLoss may be called
+// from any thread (the operator's). Client and ClusterPlacement are thread-safe.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "k8s/client.h"
+#include "operator/placement.h"
+#include "trainjob/render.h"
+#include "trainjob/trainjob.h"
+
+namespace bulwark::op {
+
+using trainjob::kAgentFinalizer;
+
+struct KubernetesBackendOptions {
+  k8s::Client* client = nullptr;          // not owned
+  ClusterPlacement* placement = nullptr;  // not owned; null when a gang scheduler is delegated
+  trainjob::TrainJob job;                 // name, namespace, uid, spec
+  std::string job_key;                    // "namespace/name": the scheduler's job id
+  std::string run_id;                     // distinguishes this runner's pods ("r3")
+  trainjob::RenderOptions render;         // controller address filled per request
+};
+
+class KubernetesBackend : public Backend {
+ public:
+  explicit KubernetesBackend(KubernetesBackendOptions opts);
+  const char* Name() const override { return "kubernetes"; }
+  Status StartNode(const NodeRequest& req) override;
+  Status KillNode(const std::string& node_id) override;
+  Status ReleaseNode(const std::string& node_id, double grace_s) override;
+  std::vector<NodeLoss> Poll() override;
+  Status Teardown(double grace_s) override;
+  std::string PreferredSpare(int slot, const std::vector<std::string>& ready_spares) override;
+  void OnSlotAssigned(const std::string& node_id, int slot) override;
+
+  // A node (agent) of this job was lost: reported by the next Poll unless this backend
+  // already deleted that pod. Thread-safe.
+  void PushLoss(const std::string& node_id, const std::string& reason);
+  // The pod name for node_id (empty if none), and node_id by pod name. Thread-safe.
+  std::string PodName(const std::string& node_id) const;
+  std::string NodeIdOfPod(const std::string& pod_name) const;
+  // Cluster node hosting node_id's pod ("" if unbound or unknown). Thread-safe.
+  std::string ClusterNodeOf(const std::string& node_id) const;
+
+ private:
+  struct Pod {
+    std::string name;
+    std::string node;  // cluster node ("" until bound by a delegated scheduler)
+    int slot = -1;
+    bool released = false;  // deleted by us: its loss is not news
+  };
+  Status DeletePod(const std::string& name, int64_t grace_s);
+  Status DropFinalizer(const std::string& name);
+
+  KubernetesBackendOptions opts_;
+  mutable std::mutex mu_;
+  std::map<std::string, Pod> pods_;  // by node id
+  std::vector<NodeLoss> losses_;
+};
+
+}  // namespace bulwark::op
