@@ -268,6 +268,20 @@ class TrainJobParser {
     }
     if (!gpus_set) job_.pod.gpus_per_node = job_.job.procs_per_node;
     if (ctx_.target == Target::kKubernetes) {
+      const CheckpointSpec& ck = job_.job.checkpoint;
+      const bool checkpoints =
+          ck.interval_steps > 0 || ck.interval_auto || ck.interval_seconds > 0;
+      if (job_.job.nodes > 1 && checkpoints && ck.dir.empty() &&
+          job_.pod.shared_checkpoint_claim.empty()) {
+        // Every rank's shard of a step must be in one directory the committing agent
+        // sees; node-local disks (hostPath) are not (docs/kubernetes.md).
+        r_.Error(e.line, "spec.pod.sharedCheckpointClaim",
+                 "a job on " + std::to_string(job_.job.nodes) +
+                     " nodes that checkpoints needs a shared volume for its checkpoints",
+                 "nothing",
+                 "set pod.sharedCheckpointClaim to a ReadWriteMany PVC, or checkpoint.dir to a "
+                 "path every pod mounts");
+      }
       if (job_.job.checkpoint.dir.empty()) {
         job_.job.checkpoint.dir =
             std::string(job_.pod.shared_checkpoint_claim.empty() ? "/bulwark/local/"

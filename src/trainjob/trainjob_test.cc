@@ -124,6 +124,30 @@ TEST(TrainJobTest, KubernetesPathsStayInsideTheContainer) {
   EXPECT_EQ(abs->job.checkpoint.dir, "/w/ck");
 }
 
+TEST(TrainJobTest, MultiNodeCheckpointsNeedASharedVolumeOnKubernetes) {
+  const std::string base = "  command: [python3, t.py]\n  nodes: 2\n";
+  auto bad = ParseK8s(Manifest(base + "  checkpoint: {intervalSteps: 10}\n  pod: {image: i}\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("spec.pod.sharedCheckpointClaim: a job on 2 nodes that checkpoints needs "
+                        "a shared volume"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("ReadWriteMany"));
+  // A shared claim, an explicit directory, one node, or no checkpoints: fine.
+  for (const std::string& ok :
+       {base + "  checkpoint: {intervalSteps: 10}\n  pod: {image: i, sharedCheckpointClaim: c}\n",
+        base + "  checkpoint: {intervalSteps: 10, dir: /mnt/nfs/ck}\n  pod: {image: i}\n",
+        std::string("  command: [python3, t.py]\n  checkpoint: {intervalSteps: 10}\n"
+                    "  pod: {image: i}\n"),
+        base + "  pod: {image: i}\n"}) {
+    auto r = ParseK8s(Manifest(ok));
+    EXPECT_TRUE(r.ok()) << ok << "\n" << r.status().message();
+  }
+  // The local backend has one file system: no such rule there.
+  EXPECT_TRUE(ParseTrainJob(Manifest(base + "  checkpoint: {intervalSteps: 10}\n"), "tj.yaml",
+                            "/jobs", Target::kLocal)
+                  .ok());
+}
+
 TEST(TrainJobTest, LocalTargetResolvesLikeAJobSpecAndSaysWhatItIgnores) {
   const std::string text = testing::ReadTestFile(kTestdata + "/trainjob-full.yaml");
   auto r = ParseManifest(text, "tj.yaml", "/jobs/a", Target::kLocal);
