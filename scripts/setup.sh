@@ -3,7 +3,7 @@
 # Idempotent: skips apt-get when every package is already installed.
 set -euo pipefail
 PKGS=(
-  build-essential cmake pkg-config git
+  build-essential cmake ninja-build pkg-config git
   libyaml-cpp-dev nlohmann-json3-dev libsqlite3-dev libcli11-dev libxxhash-dev
   libgtest-dev libgmock-dev
   python3 python3-torch   # real PyTorch 1.13 with gloo on CPU (the example trainer)

@@ -11,7 +11,7 @@ echo "== tests"
 (cd "$ROOT/build" && ctest --output-on-failure -j"$JOBS" --timeout 600)
 if [ "${BULWARK_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== build (ASan+UBSan)"
-  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug "$ROOT/scripts/build.sh" -DBULWARK_SANITIZE=ON
+  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug "$ROOT/scripts/build.sh" -DBULWARK_SANITIZE=ON -DBULWARK_BUILD_BENCH=OFF
   echo "== tests under ASan+UBSan"
   (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

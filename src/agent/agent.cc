@@ -11,17 +11,22 @@
 #include <iostream>
 #include <thread>
 
+#include "agent/agent_internal.h"
 #include "common/json_util.h"
 #include "common/proc.h"
 
 namespace bulwark {
+
+void agent_internal::Warn(const std::string& msg) {
+  std::cerr << "bulwark-agent: " << msg << std::endl;
+}
+
 namespace {
+using agent_internal::Warn;
 
 constexpr double kPollS = 0.05;
 
 volatile std::sig_atomic_t g_term_signal = 0;
-
-void Warn(const std::string& msg) { std::cerr << "bulwark-agent: " << msg << std::endl; }
 
 Status MakeDirs(const std::string& dir) {
   std::error_code ec;

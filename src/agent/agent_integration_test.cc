@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "ckpt/checkpoint.h"
+#include "common/clock.h"
 #include "common/net.h"
 #include "common/proc.h"
 
@@ -22,10 +23,6 @@ namespace bulwark {
 namespace {
 
 constexpr double kWait = 20;  // generous per-step deadline; tests never sleep fixed times
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
@@ -57,8 +54,8 @@ class FakeController {
     auto c = Spawn(o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     agent_ = std::move(c).value();
-    double deadline = Now() + kWait;
-    while (!conn_ && Now() < deadline) {
+    double deadline = SystemClock::Get()->NowMono() + kWait;
+    while (!conn_ && SystemClock::Get()->NowMono() < deadline) {
       PollReadable({listen_.get(), agent_.output.get()}, 0.05);
       Drain();
       Fd fd = TcpAcceptNonBlocking(listen_.get());
@@ -84,7 +81,7 @@ class FakeController {
   std::optional<Json> WaitFor(const std::string& type,
                               const std::function<bool(const Json&)>& pred = nullptr,
                               double timeout = kWait) {
-    double deadline = Now() + timeout;
+    double deadline = SystemClock::Get()->NowMono() + timeout;
     while (true) {
       for (size_t i = 0; i < inbox_.size(); ++i) {
         if (inbox_[i]["type"] == type && (!pred || pred(inbox_[i]))) {
@@ -93,7 +90,7 @@ class FakeController {
           return m;
         }
       }
-      if (Now() >= deadline) return std::nullopt;
+      if (SystemClock::Get()->NowMono() >= deadline) return std::nullopt;
       PollReadable({conn_->fd(), agent_.output.get()}, 0.05);
       Drain();
       for (auto& m : conn_->Read()) inbox_.push_back(std::move(m));
@@ -102,8 +99,8 @@ class FakeController {
 
   // Waits for the agent process to exit; returns its exit info.
   std::optional<ExitInfo> WaitAgentExit(double timeout = kWait) {
-    double deadline = Now() + timeout;
-    while (Now() < deadline) {
+    double deadline = SystemClock::Get()->NowMono() + timeout;
+    while (SystemClock::Get()->NowMono() < deadline) {
       PollReadable({agent_.output.get()}, 0.05);
       Drain();
       if (auto e = Reap(agent_.pid)) {
@@ -198,8 +195,9 @@ TEST(AgentIntegration, StartEnvCrashStopShutdown) {
   auto pgids = Pgids(*started);
 
   const std::string log3 = fc.dir() + "/logs/rank-3.log";
-  double deadline = Now() + kWait;
-  while (ReadFile(log3).find("ENV ") == std::string::npos && Now() < deadline) {
+  double deadline = SystemClock::Get()->NowMono() + kWait;
+  while (ReadFile(log3).find("ENV ") == std::string::npos &&
+         SystemClock::Get()->NowMono() < deadline) {
     fc.WaitFor("none", nullptr, 0.05);  // keeps draining the agent while polling
   }
   std::string log = ReadFile(log3);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/agent_internal.h"
 #include "common/json_util.h"
 #include "common/proc.h"
 
@@ -25,7 +26,7 @@ constexpr size_t kTailLines = 30;
 constexpr size_t kMaxLineBytes = 64 * 1024;  // longer output without '\n' is split
 constexpr double kKillWaitS = 5;
 
-void Warn(const std::string& msg) { std::cerr << "bulwark-agent: " << msg << std::endl; }
+using agent_internal::Warn;
 
 std::string WallStamp(double wall) {
   time_t secs = static_cast<time_t>(wall);

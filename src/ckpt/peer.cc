@@ -61,6 +61,7 @@
 #include <thread>
 
 #include "ckpt/format.h"
+#include "common/clock.h"
 #include "common/net.h"
 
 namespace bulwark::ckpt {
@@ -93,10 +94,6 @@ const char* OpName(uint16_t op) {
   return "?";
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // A connected non-blocking socket with deadline-bounded full reads and writes.
 // `stop_fd` (-1: none) becoming readable aborts any wait with ABORTED.
 class Conn {
@@ -124,7 +121,7 @@ class Conn {
     const uint8_t* b = static_cast<const uint8_t*>(p);
     for (uint64_t done = 0; done < n;) {
       const uint64_t len = std::min(kPiece, n - done);
-      const double deadline = Now() + timeout_s_;
+      const double deadline = SystemClock::Get()->NowMono() + timeout_s_;
       for (uint64_t off = 0; off < len;) {
         ssize_t w = ::send(fd_.get(), b + done + off, len - off, MSG_NOSIGNAL);
         if (w > 0) {
@@ -147,7 +144,7 @@ class Conn {
   // kLingerS, so the peer reads the reply instead of a reset.
   void LingerClose() {
     ::shutdown(fd_.get(), SHUT_WR);
-    const double deadline = Now() + std::min(kLingerS, timeout_s_);
+    const double deadline = SystemClock::Get()->NowMono() + std::min(kLingerS, timeout_s_);
     char buf[65536];
     uint64_t drained = 0;
     while (drained < (64u << 20)) {
@@ -168,7 +165,7 @@ class Conn {
 
  private:
   Status ReadPiece(uint8_t* p, uint64_t len, uint64_t total, uint64_t before) {
-    const double deadline = Now() + timeout_s_;
+    const double deadline = SystemClock::Get()->NowMono() + timeout_s_;
     for (uint64_t off = 0; off < len;) {
       ssize_t r = ::recv(fd_.get(), p + off, len - off, 0);
       if (r > 0) {
@@ -191,7 +188,7 @@ class Conn {
 
   Status Wait(short events, double deadline, const char* what) {
     while (true) {
-      const double left = deadline - Now();
+      const double left = deadline - SystemClock::Get()->NowMono();
       if (left <= 0) {
         return DeadlineExceeded(std::string(what) + " " + peer_ + ": no progress for " +
                                 std::to_string(timeout_s_) + " s");
@@ -639,11 +636,14 @@ struct PeerServer::Impl {
         p.push_back({l.fd.get(), POLLIN, 0});
         next = next < 0 ? l.deadline : std::min(next, l.deadline);
       }
-      const int ms = next < 0 ? -1 : std::max(0, static_cast<int>((next - Now()) * 1000) + 1);
+      const int ms =
+          next < 0
+              ? -1
+              : std::max(0, static_cast<int>((next - SystemClock::Get()->NowMono()) * 1000) + 1);
       int n = ::poll(p.data(), p.size(), ms);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 || (p[1].revents & POLLIN)) return;
-      const double now = Now();
+      const double now = SystemClock::Get()->NowMono();
       std::vector<Lingering> keep;
       for (size_t i = 0; i < lingering.size(); ++i) {
         bool alive = lingering[i].deadline > now;
@@ -668,7 +668,7 @@ struct PeerServer::Impl {
                                 " transfers in flight; retry later"));
           if (st.ok() && lingering.size() < kMaxLingering) {
             ::shutdown(raw, SHUT_WR);
-            lingering.push_back({conn.ReleaseFd(), Now() + kLingerS});
+            lingering.push_back({conn.ReleaseFd(), SystemClock::Get()->NowMono() + kLingerS});
           }
           continue;
         }

@@ -22,6 +22,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/format.h"
 #include "ckpt/staging.h"
+#include "common/clock.h"
 #include "common/net.h"
 #include "gtest/gtest.h"
 
@@ -30,10 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr uint64_t kChunk = 256;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 struct TempDir {
   std::string path;
@@ -246,8 +243,8 @@ struct RawClient {
   }
   bool Send(const std::string& b) {
     size_t off = 0;
-    const double deadline = Now() + 10;
-    while (off < b.size() && Now() < deadline) {
+    const double deadline = SystemClock::Get()->NowMono() + 10;
+    while (off < b.size() && SystemClock::Get()->NowMono() < deadline) {
       ssize_t n = ::send(fd.get(), b.data() + off, b.size() - off, MSG_NOSIGNAL);
       if (n > 0) {
         off += static_cast<size_t>(n);
@@ -263,8 +260,8 @@ struct RawClient {
   // Reads n bytes; false on EOF, error or timeout.
   bool Read(void* dst, size_t n, double timeout_s = 10) {
     size_t off = 0;
-    const double deadline = Now() + timeout_s;
-    while (off < n && Now() < deadline) {
+    const double deadline = SystemClock::Get()->NowMono() + timeout_s;
+    while (off < n && SystemClock::Get()->NowMono() < deadline) {
       ssize_t r = ::recv(fd.get(), static_cast<char*>(dst) + off, n - off, 0);
       if (r > 0) {
         off += static_cast<size_t>(r);
@@ -344,10 +341,11 @@ TEST(PeerTest, ConcurrentPushesOfSeveralRanks) {
     threads.emplace_back([&, r] {
       for (long step = 1; step <= 4 && results[r].ok(); ++step) {
         // UNAVAILABLE: server busy, or a concurrent fetch pins the slot to reuse.
-        const double deadline = Now() + 10;
+        const double deadline = SystemClock::Get()->NowMono() + 10;
         do {
           results[r] = StageAndPush(srv.port(), r, kRanks, step, MakeTensors(r * 10 + step));
-        } while (results[r].code() == Code::kUnavailable && Now() < deadline);
+        } while (results[r].code() == Code::kUnavailable &&
+                 SystemClock::Get()->NowMono() < deadline);
       }
     });
   }
@@ -456,8 +454,8 @@ TEST(PeerTest, CorruptedByteInPushIsDataLossAndNothingStaged) {
 // A fake peer answering FETCH with `data` under the given header.
 void FakeFetchServer(Fd& listener, const std::string& header, const std::string& data) {
   Fd c;
-  const double deadline = Now() + 10;
-  while (!c.valid() && Now() < deadline) {
+  const double deadline = SystemClock::Get()->NowMono() + 10;
+  while (!c.valid() && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({listener.get()}, 0.1);
     c = TcpAcceptNonBlocking(listener.get());
   }
@@ -653,9 +651,9 @@ TEST(PeerTest, DestructorReturnsPromptlyWhileClientsStall) {
   ASSERT_TRUE(half.Send(FrameBytes(1, "", 0).substr(0, 5)));  // stalls mid-header
   const std::string replica = srv->replica();
   const int port = srv->port();
-  const double t0 = Now();
+  const double t0 = SystemClock::Get()->NowMono();
   srv->server.reset();
-  EXPECT_LT(Now() - t0, 5.0);
+  EXPECT_LT(SystemClock::Get()->NowMono() - t0, 5.0);
   // The stalled push was aborted: told so (or cut off), nothing staged.
   auto [code, msg] = mid.ReadStatus(5);
   EXPECT_TRUE(code == static_cast<int>(Code::kAborted) || code == -1) << code << " " << msg;
@@ -672,10 +670,10 @@ TEST(PeerTest, FetchFromGoneServerIsUnavailableWithinTimeout) {
     port = srv.port();
   }
   TempDir node;
-  const double t0 = Now();
+  const double t0 = SystemClock::Get()->NowMono();
   Status st = FetchSnapshot("127.0.0.1", port, 0, 1, node.path, 2, 2);
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
-  EXPECT_LT(Now() - t0, 3.0);
+  EXPECT_LT(SystemClock::Get()->NowMono() - t0, 3.0);
   auto ts = MakeTensors(1);
   TempDir src;
   Sealed s = StageSealed(src.path, 0, 1, 1, ts);
@@ -691,10 +689,10 @@ TEST(PeerTest, PushToStalledPeerTimesOut) {
   auto ts = MakeTensors(1);
   TempDir src;
   Sealed s = StageSealed(src.path, 0, 1, 1, ts);
-  const double t0 = Now();
+  const double t0 = SystemClock::Get()->NowMono();
   Status st = PushSnapshot("127.0.0.1", port, *s.snap, 0.5);
   EXPECT_EQ(st.code(), Code::kDeadlineExceeded) << st.ToString();
-  EXPECT_LT(Now() - t0, 3.0);
+  EXPECT_LT(SystemClock::Get()->NowMono() - t0, 3.0);
 }
 
 TEST(PeerTest, BusyServerRefusesBeyondMaxConnections) {
@@ -712,8 +710,8 @@ TEST(PeerTest, BusyServerRefusesBeyondMaxConnections) {
   // Finishing the push frees the slot.
   ASSERT_TRUE(mid.Send(Concat(ts)));
   EXPECT_EQ(mid.ReadStatus().first, 0);
-  const double deadline = Now() + 10;
-  while (Now() < deadline) {
+  const double deadline = SystemClock::Get()->NowMono() + 10;
+  while (SystemClock::Get()->NowMono() < deadline) {
     st = FetchSnapshot("127.0.0.1", srv.port(), 0, 1, node.path, 2, 5);
     if (st.code() != Code::kUnavailable) break;
     PollReadable({}, 0.01);

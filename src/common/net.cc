@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/clock.h"
+
 namespace bulwark {
 
 Fd& Fd::operator=(Fd&& o) noexcept {
@@ -36,10 +38,6 @@ Result<sockaddr_in> MakeAddr(const std::string& host, int port) {
     return InvalidArgument("address '" + host + "' is not an IPv4 address; use e.g. 127.0.0.1");
   }
   return a;
-}
-
-double MonoNow() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -125,11 +123,11 @@ Status JsonLineConn::WriteSome() {
 }
 
 Status JsonLineConn::Flush(double timeout_s) {
-  double deadline = MonoNow() + timeout_s;
+  double deadline = SystemClock::Get()->NowMono() + timeout_s;
   while (!out_.empty() && !closed_) {
     BW_RETURN_IF_ERROR(WriteSome());
     if (out_.empty()) break;
-    double left = deadline - MonoNow();
+    double left = deadline - SystemClock::Get()->NowMono();
     if (left <= 0) return DeadlineExceeded("flush timed out");
     pollfd p{fd_.get(), POLLOUT, 0};
     ::poll(&p, 1, static_cast<int>(left * 1000) + 1);

@@ -5,14 +5,11 @@
 
 #include <chrono>
 
+#include "common/clock.h"
 #include "common/json_util.h"
 
 namespace bulwark {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 TEST(Net, JsonLinesRoundTripAndBadLines) {
   auto l = TcpListen("127.0.0.1", 0);
@@ -22,8 +19,8 @@ TEST(Net, JsonLinesRoundTripAndBadLines) {
   auto c = TcpConnect("127.0.0.1", *port, 5);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   Fd s;
-  double deadline = Now() + 5;
-  while (!s.valid() && Now() < deadline) {
+  double deadline = SystemClock::Get()->NowMono() + 5;
+  while (!s.valid() && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({l->get()}, 0.1);
     s = TcpAcceptNonBlocking(l->get());
   }
@@ -34,8 +31,8 @@ TEST(Net, JsonLinesRoundTripAndBadLines) {
   ASSERT_TRUE(client.Send(Json{{"type", "heartbeat"}, {"t", 1.5}}).ok());
   std::vector<Json> got;
   std::vector<std::string> bad;
-  deadline = Now() + 5;
-  while (got.size() < 2 && Now() < deadline) {
+  deadline = SystemClock::Get()->NowMono() + 5;
+  while (got.size() < 2 && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({server.fd()}, 0.1);
     for (auto& m : server.Read(&bad)) got.push_back(m);
   }
@@ -53,15 +50,15 @@ TEST(Net, PeerCloseIsObserved) {
   auto c = TcpConnect("127.0.0.1", *LocalPort(l->get()), 5);
   ASSERT_TRUE(c.ok());
   Fd s;
-  double deadline = Now() + 5;
-  while (!s.valid() && Now() < deadline) {
+  double deadline = SystemClock::Get()->NowMono() + 5;
+  while (!s.valid() && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({l->get()}, 0.1);
     s = TcpAcceptNonBlocking(l->get());
   }
   JsonLineConn server(std::move(s));
   c->Reset();
-  deadline = Now() + 5;
-  while (!server.closed() && Now() < deadline) {
+  deadline = SystemClock::Get()->NowMono() + 5;
+  while (!server.closed() && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({server.fd()}, 0.1);
     server.Read();
   }
@@ -85,8 +82,8 @@ TEST(Net, UnixDatagrams) {
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE(UnixDgramSend(s->get(), path, "{\"type\":\"step\"}").ok());
   std::vector<std::string> got;
-  double deadline = Now() + 5;
-  while (got.empty() && Now() < deadline) {
+  double deadline = SystemClock::Get()->NowMono() + 5;
+  while (got.empty() && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({r->get()}, 0.1);
     got = UnixDgramRecvAll(r->get());
   }

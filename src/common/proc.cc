@@ -15,14 +15,12 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
+
 extern char** environ;
 
 namespace bulwark {
 namespace {
-
-double MonoNow() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 ExitInfo FromWaitStatus(int st) {
   ExitInfo e;
@@ -147,11 +145,11 @@ std::optional<ExitInfo> Reap(pid_t pid) {
 }
 
 std::optional<ExitInfo> WaitExit(pid_t pid, double timeout_s) {
-  double deadline = MonoNow() + timeout_s;
+  double deadline = SystemClock::Get()->NowMono() + timeout_s;
   while (true) {
     auto e = Reap(pid);
     if (e) return e;
-    if (MonoNow() >= deadline) return std::nullopt;
+    if (SystemClock::Get()->NowMono() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

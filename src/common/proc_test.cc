@@ -5,18 +5,16 @@
 
 #include <chrono>
 
+#include "common/clock.h"
+
 namespace bulwark {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string ReadAll(Child& c, double timeout_s) {
   std::string out;
   bool eof = false;
-  double deadline = Now() + timeout_s;
-  while (!eof && Now() < deadline) {
+  double deadline = SystemClock::Get()->NowMono() + timeout_s;
+  while (!eof && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({c.output.get()}, 0.1);
     out += ReadAvailable(c.output.get(), &eof);
   }
@@ -59,8 +57,8 @@ TEST(Proc, TerminateGroupKillsStoppedAndStubbornProcesses) {
   auto c = Spawn(o);
   ASSERT_TRUE(c.ok());
   std::string out;
-  double ready_deadline = Now() + 10;
-  while (out.find("ready") == std::string::npos && Now() < ready_deadline) {
+  double ready_deadline = SystemClock::Get()->NowMono() + 10;
+  while (out.find("ready") == std::string::npos && SystemClock::Get()->NowMono() < ready_deadline) {
     PollReadable({c->output.get()}, 0.1);
     out += ReadAvailable(c->output.get(), nullptr);
   }
@@ -69,8 +67,8 @@ TEST(Proc, TerminateGroupKillsStoppedAndStubbornProcesses) {
   double deadline;
   ExitInfo e = TerminateGroup(c->pid, c->pgid, 0.2);
   EXPECT_EQ(e.signal, SIGKILL);
-  deadline = Now() + 5;
-  while (GroupAlive(c->pgid) && Now() < deadline) PollReadable({}, 0.01);
+  deadline = SystemClock::Get()->NowMono() + 5;
+  while (GroupAlive(c->pgid) && SystemClock::Get()->NowMono() < deadline) PollReadable({}, 0.01);
   EXPECT_FALSE(GroupAlive(c->pgid));
   EXPECT_EQ(ProcState(c->pid), '?');
 }

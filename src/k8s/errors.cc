@@ -35,14 +35,6 @@ Code CodeFor(long http, const std::string& reason) {
   return Code::kInternal;                          // 1xx/3xx: not an API answer
 }
 
-std::string Quote(std::string_view body) {
-  std::string s(body.substr(0, 200));
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return s;
-}
-
 Status Build(const std::string& verb, const std::string& path, long http, std::string reason,
              const std::string& message) {
   if (reason.empty()) reason = DefaultReason(http);
@@ -100,13 +92,13 @@ Status StatusFromHttp(const std::string& verb, const std::string& path, long htt
   if (st.is_object() && StrField(st, "kind") == "Status") {
     return Build(verb, path, http, StrField(st, "reason"), StrField(st, "message"));
   }
-  return Build(verb, path, http, "", Quote(body));
+  return Build(verb, path, http, "", Excerpt(body));
 }
 
 Status StatusFromApiStatus(const std::string& verb, const std::string& path, const Json& st) {
   if (!st.is_object()) {
     return Internal(verb + " " + path +
-                    ": ERROR event without a Status object: " + Quote(st.dump()));
+                    ": ERROR event without a Status object: " + Excerpt(st.dump()));
   }
   long code = 500;
   if (st.contains("code") && st["code"].is_number_integer()) code = st["code"].get<long>();
@@ -124,6 +116,15 @@ std::optional<double> ParseRetryAfter(const std::string& value) {
     v = v * 10 + (value[i] - '0');
   }
   return v;
+}
+
+std::string Excerpt(std::string_view s) {
+  std::string q(s.substr(0, 200));
+  for (char& c : q) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  if (s.size() > 200) q += "...";
+  return q;
 }
 
 }  // namespace internal

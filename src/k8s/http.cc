@@ -15,6 +15,7 @@
 #include <cmath>
 #include <thread>
 
+#include "common/clock.h"
 #include "k8s/internal.h"
 
 namespace bulwark::k8s::internal {
@@ -27,10 +28,6 @@ constexpr size_t kMaxBody = size_t{1} << 30;
 constexpr long kPollMs = 50;
 
 std::once_flag g_curl_once;
-
-double MonoNow() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // How a failed transfer failed: never reached the server (safe to repeat anything),
 // failed in flight (repeat reads only), or will fail the same way again.
@@ -59,14 +56,14 @@ struct Transfer {
   CURL* easy = nullptr;
   const HttpRequest* req = nullptr;
   HttpResult* res = nullptr;
-  double last_byte = 0;  // MonoNow() of the last byte received
+  double last_byte = 0;  // SystemClock::Get()->NowMono() of the last byte received
   bool too_big = false;
 };
 
 size_t OnWrite(char* data, size_t size, size_t nmemb, void* user) {
   auto* t = static_cast<Transfer*>(user);
   size_t n = size * nmemb;
-  t->last_byte = MonoNow();
+  t->last_byte = SystemClock::Get()->NowMono();
   HttpResult* r = t->res;
   if (r->status == 0) curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &r->status);
   if (r->status / 100 != 2) {  // keep the start of an error body for its Status
@@ -159,7 +156,7 @@ HttpResult Transport::Do(const HttpRequest& req, const std::string& token) {
   t.easy = h;
   t.req = &req;
   t.res = &res;
-  t.last_byte = MonoNow();
+  t.last_byte = SystemClock::Get()->NowMono();
 
   Slist hdrs;
   hdrs.Add("Accept: application/json");
@@ -220,7 +217,8 @@ HttpResult Transport::Do(const HttpRequest& req, const std::string& token) {
       res.cancelled = true;
       break;
     }
-    if (streaming && req.idle_timeout_s > 0 && MonoNow() - t.last_byte > req.idle_timeout_s) {
+    if (streaming && req.idle_timeout_s > 0 &&
+        SystemClock::Get()->NowMono() - t.last_byte > req.idle_timeout_s) {
       res.idle = true;
       break;
     }
@@ -292,10 +290,10 @@ std::string QueryEscape(std::string_view s) {
 void WaitOn(const Clock* clock, double seconds, const std::atomic<bool>* cancel, bool real_cap) {
   if (clock == nullptr) clock = SystemClock::Get();
   const double start = clock->NowMono();
-  const double real_start = MonoNow();
+  const double real_start = SystemClock::Get()->NowMono();
   while (clock->NowMono() - start < seconds) {
     if (cancel != nullptr && cancel->load()) return;
-    if (real_cap && MonoNow() - real_start >= seconds) return;
+    if (real_cap && SystemClock::Get()->NowMono() - real_start >= seconds) return;
     double left = seconds - (clock->NowMono() - start);
     std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(left, 0.0005, 0.01)));
   }

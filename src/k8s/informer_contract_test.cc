@@ -176,7 +176,8 @@ TEST_F(InformerContractTest, CompactionForcesARelistThatReconcilesWhatWasMissed)
   ASSERT_TRUE(server_->Create(MakePod("new")).ok());
   server_->Compact();
 
-  ASSERT_TRUE(AdvanceUntil([&] { return inf->Stats().lists == 2; }));
+  // The relist's stats are counted before its events are delivered: wait for both.
+  ASSERT_TRUE(AdvanceUntil([&] { return inf->Stats().lists == 2 && rec_.Total() >= 3 + 4; }));
   const InformerStats st = inf->Stats();
   EXPECT_EQ(st.gone, 1u);
   EXPECT_EQ(rec_.Count("update", "default/change"), 1);

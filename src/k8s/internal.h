@@ -38,6 +38,9 @@ Status StatusFromHttp(const std::string& verb, const std::string& path, long htt
 // The same for a Status object carried by a watch ERROR event (its `code` field is
 // the HTTP status).
 Status StatusFromApiStatus(const std::string& verb, const std::string& path, const Json& st);
+// At most 200 characters of a response body or line for an error message, line
+// breaks flattened, "..." when cut.
+std::string Excerpt(std::string_view s);
 // "Conflict", "NotFound", ... for an HTTP status without a Status reason.
 const char* DefaultReason(long http);
 // Seconds from a Retry-After header (delta-seconds only); nullopt when absent/invalid.

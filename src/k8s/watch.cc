@@ -10,16 +10,6 @@ namespace bulwark::k8s {
 
 namespace internal {
 
-namespace {
-
-std::string Quote(std::string_view s) {
-  std::string q(s.substr(0, 200));
-  if (s.size() > 200) q += "...";
-  return q;
-}
-
-}  // namespace
-
 bool LineSplitter::Feed(std::string_view data,
                         const std::function<bool(std::string_view)>& on_line) {
   buf_.append(data.data(), data.size());
@@ -44,7 +34,7 @@ Result<WatchEvent> ParseWatchLine(std::string_view line, uint64_t line_no) {
   const std::string where = "watch event " + std::to_string(line_no);
   Json j = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    return InvalidArgument(where + " is not a JSON object: " + Quote(line));
+    return InvalidArgument(where + " is not a JSON object: " + Excerpt(line));
   }
   const std::string type = StrField(j, "type");
   WatchEvent ev;

@@ -54,14 +54,6 @@ Status EnsureCurlInit() {
   return Status::Ok();
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
 std::string Trim(std::string_view s) {
   size_t b = 0, e = s.size();
   while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r' || s[b] == '\n')) ++b;
@@ -314,7 +306,7 @@ size_t OnHeader(char* data, size_t size, size_t nitems, void* user) {
   }
   size_t colon = line.find(':');
   if (colon != std::string_view::npos) {
-    t->resp->headers[Lower(Trim(line.substr(0, colon)))] = Trim(line.substr(colon + 1));
+    t->resp->headers[AsciiLower(Trim(line.substr(0, colon)))] = Trim(line.substr(colon + 1));
   }
   return n;
 }
@@ -580,7 +572,7 @@ struct S3Client::Impl {
     hdrs.Add("Authorization: " + sig.authorization);
     hdrs.Add("Expect:");  // no 100-continue round trip
     bool has_content_type = false;
-    for (const auto& hv : req.headers) has_content_type |= Lower(hv.first) == "content-type";
+    for (const auto& hv : req.headers) has_content_type |= AsciiLower(hv.first) == "content-type";
     if (!has_content_type) hdrs.Add("Content-Type:");  // no curl default for POST
 
     curl_easy_reset(h);

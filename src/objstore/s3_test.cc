@@ -39,10 +39,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::string Bytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::string s(n, '\0');
@@ -641,8 +637,8 @@ class FakeHttpServer {
         continue;
       }
       size_t off = 0;
-      double deadline = Now() + 5;
-      while (off < resp.size() && Now() < deadline) {
+      double deadline = SystemClock::Get()->NowMono() + 5;
+      while (off < resp.size() && SystemClock::Get()->NowMono() < deadline) {
         ssize_t w = send(conn.get(), resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
         if (w > 0) {
           off += static_cast<size_t>(w);
@@ -656,10 +652,10 @@ class FakeHttpServer {
 
   bool ReadRequest(int fd, HttpRequest* req) {
     std::string in;
-    double deadline = Now() + 5;
+    double deadline = SystemClock::Get()->NowMono() + 5;
     size_t header_end = std::string::npos;
     size_t body_len = 0;
-    while (Now() < deadline) {
+    while (SystemClock::Get()->NowMono() < deadline) {
       PollReadable({fd}, 0.02);
       bool eof = false;
       in += ReadAvailable(fd, &eof);
@@ -725,9 +721,9 @@ TEST(S3Fake, ConnectionRefusedIsUnavailableAfterBoundedRetries) {
   auto port = PickFreePort("127.0.0.1");  // nothing listens there
   ASSERT_TRUE(port.ok());
   auto c = MustCreate(FakeConfig("http://127.0.0.1:" + std::to_string(*port)));
-  double t0 = Now();
+  double t0 = SystemClock::Get()->NowMono();
   Status st = c->Put("k", "x", 1);
-  double elapsed = Now() - t0;
+  double elapsed = SystemClock::Get()->NowMono() - t0;
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
   EXPECT_THAT(st.message(), HasSubstr("S3 PUT k: "));
   EXPECT_THAT(st.message(), HasSubstr("(after 3 attempts)"));
@@ -785,9 +781,9 @@ TEST(S3Fake, HungServerTimesOut) {
   cfg.timeout_s = 0.3;
   cfg.max_attempts = 2;
   auto c = MustCreate(cfg);
-  double t0 = Now();
+  double t0 = SystemClock::Get()->NowMono();
   auto r = c->Get("k");
-  double elapsed = Now() - t0;
+  double elapsed = SystemClock::Get()->NowMono() - t0;
   EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded) << r.status().ToString();
   EXPECT_THAT(r.status().message(), HasSubstr("S3 GET k: Timeout was reached"));
   EXPECT_LT(elapsed, 3.0);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/net.h"
 #include "common/proc.h"
 
@@ -169,10 +170,6 @@ server.run().then(({ port }) => console.log('S3RVER_READY ' + port), (err) => {
 });
 )JS";
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::string FindOnPath(const std::string& exe, const std::string& path) {
   std::stringstream ss(path);
   std::string dir;
@@ -235,7 +232,7 @@ Result<std::unique_ptr<S3TestServer>> S3TestServer::Start(const S3TestServerOpti
   s->out_fd_ = child.output.Release();
 
   const std::string marker = opts.verify_sigv4 ? "S3RVER_READY " : "listening on 127.0.0.1:";
-  const double deadline = Now() + opts.startup_timeout_s;
+  const double deadline = SystemClock::Get()->NowMono() + opts.startup_timeout_s;
   while (s->port_ == 0) {
     PollReadable({s->out_fd_}, 0.05);
     bool eof = false;
@@ -247,14 +244,15 @@ Result<std::unique_ptr<S3TestServer>> S3TestServer::Start(const S3TestServerOpti
       return FailedPrecondition("s3rver exited during startup (" + exit->Describe() +
                                 "); output:\n" + s->output_ + "\n" + hint.substr(2));
     }
-    if (Now() > deadline) {
+    if (SystemClock::Get()->NowMono() > deadline) {
       return DeadlineExceeded("s3rver did not report its port within " +
                               std::to_string(opts.startup_timeout_s) + " s; output:\n" +
                               s->output_);
     }
   }
   // It said it listens; confirm with a connection before handing it out.
-  auto conn = TcpConnect("127.0.0.1", s->port_, std::max(0.1, deadline - Now()));
+  auto conn =
+      TcpConnect("127.0.0.1", s->port_, std::max(0.1, deadline - SystemClock::Get()->NowMono()));
   if (!conn.ok()) return conn.status().Annotate("s3rver on port " + std::to_string(s->port_));
   return s;
 }

@@ -42,15 +42,15 @@ std::string TrimAll(std::string_view v) {
   return out;
 }
 
-std::string Lower(std::string_view s) {
+}  // namespace
+
+std::string AsciiLower(std::string_view s) {
   std::string out(s);
   for (char& c : out) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   return out;
 }
-
-}  // namespace
 
 std::string Sha256Hex(const void* data, size_t n) {
   return HexEncode(Digest(EVP_sha256(), data, n));
@@ -135,7 +135,7 @@ SigV4Signature SignV4(const SigV4Request& req, const SigV4Credentials& creds,
   SigV4Signature sig;
   // Canonical headers: lowercase names, sorted; repeated names joined with ','.
   std::map<std::string, std::vector<std::string>> headers;
-  for (const auto& [name, value] : req.headers) headers[Lower(name)].push_back(TrimAll(value));
+  for (const auto& [name, value] : req.headers) headers[AsciiLower(name)].push_back(TrimAll(value));
   std::string canonical_headers;
   for (const auto& [name, values] : headers) {
     if (!sig.signed_headers.empty()) sig.signed_headers.push_back(';');

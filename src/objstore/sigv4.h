@@ -35,6 +35,8 @@ std::string Sha256Hex(std::string_view s);
 std::string HmacSha256(std::string_view key, std::string_view msg);
 // Lowercase hex of raw bytes.
 std::string HexEncode(std::string_view raw);
+// `s` with A-Z lowered (header names, hex digests); other bytes unchanged.
+std::string AsciiLower(std::string_view s);
 // Base64 of the MD5 digest (the Content-MD5 header value).
 std::string Md5Base64(const void* data, size_t n);
 

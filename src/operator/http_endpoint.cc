@@ -6,16 +6,14 @@
 #include <cerrno>
 #include <chrono>
 
+#include "common/clock.h"
+
 namespace bulwark::op {
 namespace {
 
-double Mono() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void WriteAll(int fd, const std::string& s, double deadline) {
   size_t off = 0;
-  while (off < s.size() && Mono() < deadline) {
+  while (off < s.size() && SystemClock::Get()->NowMono() < deadline) {
     const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       off += static_cast<size_t>(n);
@@ -78,7 +76,7 @@ void HttpEndpoint::Loop() {
       if (!c.valid()) break;
       if (active_.load() >= kMaxActive) {
         WriteAll(c.get(), Response(503, "Service Unavailable", "text/plain", "busy\n"),
-                 Mono() + 0.2);
+                 SystemClock::Get()->NowMono() + 0.2);
         continue;
       }
       ++active_;
@@ -98,9 +96,10 @@ void HttpEndpoint::Loop() {
 }
 
 void HttpEndpoint::Serve(Fd conn) {
-  const double deadline = Mono() + 2;
+  const double deadline = SystemClock::Get()->NowMono() + 2;
   std::string req;
-  while (req.find("\r\n\r\n") == std::string::npos && req.size() < 8192 && Mono() < deadline) {
+  while (req.find("\r\n\r\n") == std::string::npos && req.size() < 8192 &&
+         SystemClock::Get()->NowMono() < deadline) {
     PollReadable({conn.get()}, 0.05);
     bool eof = false;
     char buf[2048];

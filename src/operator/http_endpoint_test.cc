@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "common/clock.h"
 #include "common/proc.h"
 #include "operator/operator.h"
 
@@ -16,10 +17,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Sends `request` and reads until the server closes (bounded by 5 s).
 std::string Ask(int port, const std::string& request) {
   auto fd = TcpConnect("127.0.0.1", port, 5);
@@ -27,8 +24,8 @@ std::string Ask(int port, const std::string& request) {
   (void)::send(fd->get(), request.data(), request.size(), MSG_NOSIGNAL);
   std::string out;
   bool eof = false;
-  const double deadline = Now() + 5;
-  while (!eof && Now() < deadline) {
+  const double deadline = SystemClock::Get()->NowMono() + 5;
+  while (!eof && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({fd->get()}, 0.05);
     out += ReadAvailable(fd->get(), &eof);
   }
@@ -55,9 +52,9 @@ TEST(HttpEndpointTest, HealthReadinessMetricsAndErrors) {
   // it is dropped after its 2 s budget.
   auto idle = TcpConnect("127.0.0.1", port, 5);
   ASSERT_TRUE(idle.ok());
-  const double t0 = Now();
+  const double t0 = SystemClock::Get()->NowMono();
   EXPECT_THAT(Ask(port, "GET /healthz HTTP/1.1\r\n\r\n"), StartsWith("HTTP/1.1 200"));
-  EXPECT_LT(Now() - t0, 1.0);
+  EXPECT_LT(SystemClock::Get()->NowMono() - t0, 1.0);
   (*e)->Stop();
   EXPECT_FALSE(HttpEndpoint::Start("nonsense", {}).ok());
   EXPECT_FALSE(HttpEndpoint::Start(":99999", {}).ok());

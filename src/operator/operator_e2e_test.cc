@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/proc.h"
 #include "k8s/testing/fake_apiserver.h"
 #include "operator/operator.h"
@@ -29,14 +30,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Polls `cond` every 20 ms until it holds or timeout_s passes.
 bool WaitFor(const std::function<bool()>& cond, double timeout_s) {
-  const double deadline = Now() + timeout_s;
-  while (Now() < deadline) {
+  const double deadline = SystemClock::Get()->NowMono() + timeout_s;
+  while (SystemClock::Get()->NowMono() < deadline) {
     if (cond()) return true;
     PollReadable({}, 0.02);
   }
@@ -420,8 +417,8 @@ TEST_F(OperatorE2E, TheSameTrainJobRunsUnchangedOnTheLocalBackend) {
   ASSERT_TRUE(child.ok()) << child.status().ToString();
   std::string out;
   bool eof = false;
-  const double deadline = Now() + 240;
-  while (!eof && Now() < deadline) {
+  const double deadline = SystemClock::Get()->NowMono() + 240;
+  while (!eof && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({child->output.get()}, 0.2);
     out += ReadAvailable(child->output.get(), &eof);
   }

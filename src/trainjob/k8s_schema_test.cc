@@ -23,7 +23,7 @@ using ::testing::HasSubstr;
 using testing::ValidateK8sObjects;
 
 const std::string kSource = BW_TEST_SOURCE_DIR;
-const std::string kTestdata = BW_TRAINJOB_TESTDATA_DIR;
+using testing::kTestdata;
 
 std::vector<Json> Docs(const std::string& path) {
   auto docs = ParseYamlDocuments(testing::ReadTestFile(path), path);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "trainjob/launcher.h"
+#include "trainjob/testing/test_files.h"
 #include "trainjob/trainjob.h"
 
 namespace bulwark::trainjob {
@@ -13,7 +14,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-const std::string kTestdata = BW_TRAINJOB_TESTDATA_DIR;
+using testing::kTestdata;
 
 std::string AllNotes(const LoadedManifest& m) {
   std::string s;

@@ -14,7 +14,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::HasSubstr;
 
-const std::string kTestdata = BW_TRAINJOB_TESTDATA_DIR;
+using testing::kTestdata;
 
 TrainJob Full() {
   auto r = ParseTrainJob(testing::ReadTestFile(kTestdata + "/trainjob-full.yaml"), "full.yaml", "",
@@ -127,8 +127,7 @@ TEST(RenderPodTest, StandbyAndUnboundAndMinimalPods) {
   EXPECT_EQ(standby["metadata"]["labels"][kRoleLabel], "standby");
   EXPECT_FALSE(standby["metadata"].contains("annotations"));
   EXPECT_FALSE(standby["spec"].contains("nodeName"));
-  EXPECT_EQ(standby["spec"]["containers"][0]["command"][2],
-            "OPERATOR_POD_IP:PORT");
+  EXPECT_EQ(standby["spec"]["containers"][0]["command"][2], "OPERATOR_POD_IP:PORT");
 
   TrainJob minimal;
   minimal.name = "m";

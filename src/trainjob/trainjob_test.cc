@@ -20,7 +20,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const std::string kTestdata = BW_TRAINJOB_TESTDATA_DIR;
+using testing::kTestdata;
 
 std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out;

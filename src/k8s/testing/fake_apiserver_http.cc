@@ -67,17 +67,6 @@ const char* Reason(int code) {
   }
 }
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string Trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t");
-  size_t e = s.find_last_not_of(" \t\r");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
 std::string ErrorBody(int code, const std::string& reason, const std::string& message) {
   return StatusJson(ApiError{code, reason, message}).dump();
 }

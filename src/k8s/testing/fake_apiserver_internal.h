@@ -89,6 +89,8 @@ std::string UrlDecode(const std::string& s);
 std::map<std::string, std::string> ParseQuery(const std::string& query);
 // `s` quoted as Go's %q would for messages ("a\"b").
 std::string Quote(const std::string& s);
+std::string Lower(std::string s);        // ASCII lower case
+std::string Trim(const std::string& s);  // without leading/trailing " \t\r"
 // DNS-1123 subdomain (<= 253) / label (<= 63) checks; "" when valid, else the reason.
 std::string CheckDnsSubdomain(const std::string& s);
 std::string CheckDnsLabel(const std::string& s);

@@ -38,11 +38,6 @@ struct Builtin {
   bool dns_label = false;
 };
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 std::vector<ResourceInfo> BuiltinResources() {

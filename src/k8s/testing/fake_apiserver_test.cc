@@ -15,8 +15,6 @@
 namespace bulwark::k8s::testing {
 namespace {
 
-constexpr const char* kPods = "/api/v1/namespaces/default/pods";
-
 class FakeApiServerTest : public ::testing::Test {
  protected:
   void SetUp() override {

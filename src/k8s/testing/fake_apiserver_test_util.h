@@ -17,6 +17,9 @@
 
 namespace bulwark::k8s::testing {
 
+// The pods collection of the default namespace.
+inline constexpr const char* kPods = "/api/v1/namespaces/default/pods";
+
 struct HttpResult {
   CURLcode curl = CURLE_OK;
   long code = 0;  // NOLINT(runtime/int)

@@ -12,15 +12,12 @@
 #include <chrono>
 #include <random>
 
+#include "common/clock.h"
 #include "k8s/testing/fake_apiserver_http.h"
 
 namespace bulwark::k8s::testing::internal {
 
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string SslError(const std::string& what) {
   unsigned long e = ERR_get_error();  // NOLINT(runtime/int)
@@ -140,7 +137,7 @@ bool TlsStream::Flush(double deadline) {
         continue;
       }
       if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-      double left = deadline - Now();
+      double left = deadline - SystemClock::Get()->NowMono();
       if (left <= 0 || Stopping()) return false;
       pollfd p{fd_.get(), POLLOUT, 0};
       ::poll(&p, 1, static_cast<int>(std::min(left, 0.1) * 1000) + 1);
@@ -159,7 +156,7 @@ int TlsStream::Fill(double deadline) {
     }
     if (n == 0) return 0;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
-    double left = deadline - Now();
+    double left = deadline - SystemClock::Get()->NowMono();
     if (left <= 0 || Stopping()) return -1;
     pollfd p{fd_.get(), POLLIN, 0};
     ::poll(&p, 1, static_cast<int>(std::min(left, 0.1) * 1000) + 1);
@@ -167,7 +164,7 @@ int TlsStream::Fill(double deadline) {
 }
 
 bool TlsStream::Handshake(double timeout_s) {
-  double deadline = Now() + timeout_s;
+  double deadline = SystemClock::Get()->NowMono() + timeout_s;
   while (true) {
     int r = SSL_do_handshake(ssl_);
     if (!Flush(deadline)) return false;
@@ -182,7 +179,7 @@ bool TlsStream::Handshake(double timeout_s) {
 }
 
 int TlsStream::Read(char* buf, int n, double timeout_s) {
-  double deadline = Now() + timeout_s;
+  double deadline = SystemClock::Get()->NowMono() + timeout_s;
   while (true) {
     int r = SSL_read(ssl_, buf, n);
     if (r > 0) return r;
@@ -201,7 +198,7 @@ int TlsStream::Read(char* buf, int n, double timeout_s) {
 }
 
 bool TlsStream::Write(std::string_view data, double timeout_s) {
-  double deadline = Now() + timeout_s;
+  double deadline = SystemClock::Get()->NowMono() + timeout_s;
   size_t off = 0;
   while (off < data.size()) {
     int len = static_cast<int>(std::min<size_t>(data.size() - off, 64 * 1024));
@@ -220,7 +217,7 @@ bool TlsStream::PeerClosed() {
   pollfd p{fd_.get(), POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
   if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return true;
-  int f = Fill(Now());
+  int f = Fill(SystemClock::Get()->NowMono());
   if (f == 0) return true;
   if (f < 0) return false;
   char scratch[512];
@@ -234,7 +231,7 @@ bool TlsStream::PeerClosed() {
 void TlsStream::Close() {
   if (!fd_.valid()) return;
   SSL_shutdown(ssl_);
-  Flush(Now() + 0.2);
+  Flush(SystemClock::Get()->NowMono() + 0.2);
   ERR_clear_error();
   fd_.Reset();
 }

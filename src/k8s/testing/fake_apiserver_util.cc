@@ -288,6 +288,18 @@ std::map<std::string, std::string> ParseQuery(const std::string& query) {
   return out;
 }
 
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
 std::string Quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {

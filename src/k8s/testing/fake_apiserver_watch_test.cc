@@ -12,8 +12,6 @@
 namespace bulwark::k8s::testing {
 namespace {
 
-constexpr const char* kPods = "/api/v1/namespaces/default/pods";
-
 std::vector<std::string> Types(const std::vector<Json>& events) {
   std::vector<std::string> out;
   for (const Json& e : events) out.push_back(e.value("type", "?"));

@@ -6,12 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/clock.h"
+
 namespace bulwark::op::testing {
 namespace {
-
-double Mono() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string Str(const Json& j, const char* key) {
   if (!j.is_object()) return "";
@@ -304,10 +302,11 @@ void FakeKubelet::SyncPod(const Json& pod) {
   Proc& p = it->second;
   if (deleting && !p.terminating) {
     p.terminating = true;
-    p.term_at = Mono();
+    p.term_at = SystemClock::Get()->NowMono();
     (void)SignalGroup(p.child.pgid, SIGTERM);
   }
-  if (p.terminating && Mono() - p.term_at > p.grace_s) (void)SignalGroup(p.child.pgid, SIGKILL);
+  if (p.terminating && SystemClock::Get()->NowMono() - p.term_at > p.grace_s)
+    (void)SignalGroup(p.child.pgid, SIGKILL);
 }
 
 void FakeKubelet::Loop() {

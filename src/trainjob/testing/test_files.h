@@ -1,5 +1,4 @@
-// Test-only helper: the contents of a fixture file ("" when unreadable, which the
-// test's parse then reports).
+// Test-only helpers: where the fixtures are, and a fixture's contents.
 #pragma once
 
 #include <fstream>
@@ -8,6 +7,13 @@
 
 namespace bulwark::trainjob::testing {
 
+#ifdef BW_TRAINJOB_TESTDATA_DIR
+// src/trainjob/testdata (the test target defines BW_TRAINJOB_TESTDATA_DIR).
+inline const std::string kTestdata = BW_TRAINJOB_TESTDATA_DIR;
+#endif
+
+// The contents of a fixture file ("" when unreadable, which the test's parse then
+// reports).
 inline std::string ReadTestFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
