@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "k8s/contract_test_util.h"
+#include "k8s/testing/fake_apiserver_test_util.h"
 
 namespace bulwark::k8s {
 namespace {
@@ -32,23 +33,11 @@ Json TrainJobCrd() {
       {"properties",
        {{"spec", spec_schema},
         {"status", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}};
-  return {{"apiVersion", "apiextensions.k8s.io/v1"},
-          {"kind", "CustomResourceDefinition"},
-          {"metadata", {{"name", "trainjobs.bulwark.dev"}}},
-          {"spec",
-           {{"group", "bulwark.dev"},
-            {"scope", "Namespaced"},
-            {"names",
-             {{"plural", "trainjobs"},
-              {"singular", "trainjob"},
-              {"kind", "TrainJob"},
-              {"listKind", "TrainJobList"}}},
-            {"versions",
-             {{{"name", "v1alpha1"},
-               {"served", true},
-               {"storage", true},
-               {"subresources", {{"status", Json::object()}}},
-               {"schema", {{"openAPIV3Schema", schema}}}}}}}}};
+  Json crd = testing::CrdJson("bulwark.dev", "trainjobs", "TrainJob", "v1alpha1", schema,
+                              {{"subresources", {{"status", Json::object()}}}});
+  crd["spec"]["names"]["singular"] = "trainjob";
+  crd["spec"]["names"]["listKind"] = "TrainJobList";
+  return crd;
 }
 
 Json TrainJob(const std::string& name, int nodes) {

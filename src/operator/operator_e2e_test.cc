@@ -9,16 +9,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/proc.h"
 #include "k8s/testing/fake_apiserver.h"
+#include "k8s/testing/fake_apiserver_test_util.h"
 #include "operator/operator.h"
 #include "operator/testing/fake_kubelet.h"
 #include "trainjob/render.h"
@@ -116,6 +120,35 @@ class OperatorE2E : public ::testing::Test {
     oo.scheduler.requeue_backoff_cap_s = 4;
     op_ = std::make_unique<Operator>(client_.get(), oo);
     op_thread_ = std::thread([this] { op_status_ = op_->Run(&stop_); });
+  }
+
+  // GET `path` as `kubectl get` asks for it (a meta.k8s.io Table, JSON as fallback);
+  // prints the table as kubectl would and returns it (null on failure).
+  Json KubectlGetTable(const std::string& path) {
+    k8s::testing::Curl curl(*server_);
+    k8s::testing::HttpResult r =
+        curl.Do("GET", path, "", "",
+                {"Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json"});
+    EXPECT_EQ(r.code, 200) << r.body;
+    Json t = r.json();
+    if (!t.is_object() || t.value("kind", "") != "Table") {
+      ADD_FAILURE() << "not a Table: " << r.body;
+      return nullptr;
+    }
+    std::ostringstream out;
+    for (const Json& c : t["columnDefinitions"]) out << c.value("name", "") << "\t";
+    out << "\n";
+    for (const Json& row : t["rows"]) {
+      for (const Json& cell : row["cells"]) {
+        out << (cell.is_null()     ? "<none>"
+                : cell.is_string() ? cell.get<std::string>()
+                                   : cell.dump())
+            << "\t";
+      }
+      out << "\n";
+    }
+    std::printf("$ kubectl get trainjobs\n%s", out.str().c_str());
+    return t;
   }
 
   void StopOperator() {
@@ -300,6 +333,24 @@ TEST_F(OperatorE2E, NodeLossIsQuarantinedAndTheStandbyTakesOver) {
   EXPECT_EQ(conds["Running"], "False");
   EXPECT_FALSE(Str(done, {"status", "lastCheckpoint", "step"}).empty()) << Describe("gpt");
   std::printf("%s", Describe("gpt").c_str());
+  // What `kubectl get trainjobs` prints: the CRD's printer columns, each filled.
+  const Json table = KubectlGetTable("/apis/bulwark.dev/v1alpha1/namespaces/default/trainjobs");
+  std::vector<std::string> columns;
+  for (const Json& c : table["columnDefinitions"]) columns.push_back(c.value("name", ""));
+  EXPECT_EQ(columns, (std::vector<std::string>{"Name", "Phase", "Nodes", "Step", "Restarts", "ETTR",
+                                               "Checkpoint", "Age"}));
+  ASSERT_EQ(table["rows"].size(), 1u) << table.dump();
+  const Json& cells = table["rows"][0]["cells"];
+  ASSERT_EQ(cells.size(), columns.size()) << table.dump();
+  EXPECT_EQ(cells[0], "gpt");
+  EXPECT_EQ(cells[1], "Succeeded");
+  EXPECT_EQ(cells[2], 2);
+  EXPECT_TRUE(cells[3].is_number_integer() && cells[3].get<int64_t>() >= 60) << cells.dump();
+  EXPECT_TRUE(cells[4].is_number_integer() && cells[4].get<int64_t>() >= 1) << cells.dump();
+  EXPECT_TRUE(cells[5].is_number() && cells[5].get<double>() > 0 && cells[5].get<double>() <= 1)
+      << cells.dump();
+  EXPECT_TRUE(cells[6].is_number_integer() && cells[6].get<int64_t>() > 0) << cells.dump();
+  EXPECT_TRUE(cells[7].is_string() && !cells[7].get<std::string>().empty()) << cells.dump();
 
   // No pod of the job remains, and every object Bulwark wrote is valid.
   ASSERT_TRUE(WaitFor([&] { return server_->List(k8s::Pods(), "default").empty(); }, 30))
@@ -323,6 +374,143 @@ TEST_F(OperatorE2E, NodeLossIsQuarantinedAndTheStandbyTakesOver) {
   EXPECT_TRUE(valid.ok()) << valid.ToString();
   StopOperator();
   EXPECT_TRUE(op_status_.ok()) << op_status_.ToString();
+}
+
+// Volcano's PodGroup CRD as far as the fake API server needs it (its schema is
+// Volcano's business: the fields are preserved, not checked).
+Json VolcanoPodGroupCrd() {
+  return k8s::testing::CrdJson("scheduling.volcano.sh", "podgroups", "PodGroup", "v1beta1",
+                               k8s::testing::OpenSpecStatusSchema(),
+                               {{"subresources", {{"status", Json::object()}}}});
+}
+
+// The test's stand-in for the Volcano scheduler (a test double at the edge: no
+// Volcano runs here). Each call: a PodGroup whose phase is not Running yet is
+// admitted all at once when minMember of its pods wait unbound (each bound to a free
+// Ready node, then the group's phase set to Running); afterwards its later pods (the
+// standby, replacements) are bound one by one. Returns "pod@node" for each binding.
+std::vector<std::string> PlayVolcano(k8s::testing::FakeApiServer& server) {
+  std::vector<std::string> bound;
+  std::set<std::string> busy;
+  std::vector<Json> pods = server.List(k8s::Pods(), "default");
+  for (const Json& p : pods) {
+    if (!Str(p, {"spec", "nodeName"}).empty()) busy.insert(Str(p, {"spec", "nodeName"}));
+  }
+  std::vector<std::string> free;
+  for (const Json& n : server.List(k8s::Nodes())) {
+    const std::string name = Str(n, {"metadata", "name"});
+    bool ready = false;
+    for (const Json& c : n["status"]["conditions"]) {
+      ready |= Str(c, {"type"}) == "Ready" && Str(c, {"status"}) == "True";
+    }
+    if (ready && busy.count(name) == 0 && Str(n, {"spec", "taints"}).empty()) {
+      free.push_back(name);
+    }
+  }
+  for (Json pg : server.List(k8s::PodGroups(), "default")) {
+    const std::string group = Str(pg, {"metadata", "name"});
+    std::vector<Json> waiting;
+    for (const Json& p : pods) {
+      if (Str(p, {"spec", "schedulerName"}) == "volcano" &&
+          Str(p, {"metadata", "annotations", "scheduling.k8s.io/group-name"}) == group &&
+          Str(p, {"spec", "nodeName"}).empty() &&
+          Str(p, {"metadata", "deletionTimestamp"}).empty()) {
+        waiting.push_back(p);
+      }
+    }
+    const bool running = Str(pg, {"status", "phase"}) == "Running";
+    const size_t min_member = pg["spec"].value("minMember", 1);
+    if (waiting.empty() ||
+        (!running && (waiting.size() < min_member || free.size() < min_member))) {
+      continue;
+    }
+    for (Json& p : waiting) {
+      if (free.empty()) break;
+      p["spec"]["nodeName"] = free.back();
+      if (server.Update(p).ok()) bound.push_back(Str(p, {"metadata", "name"}) + "@" + free.back());
+      free.pop_back();
+    }
+    if (!running) {
+      pg["status"] = {{"phase", "Running"}};
+      EXPECT_TRUE(server.UpdateStatus(pg).ok());
+    }
+  }
+  return bound;
+}
+
+// gang: volcano — the operator creates the PodGroup and the pods, unbound, for the
+// volcano scheduler, and does not place them itself; once "Volcano" binds them the
+// job runs, loses a node and finishes on the standby as with Bulwark's placement.
+TEST_F(OperatorE2E, VolcanoGangSchedulingIsDelegated) {
+  ASSERT_TRUE(server_->Create(VolcanoPodGroupCrd()).ok());
+  StartOperator();
+  Json tj = TrainJob("vc", 2, 200, "1");
+  tj["spec"]["scheduling"]["gang"] = "volcano";
+  tj["spec"]["scheduling"]["queue"] = "research";
+  ASSERT_TRUE(client_->Create(k8s::TrainJobs(), "default", tj).ok());
+
+  // The PodGroup and three unbound pods (two workers' worth and the standby): the
+  // operator waits for the scheduler it delegated to.
+  ASSERT_TRUE(WaitFor([&] { return server_->List(k8s::Pods(), "default").size() == 3; }, 30))
+      << Describe("vc");
+  auto pg = server_->Get(k8s::PodGroups(), "default", "vc");
+  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+  EXPECT_EQ((*pg)["spec"]["minMember"], 2);
+  EXPECT_EQ((*pg)["spec"]["queue"], "research");
+  EXPECT_EQ((*pg)["spec"]["minResources"]["nvidia.com/gpu"], "16");
+  for (const Json& p : server_->List(k8s::Pods(), "default")) {
+    EXPECT_EQ(Str(p, {"spec", "schedulerName"}), "volcano");
+    EXPECT_EQ(Str(p, {"spec", "nodeName"}), "") << "the operator must not bind: " << p.dump();
+  }
+
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::string> bindings;
+  std::thread volcano([&] {
+    while (!stop.load()) {
+      std::vector<std::string> b = PlayVolcano(*server_);
+      std::lock_guard<std::mutex> l(mu);
+      bindings.insert(bindings.end(), b.begin(), b.end());
+      PollReadable({}, 0.02);
+    }
+  });
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string s = Str(Get("vc"), {"status", "currentStep"});
+        return !s.empty() && std::stol(s) >= 40;
+      },
+      90))
+      << Describe("vc") << "\nkubelet:\n"
+      << ::testing::PrintToString(kubelet_->Summary());
+  std::string victim;
+  for (const Json& p : server_->List(k8s::Pods(), "default")) {
+    if (Str(p, {"metadata", "labels", "bulwark.dev/role"}) == "worker") {
+      victim = Str(p, {"spec", "nodeName"});
+      break;
+    }
+  }
+  ASSERT_FALSE(victim.empty()) << Describe("vc");
+  ASSERT_TRUE(kubelet_->SetNodeReady(victim, false).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string p = Str(Get("vc"), {"status", "phase"});
+        return p == "Succeeded" || p == "Failed";
+      },
+      180))
+      << Describe("vc");
+  stop.store(true);
+  volcano.join();
+  const Json done = Get("vc");
+  EXPECT_EQ(Str(done, {"status", "phase"}), "Succeeded") << Describe("vc");
+  EXPECT_GE(std::stoi(Str(done, {"status", "restarts"})), 1) << Describe("vc");
+  std::string admitted;
+  for (const Json& c : done["status"]["conditions"]) {
+    if (Str(c, {"type"}) == "Admitted") admitted = Str(c, {"status"}) + ": " + Str(c, {"message"});
+  }
+  EXPECT_EQ(admitted, "True: admitted (gang scheduling delegated)") << Describe("vc");
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_GE(bindings.size(), 3u) << ::testing::PrintToString(bindings);
+  std::printf("volcano bound: %s\n", ::testing::PrintToString(bindings).c_str());
 }
 
 TEST_F(OperatorE2E, NoReplacementRequeuesThenResumesFromTheCheckpoint) {

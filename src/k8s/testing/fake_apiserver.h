@@ -64,11 +64,19 @@
 //    Compact (history before now is forgotten: older watches and lists get 410).
 //  * Discovery (/api, /apis, /api/v1, /apis/<g>/<v>) and /version, so kubectl can
 //    talk to it.
+//  * Table output, as `kubectl get` asks for it (Accept negotiated in order;
+//    application/json;as=Table;v=v1|v1beta1;g=meta.k8s.io) on GET of an object or a
+//    list: a Name column, then a CRD version's additionalPrinterColumns (validated at
+//    CRD creation) with the apiextensions cell rules (null when missing or of the
+//    wrong type; dates as ages from `clock`), or Name and Age for built-in kinds and
+//    CRDs without columns; includeObject=Metadata|Object|None. Other Accept types
+//    are 406.
 //
 // Not reproduced (docs/kubernetes.md): scheduler, kubelet, controllers (nothing moves
 // a pod past Pending unless a test does), admission webhooks, RBAC enforcement
 // (any bearer token equal to `token` is cluster-admin), server-side apply, dryRun,
-// protobuf and YAML bodies, Table output, client certificates (not checked),
+// protobuf and YAML bodies, the built-in kinds' own printer columns (kubectl's
+// "Ready", "Status" ... for pods), Table watches (406), client certificates (not checked),
 // HTTP/2, persistence (in-memory), more than one process.
 //
 // Thread-safe: the server runs its own threads; every public method may be called

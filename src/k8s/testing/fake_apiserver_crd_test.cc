@@ -8,9 +8,6 @@
 namespace bulwark::k8s::testing {
 namespace {
 
-constexpr const char* kCrds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
-constexpr const char* kJobs = "/apis/bulwark.dev/v1alpha1/namespaces/default/trainjobs";
-
 Json TrainJobCrd() {
   Json spec_props = {
       {"nodes", {{"type", "integer"}, {"minimum", 1}, {"maximum", 1000}}},
@@ -32,19 +29,10 @@ Json TrainJobCrd() {
        {{"spec",
          {{"type", "object"}, {"required", {"nodes", "image"}}, {"properties", spec_props}}},
         {"status", {{"type", "object"}, {"properties", {{"phase", {{"type", "string"}}}}}}}}}};
-  return {{"apiVersion", "apiextensions.k8s.io/v1"},
-          {"kind", "CustomResourceDefinition"},
-          {"metadata", {{"name", "trainjobs.bulwark.dev"}}},
-          {"spec",
-           {{"group", "bulwark.dev"},
-            {"scope", "Namespaced"},
-            {"names", {{"plural", "trainjobs"}, {"kind", "TrainJob"}, {"shortNames", {"tj"}}}},
-            {"versions",
-             {{{"name", "v1alpha1"},
-               {"served", true},
-               {"storage", true},
-               {"subresources", {{"status", Json::object()}}},
-               {"schema", {{"openAPIV3Schema", schema}}}}}}}}};
+  Json crd = CrdJson("bulwark.dev", "trainjobs", "TrainJob", "v1alpha1", schema,
+                     {{"subresources", {{"status", Json::object()}}}});
+  crd["spec"]["names"]["shortNames"] = {"tj"};
+  return crd;
 }
 
 Json Job(const std::string& name, Json spec) {

@@ -103,6 +103,13 @@ std::string CheckLabelValue(const std::string& s);
 // What create does with the status a client sends.
 enum class CreateStatus { kKeep, kClear, kPodPending, kNamespaceActive };
 
+// One additionalPrinterColumns entry of a CRD version.
+struct PrinterColumn {
+  std::string name, type, format, description;
+  std::string json_path;  // ".status.phase", ".spec.items[0].name"
+  int priority = 0;
+};
+
 // A served resource type: its names, versions and behaviour.
 struct ResourceInfo {
   std::string group;  // "" = core
@@ -118,6 +125,8 @@ struct ResourceInfo {
   std::map<std::string, Json> schemas;    // custom: version -> openAPIV3Schema
   std::vector<std::string> field_labels;  // field-selector fields beyond metadata.*
   std::vector<std::string> short_names;
+  // custom: version -> the CRD's additionalPrinterColumns (Table output)
+  std::map<std::string, std::vector<PrinterColumn>> columns;
 
   std::string GroupResource() const;  // "pods", "trainjobs.bulwark.dev"
   std::string ApiVersion(const std::string& version) const;
@@ -175,6 +184,27 @@ enum class PatchKind { kMerge, kStrategic, kJson };
 // Applies `patch` (the request body) to `doc`. 400 for a malformed patch, 422 for a
 // JSON patch whose operation does not apply (a failed "test", a missing path).
 ApiOr<Json> ApplyPatch(const Json& doc, PatchKind kind, const std::string& patch);
+
+// ---- Table output (fake_apiserver_table.cc) -------------------------------------------
+
+enum class Rendering { kJson, kTable };
+// Content negotiation on an Accept header: the first media range the server can
+// produce, in the header's order. kTable for
+// "application/json;as=Table;v=v1;g=meta.k8s.io" (v1beta1 too), as kubectl get asks;
+// kJson for application/json without "as", application/*, */* or an empty header;
+// 406 naming the header when nothing matches.
+ApiOr<Rendering> NegotiateRendering(const std::string& accept);
+// A meta.k8s.io/v1 Table of `objects` (rendered at `version`): a Name column, then the
+// version's additionalPrinterColumns for custom resources (Age when it has none, and
+// for built-in kinds, whose own printers are not reproduced). Cells follow the
+// apiextensions table convertor: a missing field or a value of the wrong type is
+// null, a date is the age relative to now_unix ("5m", "3h12m", "2d"). Rows carry
+// PartialObjectMetadata (includeObject=Metadata, the default) or the whole object
+// (includeObject=Object) or none (None).
+Json ToTable(const ResourceInfo& r, const std::string& version, const std::vector<Json>& objects,
+             const Json& list_metadata, const std::string& include_object, double now_unix);
+// Kubernetes' HumanDuration: "45s", "2m5s", "17m", "3h12m", "2d5h", "400d", "3y20d".
+std::string HumanDuration(double seconds);
 
 // ---- CRD schema (fake_apiserver_schema.cc) -------------------------------------------
 

@@ -65,21 +65,9 @@ TEST(FakeApiServerLoadTest, ListsAndFansOutAtOperatorScale) {
                              {"metadata", {{"name", "team-" + std::to_string(n)}}}})
                     .ok());
   }
-  Json crd = {{"apiVersion", "apiextensions.k8s.io/v1"},
-              {"kind", "CustomResourceDefinition"},
-              {"metadata", {{"name", "trainjobs.bulwark.dev"}}},
-              {"spec",
-               {{"group", "bulwark.dev"},
-                {"scope", "Namespaced"},
-                {"names", {{"plural", "trainjobs"}, {"kind", "TrainJob"}}},
-                {"versions",
-                 {{{"name", "v1alpha1"},
-                   {"served", true},
-                   {"storage", true},
-                   {"subresources", {{"status", Json::object()}}},
-                   {"schema",
-                    {{"openAPIV3Schema",
-                      {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}}}}}}};
+  Json crd = CrdJson("bulwark.dev", "trainjobs", "TrainJob", "v1alpha1",
+                     {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}},
+                     {{"subresources", {{"status", Json::object()}}}});
   ASSERT_TRUE(server.Create(crd).ok());
   for (int j = 0; j < kJobs; ++j) {
     std::string ns = "team-" + std::to_string(j % kNamespaces);

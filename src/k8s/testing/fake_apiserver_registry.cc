@@ -224,7 +224,51 @@ ApiOr<ResourceInfo> ResourceFromCrd(const ResourceInfo& crd_resource, const Json
             "Unsupported value: " + Quote(StrField(*schema, "type")) +
                 ": supported values: \"object\"");
       }
+      std::vector<PrinterColumn> columns;
+      if (v.contains("additionalPrinterColumns")) {
+        const Json& cols = v["additionalPrinterColumns"];
+        if (!cols.is_array()) {
+          bad(path + ".additionalPrinterColumns", "Invalid value: must be a list");
+        } else {
+          for (size_t j = 0; j < cols.size(); ++j) {
+            std::string cpath = path + ".additionalPrinterColumns[" + std::to_string(j) + "]";
+            if (!cols[j].is_object()) {
+              bad(cpath, "Invalid value: must be an object");
+              continue;
+            }
+            PrinterColumn c;
+            c.name = StrField(cols[j], "name");
+            c.type = StrField(cols[j], "type");
+            c.format = StrField(cols[j], "format");
+            c.description = StrField(cols[j], "description");
+            c.json_path = StrField(cols[j], "jsonPath");
+            if (cols[j].contains("priority") && cols[j]["priority"].is_number_integer()) {
+              c.priority = cols[j]["priority"].get<int>();
+            }
+            if (c.name.empty()) bad(cpath + ".name", "Required value");
+            static const std::set<std::string> kTypes = {"boolean", "date", "integer", "number",
+                                                         "string"};
+            if (c.type.empty()) {
+              bad(cpath + ".type", "Required value");
+            } else if (kTypes.count(c.type) == 0) {
+              bad(cpath + ".type",
+                  "Unsupported value: " + Quote(c.type) +
+                      ": supported values: \"boolean\", \"date\", \"integer\", \"number\", "
+                      "\"string\"");
+            }
+            if (c.json_path.empty()) {
+              bad(cpath + ".jsonPath", "Required value");
+            } else if (c.json_path[0] != '.') {
+              bad(cpath + ".jsonPath",
+                  "Invalid value: " + Quote(c.json_path) + ": must be a simple json path");
+            }
+            if (c.priority < 0) bad(cpath + ".priority", "Invalid value: must be >= 0");
+            columns.push_back(std::move(c));
+          }
+        }
+      }
       if (!served) continue;
+      r.columns[vname] = std::move(columns);
       if (is_storage) {
         r.versions.insert(r.versions.begin(), vname);
       } else {

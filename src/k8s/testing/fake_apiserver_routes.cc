@@ -106,6 +106,12 @@ class FakeApiServer::Impl::Router {
   void Remove(const Resolved& res, const std::string& version, const std::string& ns,
               const std::string& name);
   std::optional<ApiError> WriteOptionsFromQuery(internal::WriteOptions* o) const;
+  Json TableOf(const internal::ResourceInfo& info, const std::string& version,
+               const std::vector<Json>& objects, const Json& list_metadata) const {
+    const Clock* clock = impl_.opts.clock ? impl_.opts.clock : SystemClock::Get();
+    return internal::ToTable(info, version, objects, list_metadata, Q("includeObject"),
+                             clock->NowWall());
+  }
   ApiOr<Json> Body() const;
 
   Impl& impl_;
@@ -115,6 +121,7 @@ class FakeApiServer::Impl::Router {
   std::map<std::string, std::string> q_;
   RequestRecord rec_;
   bool recorded_ = false;
+  internal::Rendering rendering_ = internal::Rendering::kJson;
 };
 
 void FakeApiServer::Impl::Router::Dispatch() {
@@ -129,12 +136,9 @@ void FakeApiServer::Impl::Router::Dispatch() {
   if (std::optional<ApiError> e = impl_.TakeFault(req_.method, req_.path, req_.query)) {
     return Fail(*e);
   }
-  std::string accept = req_.Header("accept");
-  if (!accept.empty() && accept.find("json") == std::string::npos &&
-      accept.find("*/*") == std::string::npos) {
-    return Fail(ApiError{406, "NotAcceptable",
-                         "only application/json responses are served (Accept: " + accept + ")"});
-  }
+  ApiOr<internal::Rendering> rendering = internal::NegotiateRendering(req_.Header("accept"));
+  if (!rendering.ok()) return Fail(rendering.error());
+  rendering_ = *rendering;
   std::vector<std::string> segs = Segments(req_.path);
   if (req_.path == "/healthz" || req_.path == "/livez" || req_.path == "/readyz") {
     return Reply(200, "ok", {}, "text/plain; charset=utf-8");
@@ -199,7 +203,13 @@ void FakeApiServer::Impl::Router::Resource(const std::string& group, const std::
   if (m == "GET" && name.empty()) return ListOrWatch(res, version, ns);
   if (m == "GET") {
     ApiOr<ObjPtr> o = store_.Get(*res.rs, ns, name);
-    return o.ok() ? Reply(200, Store::Render(info, version, **o)) : Fail(o.error());
+    if (!o.ok()) return Fail(o.error());
+    if (rendering_ != internal::Rendering::kTable) {
+      return Reply(200, Store::Render(info, version, **o));
+    }
+    Json obj = Store::RenderJson(info, version, **o);
+    Json md = {{"resourceVersion", obj["metadata"].value("resourceVersion", "")}};
+    return Reply(200, internal::Dump(TableOf(info, version, {obj}, md)));
   }
   if (m == "POST" || m == "PUT" || m == "PATCH") {
     if ((m == "POST") != name.empty()) return Fail(internal::ErrMethodNotAllowed());
@@ -226,6 +236,11 @@ void FakeApiServer::Impl::Router::ListOrWatch(const Resolved& res, const std::st
     return true;
   };
   if (rec_.watch) {
+    if (rendering_ == internal::Rendering::kTable) {
+      return Fail(ApiError{406, "NotAcceptable",
+                           "Table output of watches is not reproduced by this fake API server; "
+                           "accept application/json"});
+    }
     internal::WatchQuery wq;
     wq.ns = ns;
     wq.labels = *labels;
@@ -263,7 +278,11 @@ void FakeApiServer::Impl::Router::ListOrWatch(const Resolved& res, const std::st
   lq.resource_version = Q("resourceVersion");
   lq.resource_version_match = Q("resourceVersionMatch");
   ApiOr<std::string> list = store_.List(*res.rs, version, lq);
-  list.ok() ? Reply(200, *list) : Fail(list.error());
+  if (!list.ok()) return Fail(list.error());
+  if (rendering_ != internal::Rendering::kTable) return Reply(200, *list);
+  Json parsed = Json::parse(*list);
+  std::vector<Json> items(parsed["items"].begin(), parsed["items"].end());
+  Reply(200, internal::Dump(TableOf(*res.info, version, items, parsed["metadata"])));
 }
 
 void FakeApiServer::Impl::Router::Watch(const Resolved& res, const std::string& version,

@@ -205,6 +205,28 @@ Json PodJson(const std::string& ns, const std::string& name, const Json& labels,
 
 Resource PodsResource() { return {"", "v1", "pods", "Pod", true}; }
 Resource NodesResource() { return {"", "v1", "nodes", "Node", false}; }
+
+Json CrdJson(const std::string& group, const std::string& plural, const std::string& kind,
+             const std::string& version, const Json& schema, const Json& version_extra) {
+  Json v = {{"name", version},
+            {"served", true},
+            {"storage", true},
+            {"schema", {{"openAPIV3Schema", schema}}}};
+  for (const auto& [k, x] : version_extra.items()) v[k] = x;
+  return {{"apiVersion", "apiextensions.k8s.io/v1"},
+          {"kind", "CustomResourceDefinition"},
+          {"metadata", {{"name", plural + "." + group}}},
+          {"spec",
+           {{"group", group},
+            {"scope", "Namespaced"},
+            {"names", {{"plural", plural}, {"kind", kind}}},
+            {"versions", {v}}}}};
+}
+
+Json OpenSpecStatusSchema() {
+  Json open = {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}};
+  return {{"type", "object"}, {"properties", {{"spec", open}, {"status", open}}}};
+}
 Resource ConfigMapsResource() { return {"", "v1", "configmaps", "ConfigMap", true}; }
 
 }  // namespace bulwark::k8s::testing

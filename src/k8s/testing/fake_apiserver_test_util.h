@@ -19,6 +19,10 @@ namespace bulwark::k8s::testing {
 
 // The pods collection of the default namespace.
 inline constexpr const char* kPods = "/api/v1/namespaces/default/pods";
+// The CRD collection, and the TrainJobs of the default namespace (once a test has
+// created their CRD).
+inline constexpr const char* kCrds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+inline constexpr const char* kJobs = "/apis/bulwark.dev/v1alpha1/namespaces/default/trainjobs";
 
 struct HttpResult {
   CURLcode curl = CURLE_OK;
@@ -95,6 +99,14 @@ bool PollUntil(const std::function<bool()>& pred, double timeout_s);
 Json PodJson(const std::string& ns, const std::string& name, const Json& labels = Json::object(),
              const std::string& node = "");
 Resource PodsResource();
+// A CustomResourceDefinition "<plural>.<group>" with one served storage version
+// `version` whose openAPIV3Schema is `schema`; `version_extra`'s keys (subresources,
+// additionalPrinterColumns, ...) are added to that version.
+Json CrdJson(const std::string& group, const std::string& plural, const std::string& kind,
+             const std::string& version, const Json& schema,
+             const Json& version_extra = Json::object());
+// An object schema whose spec and status keep any fields.
+Json OpenSpecStatusSchema();
 Resource NodesResource();
 Resource ConfigMapsResource();
 
