@@ -123,7 +123,6 @@ void Informer::ApplyList(ListResult list) {
     rv_ = list.resource_version;
     ++stats_.lists;
   }
-  synced_.store(true);
   for (const Json& o : deleted) {
     if (handlers_.on_delete) handlers_.on_delete(o);
   }
@@ -133,6 +132,7 @@ void Informer::ApplyList(ListResult list) {
   for (const auto& [o, n] : updated) {
     if (handlers_.on_update) handlers_.on_update(o, n);
   }
+  synced_.store(true);  // after delivery: see Synced()
 }
 
 bool Informer::ApplyEvent(const WatchEvent& e) {

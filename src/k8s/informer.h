@@ -78,7 +78,9 @@ class Informer {
   void Start();  // starts the thread; idempotent
   void Stop();   // ends the thread within ~1 s (cancels the watch, joins)
 
-  // True once the first LIST has been applied (and stays true).
+  // True once the first LIST has been applied and its events delivered to the
+  // handlers (and stays true), as client-go's HasSynced: a consumer that waits for it
+  // has seen every object of the initial list, not a prefix of it.
   bool Synced() const;
   // Polls Synced() until true or the timeout; the wait is bounded.
   bool WaitForSync(double timeout_s) const;

@@ -2,6 +2,7 @@
 // compaction (410 -> relist), a server-ended watch and a bounded Stop(). Backoff
 // waits run on a FakeClock that the tests advance, so the moment the informer
 // reconnects is under the test's control.
+#include <condition_variable>
 #include <map>
 #include <mutex>
 
@@ -120,6 +121,38 @@ TEST_F(InformerContractTest, SyncsThenAppliesEventsInOrder) {
   EXPECT_EQ(inf->Stats().events, 3u);
   EXPECT_EQ(inf->Stats().lists, 1u);
   EXPECT_EQ(rec_.Total(), 5);
+}
+
+// Synced means the initial list's objects were delivered, not only listed: a
+// consumer that waits for it (the operator, before sizing the cluster) sees them all.
+TEST_F(InformerContractTest, SyncedOnlyAfterTheInitialListIsDelivered) {
+  for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(server_->Create(MakePod(n)).ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int delivered = 0;
+  InformerHandlers h;
+  h.on_add = [&](const Json&) {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait_for(l, std::chrono::seconds(30), [&] { return release; });  // held by the test
+    ++delivered;
+  };
+  InformerOptions o;
+  o.resource = Pods();
+  o.ns = "default";
+  Informer inf(client_.get(), o, h, &clock_);
+  inf.Start();
+  // The list is in the cache, but its first add is held: not synced yet.
+  ASSERT_TRUE(PollUntil([&] { return inf.Size() == 3u; }));
+  EXPECT_FALSE(inf.Synced());
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(inf.WaitForSync(10));
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(delivered, 3);
 }
 
 TEST_F(InformerContractTest, BookmarksAdvanceTheResourceVersion) {
