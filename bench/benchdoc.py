@@ -3,6 +3,7 @@ docs/benchmarks.md. A section is everything between its markers
 "<!-- BEGIN NAME ..." and "<!-- END NAME -->"; a missing section is appended.
 Figures are never edited by hand: each driver renders its whole section."""
 import datetime
+import json
 import os
 import platform
 
@@ -27,6 +28,21 @@ def update_docs(section, name, path=DOC):
     with open(path, "w") as f:
         f.write(new)
     print(f"bench: updated {path}")
+
+
+def load_results(directory):
+    """An earlier run's DIR/results.json (for --from-results)."""
+    with open(os.path.join(directory, "results.json")) as f:
+        return json.load(f)
+
+
+def save_results(res, directory):
+    """Writes DIR/results.json (DIR created if missing) and says where."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "results.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=2)
+    print(f"bench: results in {path}")
 
 
 def machine():

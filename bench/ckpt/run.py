@@ -216,8 +216,7 @@ def main():
     args.build = os.path.abspath(args.build)
 
     if args.from_results:
-        with open(os.path.join(args.from_results, "results.json")) as f:
-            res = json.load(f)
+        res = benchdoc.load_results(args.from_results)
     else:
         out = args.out or tempfile.mkdtemp(prefix="bw-ckpt-bench-")
         os.makedirs(out, exist_ok=True)

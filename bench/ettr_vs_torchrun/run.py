@@ -152,8 +152,7 @@ def main():
                     help="render an earlier run's DIR/results.json instead of running")
     args = ap.parse_args()
     if args.from_results:
-        with open(os.path.join(args.from_results, "results.json")) as f:
-            res = json.load(f)
+        res = benchdoc.load_results(args.from_results)
         section = render(res)
         print(section)
         if args.update_docs:
@@ -174,8 +173,7 @@ def main():
         for line in f:
             if line.startswith("[node-0/0]") and "done: steps=" in line:
                 res["bulwark_final_loss"] = float(line.rsplit("final_loss=", 1)[1].split()[0])
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(res, f, indent=2)
+    benchdoc.save_results(res, out)
     section = render(res)
     print(section)
     if args.update_docs:

@@ -91,8 +91,7 @@ def main():
     ap.add_argument("--from-results", default=None)
     args = ap.parse_args()
     if args.from_results:
-        with open(os.path.join(args.from_results, "results.json")) as f:
-            res = json.load(f)
+        res = benchdoc.load_results(args.from_results)
     else:
         bench = os.path.join(args.build, "bin", "operator_bench")
         bulwark = os.path.join(args.build, "bin", "bulwark")
@@ -104,11 +103,7 @@ def main():
                                    args.jobs)
         res["operator"] = run_mode(bench, bulwark, "operator", args.steady_s, args.nodes,
                                    args.jobs)
-        out = args.out or tempfile.mkdtemp(prefix="bw-operator-bench-")
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "results.json"), "w") as f:
-            json.dump(res, f, indent=2)
-        print(f"bench: results in {out}/results.json")
+        benchdoc.save_results(res, args.out or tempfile.mkdtemp(prefix="bw-operator-bench-"))
     section = render(res)
     print(section)
     if args.update_docs:

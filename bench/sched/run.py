@@ -119,8 +119,7 @@ def main():
     args = ap.parse_args()
 
     if args.from_results:
-        with open(os.path.join(args.from_results, "results.json")) as f:
-            res = json.load(f)
+        res = benchdoc.load_results(args.from_results)
     else:
         out = args.out or tempfile.mkdtemp(prefix="bench-sched-")
         os.makedirs(out, exist_ok=True)
@@ -139,9 +138,7 @@ def main():
             f.write(p.stdout)
         res = {"machine": m, "sched_bench": b, "figures": figures(b),
                "command": "bench/sched/run.py " + " ".join(sys.argv[1:])}
-        with open(os.path.join(out, "results.json"), "w") as f:
-            json.dump(res, f, indent=2)
-        print(f"bench: results in {out}")
+        benchdoc.save_results(res, out)
     section = render(res)
     print(section)
     if args.update_docs:

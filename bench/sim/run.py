@@ -292,8 +292,7 @@ def main():
     ap.add_argument("--from-results", default=None, help="re-render DIR/results.json")
     args = ap.parse_args()
     if args.from_results:
-        with open(os.path.join(args.from_results, "results.json")) as f:
-            res = json.load(f)
+        res = benchdoc.load_results(args.from_results)
     else:
         sim_bench = os.path.join(args.build, "bin", "sim_bench")
         if not os.access(sim_bench, os.X_OK):
@@ -305,11 +304,7 @@ def main():
         res["timing"] = timing(sim_bench, args.reps)
         res["validation"] = validate.run_all(sim_bench, args.seeds)
         res["projection"] = projection(sim_bench, measured, args.seeds)
-        out = args.out or tempfile.mkdtemp(prefix="bw-sim-bench-")
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "results.json"), "w") as f:
-            json.dump(res, f, indent=2)
-        print(f"bench: results in {out}/results.json")
+        benchdoc.save_results(res, args.out or tempfile.mkdtemp(prefix="bw-sim-bench-"))
     section = render(res)
     print(section)
     if args.update_docs:

@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/curl_util.h"
 #include "k8s/internal.h"
 
 namespace bulwark::k8s {
@@ -212,6 +213,7 @@ Status Client::Impl::Perform(const ClientConfig& cfg, const HttpRequest& req, Ht
 
 Result<std::unique_ptr<Client>> Client::Create(ClientConfig cfg) {
   BW_RETURN_IF_ERROR(CheckConfig(&cfg));
+  BW_RETURN_IF_ERROR(curl::GlobalInit());
   auto impl = std::make_unique<Impl>(cfg);
   impl->clock = cfg.clock != nullptr ? cfg.clock : SystemClock::Get();
   impl->token = cfg.token;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/curl_util.h"
 #include "k8s/internal.h"
 
 namespace bulwark::k8s::internal {
@@ -26,8 +27,6 @@ constexpr size_t kMaxPooled = 16;
 constexpr size_t kMaxErrorBody = 64 << 10;
 constexpr size_t kMaxBody = size_t{1} << 30;
 constexpr long kPollMs = 50;
-
-std::once_flag g_curl_once;
 
 // How a failed transfer failed: never reached the server (safe to repeat anything),
 // failed in flight (repeat reads only), or will fail the same way again.
@@ -91,15 +90,6 @@ int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return t->req->cancel != nullptr && t->req->cancel->load() ? 1 : 0;
 }
 
-struct Slist {
-  curl_slist* list = nullptr;
-  ~Slist() { curl_slist_free_all(list); }
-  void Add(const std::string& h) {
-    curl_slist* n = curl_slist_append(list, h.c_str());
-    if (n != nullptr) list = n;
-  }
-};
-
 void SetBlob(CURL* h, CURLoption opt, const std::string& pem) {
   curl_blob blob{const_cast<char*>(pem.data()), pem.size(), CURL_BLOB_COPY};
   curl_easy_setopt(h, opt, &blob);
@@ -116,9 +106,7 @@ struct Transport::Conn {
   }
 };
 
-Transport::Transport(const ClientConfig& cfg) : cfg_(cfg) {
-  std::call_once(g_curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
+Transport::Transport(const ClientConfig& cfg) : cfg_(cfg) {}
 
 Transport::~Transport() = default;
 
@@ -158,23 +146,14 @@ HttpResult Transport::Do(const HttpRequest& req, const std::string& token) {
   t.res = &res;
   t.last_byte = SystemClock::Get()->NowMono();
 
-  Slist hdrs;
+  curl::HeaderList hdrs;
   hdrs.Add("Accept: application/json");
   if (!token.empty()) hdrs.Add("Authorization: Bearer " + token);
   if (!req.content_type.empty()) hdrs.Add("Content-Type: " + req.content_type);
   hdrs.Add("Expect:");
   const std::string url = cfg_.server + req.path + (req.query.empty() ? "" : "?" + req.query);
   char errbuf[CURL_ERROR_SIZE];
-  errbuf[0] = '\0';
-
-  curl_easy_reset(h);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  curl::ResetWithBaseOptions(h, url, errbuf);
   curl_easy_setopt(h, CURLOPT_USERAGENT, cfg_.user_agent.c_str());
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                    std::max(1L, std::lround(cfg_.connect_timeout_s * 1000)));

@@ -28,6 +28,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/curl_util.h"
 #include "objstore/sigv4.h"
 
 namespace bulwark::objstore {
@@ -42,17 +43,6 @@ constexpr uint64_t kMaxParts = 10000;
 constexpr size_t kMaxKeyBytes = 1024;
 constexpr size_t kMaxErrorBody = 64 << 10;
 constexpr size_t kMaxPooledHandles = 16;
-
-std::once_flag g_curl_once;
-CURLcode g_curl_init = CURLE_FAILED_INIT;
-
-Status EnsureCurlInit() {
-  std::call_once(g_curl_once, [] { g_curl_init = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  if (g_curl_init != CURLE_OK) {
-    return Internal(std::string("curl_global_init: ") + curl_easy_strerror(g_curl_init));
-  }
-  return Status::Ok();
-}
 
 std::string Trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -367,15 +357,6 @@ int OnSeek(void* user, curl_off_t offset, int origin) {
   return CURL_SEEKFUNC_OK;
 }
 
-struct CurlSlist {
-  curl_slist* list = nullptr;
-  ~CurlSlist() { curl_slist_free_all(list); }
-  void Add(const std::string& h) {
-    curl_slist* n = curl_slist_append(list, h.c_str());
-    if (n) list = n;
-  }
-};
-
 struct Endpoint {
   std::string scheme;    // "http" or "https"
   std::string hostport;  // "127.0.0.1:4568"
@@ -567,7 +548,7 @@ struct S3Client::Impl {
     for (const auto& hv : req.headers) sr.headers.push_back(hv);
     SigV4Signature sig = SignV4(sr, {cfg.access_key, cfg.secret_key}, cfg.region, "s3", amz_date);
 
-    CurlSlist hdrs;
+    curl::HeaderList hdrs;
     for (const auto& [k, v] : sr.headers) hdrs.Add(k + ": " + v);
     hdrs.Add("Authorization: " + sig.authorization);
     hdrs.Add("Expect:");  // no 100-continue round trip
@@ -575,15 +556,7 @@ struct S3Client::Impl {
     for (const auto& hv : req.headers) has_content_type |= AsciiLower(hv.first) == "content-type";
     if (!has_content_type) hdrs.Add("Content-Type:");  // no curl default for POST
 
-    curl_easy_reset(h);
-    errbuf[0] = '\0';
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl::ResetWithBaseOptions(h, url, errbuf);
     const long timeout_ms = std::max(1L, static_cast<long>(cfg.timeout_s * 1000));
     const long connect_ms =
         std::max(1L, static_cast<long>(std::min(cfg.connect_timeout_s, cfg.timeout_s) * 1000));
@@ -858,7 +831,7 @@ S3Client::S3Client(S3Config cfg, std::unique_ptr<Impl> impl)
 S3Client::~S3Client() = default;
 
 Result<std::unique_ptr<S3Client>> S3Client::Create(S3Config cfg) {
-  BW_RETURN_IF_ERROR(EnsureCurlInit());
+  BW_RETURN_IF_ERROR(curl::GlobalInit());
   BW_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(cfg.endpoint));
   if (cfg.bucket.empty()) return InvalidArgument("S3Config.bucket is empty");
   if (!ValidBucketName(cfg.bucket)) {
