@@ -88,7 +88,8 @@ class Operator::Impl {
   void CleanupPods(const std::string& key, const std::string& keep_run);
   void Cycle();
   Status StartRunner(const std::string& key, const trainjob::TrainJob& tj, bool delegated);
-  void CancelRunner(const std::string& key, bool requeue, const std::string& why);
+  // Stops the job's runner; `requeue` sends it back to Pending. Callers post the Event.
+  void CancelRunner(const std::string& key, bool requeue);
   void PollRunners();
   void FinishRunner(const std::string& key, JobState& j);
   Observed ObserveRunner(const std::string& key, JobState& j) const;
@@ -362,10 +363,10 @@ void Operator::Impl::ActOnFailure(const NodeFailure& f, const std::string& why) 
                    " failed: " + why + "; quarantined");
   PostJobEvent(f.job, f.action == sched::FailureAction::kRequeue ? "Warning" : "Normal", reason,
                f.reason);
-  if (f.action == sched::FailureAction::kRequeue) CancelRunner(f.job, true, f.reason);
+  if (f.action == sched::FailureAction::kRequeue) CancelRunner(f.job, true);
   for (const std::string& v : f.preempted) {
     PostJobEvent(v, "Warning", "Preempted", "preempted for job " + f.job + ": " + f.reason);
-    CancelRunner(v, true, "preempted for job " + f.job);
+    CancelRunner(v, true);
   }
   sched_dirty_ = true;
 }
@@ -437,7 +438,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
       // Suspended while running: stop it; once stopped it waits as Suspended.
       (void)placement_.Finish(key, Now());
       PostJobEvent(key, "Normal", "Suspended", "spec.suspend set: stopping the job");
-      CancelRunner(key, /*requeue=*/true, "suspended");
+      CancelRunner(key, /*requeue=*/true);
       return;
     }
     ReportPodTrouble(key, j);
@@ -518,7 +519,7 @@ void Operator::Impl::Cycle() {
   }
   for (const sched::Preemption& p : c.preempted) {
     PostJobEvent(p.victim, "Warning", "Preempted", p.reason);
-    CancelRunner(p.victim, true, p.reason);
+    CancelRunner(p.victim, true);
   }
   for (const auto& [key, nodes] : c.admitted) {
     const std::optional<Json> obj = jobs_->Get(key);
@@ -585,13 +586,12 @@ Status Operator::Impl::StartRunner(const std::string& key, const trainjob::Train
   return Status::Ok();
 }
 
-void Operator::Impl::CancelRunner(const std::string& key, bool requeue, const std::string& why) {
+void Operator::Impl::CancelRunner(const std::string& key, bool requeue) {
   auto it = state_.find(key);
   if (it == state_.end() || !it->second.runner) return;
   it->second.requeued = requeue;
   it->second.pending_reason.clear();
   it->second.runner->Cancel();
-  (void)why;
 }
 
 // ---------------------------------------------------------------------------------
@@ -759,7 +759,6 @@ void Operator::Impl::FinishRunner(const std::string& key, JobState& j) {
   Observed o = ObserveRunner(key, j);
   j.restarts_before += s.restarts;
   auto result = j.runner->result();
-  const std::string run = j.runner->run_id();
   j.runner.reset();
   if (j.deleting) {
     CleanupPods(key, "");
@@ -793,7 +792,6 @@ void Operator::Impl::FinishRunner(const std::string& key, JobState& j) {
   j.finished = true;
   CleanupPods(key, "");
   sched_dirty_ = true;
-  (void)run;
 }
 
 // ---------------------------------------------------------------------------------

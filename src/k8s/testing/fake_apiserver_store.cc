@@ -373,7 +373,7 @@ void Store::CommitLocked(ResourceStore& rs, ChangeType type, ObjPtr obj, ObjPtr 
     notes_.emplace_back(ChangeName(type), std::move(rendered));
     note_cv_.notify_all();
   }
-  if (&rs == crds_.get() && type != ChangeType::kDeleted) OnCrdCommittedLocked(type, obj);
+  if (&rs == crds_.get() && type != ChangeType::kDeleted) OnCrdCommittedLocked(obj);
 }
 
 void Store::FanOutLocked(ResourceStore& rs, const Change& c) {

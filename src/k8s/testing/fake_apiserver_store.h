@@ -220,7 +220,7 @@ class Store {
   void FinishNamespaceLocked(const std::string& ns);
   ObjPtr ModifyLocked(ResourceStore& rs, Json next, const ObjPtr& cur);
   void RegisterLocked(ResourceInfo info);
-  void OnCrdCommittedLocked(ChangeType type, const ObjPtr& crd);
+  void OnCrdCommittedLocked(const ObjPtr& crd);
   void RemoveCustomResourceLocked(const Json& crd);
   std::map<std::string, ObjPtr> SnapshotLocked(const ResourceStore& rs, uint64_t at,
                                                const std::string& from,

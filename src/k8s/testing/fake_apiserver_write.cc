@@ -219,7 +219,7 @@ ApiOr<ObjPtr> Store::CreateLocked(ResourceStore& rs, const std::string& version,
   if (rs.objects.count(key)) return ErrAlreadyExists(r, name);
 
   meta["uid"] = NewUid();
-  meta["creationTimestamp"] = Rfc3339(clock_->NowWall());
+  meta["creationTimestamp"] = FormatRfc3339(clock_->NowWall());
   meta["generation"] = 1;
   meta.erase("deletionTimestamp");
   meta.erase("deletionGracePeriodSeconds");
@@ -242,7 +242,7 @@ ApiOr<ObjPtr> Store::CreateLocked(ResourceStore& rs, const std::string& version,
           {Cause("FieldValueInvalid", "spec.names.plural",
                  "Invalid value: " + Quote(def->plural) + ": conflicts with a built-in resource")});
     }
-    std::string now = Rfc3339(clock_->NowWall());
+    std::string now = FormatRfc3339(clock_->NowWall());
     Json names = body["spec"]["names"];
     names["singular"] = def->singular;
     names["listKind"] = def->list_kind;
@@ -429,7 +429,7 @@ ApiOr<DeleteOutcome> Store::DeleteLocked(ResourceStore& rs, const std::string& k
   if (is_ns || !Finalizers(meta).empty()) {
     if (!meta.contains("deletionTimestamp")) {
       Json next = cur->obj;
-      next["metadata"]["deletionTimestamp"] = Rfc3339(clock_->NowWall());
+      next["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_->NowWall());
       next["metadata"]["deletionGracePeriodSeconds"] = 0;
       if (is_ns) {
         next["status"]["phase"] = "Terminating";
@@ -539,8 +539,7 @@ void Store::RegisterLocked(ResourceInfo info) {
   by_gr_[gr] = std::move(rs);
 }
 
-void Store::OnCrdCommittedLocked(ChangeType type, const ObjPtr& crd) {
-  (void)type;
+void Store::OnCrdCommittedLocked(const ObjPtr& crd) {
   ApiOr<ResourceInfo> def = ResourceFromCrd(*crds_->info, crd->obj);
   if (def.ok()) RegisterLocked(std::move(*def));
 }
