@@ -2,7 +2,18 @@
 
 #include <time.h>
 
+#include <cmath>
+
 namespace bulwark {
+
+std::string FormatRfc3339(double unix_seconds) {
+  const time_t t = static_cast<time_t>(std::floor(unix_seconds));
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 SystemClock* SystemClock::Get() {
   static SystemClock* c = new SystemClock();

@@ -8,8 +8,13 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
 
 namespace bulwark {
+
+// RFC 3339 UTC time to the second (fraction dropped): "2026-11-24T22:33:01Z", the
+// form Kubernetes writes in metadata and conditions.
+std::string FormatRfc3339(double unix_seconds);
 
 class Clock {
  public:

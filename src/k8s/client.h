@@ -223,8 +223,6 @@ std::string ResourceVersion(const Json& obj);  // metadata.resourceVersion or ""
 std::string Uid(const Json& obj);
 // "ns/name", or "name" for cluster-scoped objects (the informer's cache key).
 std::string KeyOf(const Json& obj);
-// RFC 3339 UTC with seconds ("2026-11-24T22:33:01Z"), as the API writes times.
-std::string Rfc3339(double unix_seconds);
 // Parses RFC 3339 / RFC 3339 with fractional seconds; kInvalidArgument otherwise.
 Result<double> ParseRfc3339(const std::string& s);
 

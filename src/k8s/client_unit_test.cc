@@ -10,6 +10,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/net.h"
 #include "k8s/internal.h"
 
@@ -84,8 +85,8 @@ TEST(ErrorMappingTest, RetryAfter) {
 }
 
 TEST(TimeTest, Rfc3339RoundTripsAndParsesVariants) {
-  EXPECT_EQ(Rfc3339(0), "1970-01-01T00:00:00Z");
-  EXPECT_EQ(Rfc3339(1795559581.9), "2026-11-24T22:33:01Z");
+  EXPECT_EQ(FormatRfc3339(0), "1970-01-01T00:00:00Z");
+  EXPECT_EQ(FormatRfc3339(1795559581.9), "2026-11-24T22:33:01Z");
   EXPECT_EQ(internal::Rfc3339Micro(1795559581.25), "2026-11-24T22:33:01.250000Z");
   EXPECT_EQ(internal::Rfc3339Micro(1795559581.9999999), "2026-11-24T22:33:02.000000Z");
   auto t = ParseRfc3339("2026-11-24T22:33:01Z");
@@ -104,7 +105,7 @@ TEST(TimeTest, Rfc3339RoundTripsAndParsesVariants) {
   ASSERT_TRUE(t.ok());
   EXPECT_DOUBLE_EQ(*t, 1709164800);
   for (double v : {0.0, 1e9, 1795559581.0, 4102444800.0}) {
-    auto back = ParseRfc3339(Rfc3339(v));
+    auto back = ParseRfc3339(FormatRfc3339(v));
     ASSERT_TRUE(back.ok());
     EXPECT_DOUBLE_EQ(*back, v);
   }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "common/clock.h"
 #include "k8s/internal.h"
 
 namespace bulwark::k8s {
@@ -24,16 +25,6 @@ int DaysInMonth(int y, int m) {
   static const int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
   bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
   return m == 2 && leap ? 29 : kDays[m - 1];
-}
-
-std::string FormatUtc(int64_t secs, const char* suffix) {
-  time_t t = static_cast<time_t>(secs);
-  tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d%s", tm.tm_year + 1900, tm.tm_mon + 1,
-           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, suffix);
-  return buf;
 }
 
 std::string MetaField(const Json& obj, const char* field) {
@@ -118,10 +109,6 @@ std::string KeyOf(const Json& obj) {
   return ns.empty() ? Name(obj) : ns + "/" + Name(obj);
 }
 
-std::string Rfc3339(double unix_seconds) {
-  return FormatUtc(static_cast<int64_t>(std::floor(unix_seconds)), "Z");
-}
-
 Result<double> ParseRfc3339(const std::string& s) {
   auto bad = [&s](const std::string& why) {
     return InvalidArgument("time '" + s + "' is not RFC 3339 (" + why +
@@ -196,7 +183,9 @@ std::string Rfc3339Micro(double unix_seconds) {
   }
   char frac[32];
   snprintf(frac, sizeof(frac), ".%06lldZ", static_cast<long long>(micros));
-  return FormatUtc(secs, frac);
+  std::string out = FormatRfc3339(static_cast<double>(secs));
+  out.pop_back();  // the 'Z'
+  return out + frac;
 }
 
 std::optional<std::string> Base64Decode(std::string_view s) {

@@ -2,12 +2,13 @@
 
 #include <cmath>
 
+#include "common/clock.h"
 #include "trainjob/render.h"
 
 namespace bulwark::op {
 namespace {
 
-std::string Time(double t) { return trainjob::Rfc3339Seconds(t); }
+std::string Time(double t) { return FormatRfc3339(t); }
 
 struct Cond {
   const char* type;

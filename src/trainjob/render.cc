@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "common/clock.h"
+
 namespace bulwark::trainjob {
 namespace {
 
@@ -87,15 +89,6 @@ Json Resources(const PodOptions& p) {
 }
 
 }  // namespace
-
-std::string Rfc3339Seconds(double epoch_seconds) {
-  const std::time_t t = static_cast<std::time_t>(std::floor(epoch_seconds));
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
                const std::string& node_name, const RenderOptions& o) {
@@ -214,7 +207,7 @@ Json RenderEvent(const Json& obj, const std::string& type, const std::string& re
   char suffix[24];
   std::snprintf(suffix, sizeof(suffix), "%016llx",
                 static_cast<unsigned long long>(Fnv1a(reason + "\n" + message, ns_now)));
-  const std::string ts = Rfc3339Seconds(now);
+  const std::string ts = FormatRfc3339(now);
   return {
       {"apiVersion", "v1"},
       {"kind", "Event"},

@@ -39,7 +39,7 @@ Json TrainJobCrd();
 
 struct RenderOptions {
   std::string controller_addr = "OPERATOR_POD_IP:PORT";  // HOST:PORT; the operator sets it per job
-  std::string agent_path = "/usr/local/bin/bulwark-agent";                   // inside the image
+  std::string agent_path = "/usr/local/bin/bulwark-agent";  // inside the image
   double heartbeat_interval_s = 0;  // 0 = the job's faultPolicy.heartbeat.intervalSeconds
   std::string python_dir;           // agent --python-dir; "" = the agent's built-in default
   std::string lib_path;             // agent --lib; "" = the agent's built-in default
@@ -89,8 +89,5 @@ Json RenderQuarantineTaint(const std::string& reason);
 // scheduler.
 std::vector<Json> RenderJobObjects(const TrainJob& t, const std::vector<std::string>& node_names,
                                    const RenderOptions& o);
-
-// RFC 3339 in UTC with seconds, "2025-01-02T03:04:05Z".
-std::string Rfc3339Seconds(double epoch_seconds);
 
 }  // namespace bulwark::trainjob

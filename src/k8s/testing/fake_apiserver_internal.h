@@ -78,7 +78,6 @@ bool BoolField(const Json& j, const char* key, bool def);
 // Serialises with invalid UTF-8 replaced (names from URLs may hold any bytes).
 std::string Dump(const Json& j);
 
-std::string Rfc3339(double unix_seconds);  // "2026-01-02T03:04:05Z"
 std::string NewUid();                      // random UUID v4
 std::string RandomNameSuffix();            // 5 chars, as generateName uses
 // url_safe: the URL alphabet without padding (continue tokens); else standard with '='.

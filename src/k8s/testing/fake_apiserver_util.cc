@@ -181,15 +181,6 @@ ApiError ErrInjected(int http_status, double retry_after_s) {
   return e;
 }
 
-std::string Rfc3339(double unix_seconds) {
-  time_t t = static_cast<time_t>(std::floor(unix_seconds));
-  struct tm tm {};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string NewUid() {
   uint64_t a = Rng()(), b = Rng()();
   a = (a & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;  // version 4

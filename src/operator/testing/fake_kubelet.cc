@@ -21,14 +21,7 @@ std::string Key(const Json& pod) {
   return Str(pod["metadata"], "namespace") + "/" + Str(pod["metadata"], "name");
 }
 
-std::string Now3339() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string Now3339() { return FormatRfc3339(SystemClock::Get()->NowWall()); }
 
 // $(VAR) expansion as the kubelet does for command and args ($$ escapes a '$').
 std::string Expand(const std::string& s, const std::map<std::string, std::string>& env) {
