@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes control plane that the operator's tests run against —
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (Kubernetes
+# v1.36.x), etcd (v3.6.x) and KWOK — from the Go module proxy into a versioned cache
+# outside the repository, once per machine. Test infrastructure only: nothing here is
+# linked into or shipped with Bulwark.
+#
+#   scripts/k8s-control-plane.sh [--kwok]          build what is missing, print the bin dir
+#   scripts/k8s-control-plane.sh --print [--kwok]  print the bin dir, build nothing (exit 1
+#                                                   when the cache is incomplete)
+#
+# KWOK (5,000 simulated nodes for bench/operator) is built only with --kwok: the test
+# suite does not need it. A fresh build takes about 10 minutes on 2 cores (KWOK 3 more).
+#
+# Cache: ${BULWARK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bulwark/k8s}/<versions>/bin.
+# A finished component leaves a stamp file, so an interrupted build resumes where it
+# stopped and a complete cache costs nothing.
+#
+# Kubernetes' own go.mod replaces its staging modules (k8s.io/api, k8s.io/client-go,
+# ...) with paths inside its repository, so `go install k8s.io/kubernetes/cmd/...@v`
+# is refused. A wrapper module requires k8s.io/kubernetes at the tag and pins every
+# staging module to the matching published v0.X.Y; the list is read from that tag's
+# own go.mod. etcd's binary is a one-line main around etcdmain (the root module of etcd
+# has the same replace problem).
+set -euo pipefail
+K8S_VERSION="${BULWARK_K8S_VERSION:-v1.36.3}"
+ETCD_VERSION="${BULWARK_ETCD_VERSION:-v3.6.16}"
+KWOK_VERSION="${BULWARK_KWOK_VERSION:-v0.8.0}"
+STAGING_VERSION="v0.${K8S_VERSION#v1.}"
+CACHE_ROOT="${BULWARK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bulwark/k8s}"
+DIR="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
+BIN="$DIR/bin"
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+PRINT=0
+for arg in "$@"; do
+  case "$arg" in
+    --print) PRINT=1 ;;
+    --kwok) COMPONENTS+=(kwok) ;;
+    *) echo "k8s-control-plane: unknown argument '$arg' (use --print and/or --kwok)" >&2; exit 2 ;;
+  esac
+done
+
+complete() {
+  local c
+  for c in "${COMPONENTS[@]}"; do [ -f "$BIN/.$c.done" ] || return 1; done
+}
+if [ "$PRINT" = 1 ]; then
+  complete && { echo "$BIN"; exit 0; }
+  echo "k8s-control-plane: cache $BIN is incomplete; run scripts/k8s-control-plane.sh" >&2
+  exit 1
+fi
+if complete; then echo "$BIN"; exit 0; fi
+
+command -v go >/dev/null 2>&1 || {
+  echo "k8s-control-plane: 'go' is not on PATH (Go 1.26+ is needed to build the test control plane)" >&2
+  exit 1
+}
+mkdir -p "$BIN" "$DIR/src"
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false -trimpath"
+export CGO_ENABLED=0
+log() { echo "k8s-control-plane: $*" >&2; }
+timed() {  # timed NAME CMD...: runs CMD, logs its duration, stamps NAME done
+  local name="$1" start=$SECONDS; shift
+  "$@"
+  touch "$BIN/.$name.done"
+  log "$name built in $((SECONDS - start)) s"
+}
+
+build_kubernetes() {
+  local w="$DIR/src/kubernetes" mod staging
+  mkdir -p "$w"
+  mod="$(curl -fsS "${GOPROXY_URL:-https://proxy.golang.org}/k8s.io/kubernetes/@v/$K8S_VERSION.mod")" || {
+    log "could not read k8s.io/kubernetes@$K8S_VERSION's go.mod from the module proxy"; return 1; }
+  # Staging modules: the k8s.io/* requirements at v0.0.0 that the replace block maps
+  # to ./staging/src/....
+  staging="$(printf '%s\n' "$mod" | awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' | sort -u)"
+  {
+    echo "module bulwark.dev/testinfra/kubernetes"
+    echo
+    echo "go 1.26.0"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    for m in $staging; do echo "	$m => $m $STAGING_VERSION"; done
+    echo ")"
+  } >"$w/go.mod"
+  cat >"$w/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  (cd "$w" && go mod tidy >/dev/null)
+  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  local ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  local c
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    [ -f "$BIN/.$c.done" ] && continue
+    timed "$c" bash -c "cd '$w' && go build -ldflags '$ld' -o '$BIN/$c' k8s.io/kubernetes/cmd/$c"
+  done
+}
+
+build_etcd() {
+  local w="$DIR/src/etcd"
+  mkdir -p "$w"
+  cat >"$w/go.mod" <<GO
+module bulwark.dev/testinfra/etcd
+
+go 1.26.0
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+GO
+  cat >"$w/main.go" <<'GO'
+// Command etcd is etcd's server, built from go.etcd.io/etcd/server/v3 (etcd's root
+// module, whose main.go is this call, replaces its submodules with local paths).
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$w" && go mod tidy >/dev/null)
+  timed etcd bash -c "cd '$w' && go build -ldflags '-s -w' -o '$BIN/etcd' ."
+}
+
+build_kwok() {
+  timed kwok bash -c "GOBIN='$BIN' go install -ldflags '-s -w' sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+}
+
+start=$SECONDS
+[ -f "$BIN/.etcd.done" ] || build_etcd
+build_kubernetes
+if [[ " ${COMPONENTS[*]} " == *" kwok "* ]] && [ ! -f "$BIN/.kwok.done" ]; then build_kwok; fi
+log "control plane ready in $BIN ($((SECONDS - start)) s)"
+echo "$BIN"
