@@ -31,6 +31,14 @@ void IntBounds(const FieldDef& d, Json* s) {
 Json ObjectSchema(std::span<const FieldDef> fields, const std::string& description,
                   std::span<const CelRule> rules);
 
+// An integer or a string. A structural schema's anyOf may hold nothing but these two
+// types, so the caller's constraints sit beside it, where JSON Schema applies each to
+// its own type: minimum/maximum to the integer, pattern to the string.
+Json IntOrString() {
+  return {{"x-kubernetes-int-or-string", true},
+          {"anyOf", {{{"type", "integer"}}, {{"type", "string"}}}}};
+}
+
 Json FieldSchema(const FieldDef& d) {
   Json s;
   switch (d.type) {
@@ -51,19 +59,16 @@ Json FieldSchema(const FieldDef& d) {
     case FieldType::kBool:
       s = {{"type", "boolean"}};
       break;
-    case FieldType::kIntOrAuto: {
-      Json i = {{"type", "integer"}};
-      IntBounds(d, &i);
-      i.erase("format");
-      s = {{"x-kubernetes-int-or-string", true},
-           {"anyOf", {i, {{"type", "string"}, {"enum", {"auto"}}}}}};
+    case FieldType::kIntOrAuto:
+      s = IntOrString();
+      IntBounds(d, &s);
+      s.erase("format");
+      s["pattern"] = "^auto$";
       break;
-    }
     case FieldType::kQuantity:
-      s = {{"x-kubernetes-int-or-string", true},
-           {"anyOf",
-            {{{"type", "integer"}, {"minimum", 0}},
-             {{"type", "string"}, {"pattern", internal::kQuantityPattern}}}}};
+      s = IntOrString();
+      s["minimum"] = 0;
+      s["pattern"] = internal::kQuantityPattern;
       break;
     case FieldType::kStringList:
       s = {{"type", "array"}, {"items", {{"type", "string"}}}};
@@ -79,7 +84,12 @@ Json FieldSchema(const FieldDef& d) {
       s["description"] = d.hint;
       return s;
     case FieldType::kAnyObject:
-      s = {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}};
+      // Keys mapped to free-form objects (a VolumeSource's one key names the source).
+      // A map, not an object that preserves unknown fields: CEL can size() a map but
+      // sees none of an object's unknown fields.
+      s = {{"type", "object"},
+           {"additionalProperties",
+            {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}};
       break;
     case FieldType::kAny:
       s = {{"x-kubernetes-preserve-unknown-fields", true}};
