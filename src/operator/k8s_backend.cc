@@ -61,12 +61,23 @@ Status KubernetesBackend::StartNode(const NodeRequest& req) {
     if (mine) created = *existing;
   }
   if (!created.ok()) {
-    return created.status().Annotate("create pod " + name + " on " +
-                                     (node.empty() ? std::string("(unbound)") : node));
+    Status s = ExplainForbidden(created.status().Annotate(
+        "create pod " + name + " on " + (node.empty() ? std::string("(unbound)") : node)));
+    // Refused by RBAC or admission: the controller waits (as for capacity) and asks
+    // again, so the job carries on once the permission is granted.
+    return s.code() == Code::kPermissionDenied ? Unavailable(s.message()) : s;
   }
   std::lock_guard<std::mutex> l(mu_);
   pods_[req.node_id] = Pod{name, node, req.slot, false};
   return Status::Ok();
+}
+
+Status ExplainForbidden(const Status& s) {
+  if (s.code() != Code::kPermissionDenied) return s;
+  return Status(Code::kPermissionDenied,
+                s.message() +
+                    " — the operator's service account is not allowed to do this; grant it "
+                    "what deploy/rbac.yaml grants (docs/kubernetes.md, \"RBAC\")");
 }
 
 Status KubernetesBackend::DropFinalizer(const std::string& name) {

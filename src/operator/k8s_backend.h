@@ -33,6 +33,11 @@ namespace bulwark::op {
 
 using trainjob::kAgentFinalizer;
 
+// A refused API call (kPermissionDenied) rewritten for the TrainJob's status and Events:
+// the API server's answer plus the fix — the operator's service account lacks what
+// deploy/rbac.yaml grants. Other statuses are returned unchanged.
+Status ExplainForbidden(const Status& s);
+
 struct KubernetesBackendOptions {
   k8s::Client* client = nullptr;          // not owned
   ClusterPlacement* placement = nullptr;  // not owned; null when a gang scheduler is delegated

@@ -3,11 +3,10 @@
 
 #include <unistd.h>
 
-#include <fstream>
 #include <sstream>
 
 #include "operator/status.h"
-#include "sim/sim.h"
+#include "sched/config.h"
 
 namespace bulwark::op {
 namespace {
@@ -58,6 +57,7 @@ struct Operator::JobState {
   double last_status_write = -1;
   double next_status_check = 0;  // runner status is looked at every kStatusCheckS
   std::string pending_reason;    // last one written
+  std::string start_error;       // "Reason: message" of the last failed start ("" after a start)
   std::string invalid;           // parse errors of the current generation
   long invalid_generation = -1;
 };
@@ -506,7 +506,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
     }
     sched_dirty_ = true;
   }
-  WritePending(key, j, "Pending", placement_.Reason(key));
+  if (j.start_error.empty()) WritePending(key, j, "Pending", placement_.Reason(key));
 }
 
 void Operator::Impl::Cycle() {
@@ -530,22 +530,37 @@ void Operator::Impl::Cycle() {
     }
     std::string where;
     for (const std::string& n : nodes.gang) where += (where.empty() ? "" : ", ") + n;
-    PostJobEvent(key, "Normal", "Admitted",
-                 nodes.reason + "; nodes " + where +
-                     (nodes.standby.empty() ? std::string()
-                                            : "; standby " + std::to_string(nodes.standby.size())));
+    JobState& j = state_[key];
+    if (j.start_error.empty()) {  // not again for every retry of a failing start
+      PostJobEvent(
+          key, "Normal", "Admitted",
+          nodes.reason + "; nodes " + where +
+              (nodes.standby.empty() ? std::string()
+                                     : "; standby " + std::to_string(nodes.standby.size())));
+    }
     Status st = StartRunner(key, *tj, false);
     if (!st.ok()) {
-      PostJobEvent(key, "Warning", "StartFailed", st.ToString());
+      // Retried with the work queue's backoff; the status says why meanwhile, and an
+      // Event is posted when the reason changes (a 403 names the fix).
+      st = ExplainForbidden(st);
+      const std::string reason =
+          st.code() == Code::kPermissionDenied ? "PermissionDenied" : "StartFailed";
+      const std::string text = reason + ": " + st.message();
+      if (text != j.start_error) PostJobEvent(key, "Warning", reason, st.message());
+      j.start_error = text;
       (void)placement_.Finish(key, Now());
       queue_.AddRateLimited(key, Now());
+      WritePending(key, j, reason, st.message());
+    } else {
+      j.start_error.clear();
     }
   }
   for (const auto& [key, node] : c.restocked) {
     PostJobEvent(key, "Normal", "StandbyRestocked", "node " + node + " reserved as warm standby");
   }
   for (auto& [key, j] : state_) {
-    if (!j.runner && !j.finished && placement_.Phase(key) == sched::JobPhase::kPending) {
+    if (!j.runner && !j.finished && placement_.Phase(key) == sched::JobPhase::kPending &&
+        j.start_error.empty()) {
       WritePending(key, j, j.requeued ? "Requeued" : "Pending", placement_.Reason(key));
     }
   }
@@ -836,13 +851,9 @@ std::string FormatMetrics(const OperatorStats& s, bool leading) {
 
 Status LoadSchedulerConfig(const std::string& path, sched::SchedulerConfig* config,
                            std::vector<sched::QueueSpec>* queues) {
-  std::ifstream f(path);
-  if (!f) return NotFound(path + ": cannot read the queue configuration");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  BW_ASSIGN_OR_RETURN(sim::SimConfig c, sim::ParseSchedulingConfig(ss.str(), path));
-  *config = c.scheduler;
-  *queues = c.queues;
+  BW_ASSIGN_OR_RETURN(sched::SchedulingConfig c, sched::LoadSchedulingConfig(path));
+  *config = std::move(c.scheduler);
+  *queues = std::move(c.queues);
   return Status::Ok();
 }
 

@@ -288,6 +288,15 @@ Status ControlPlane::StartAll() {
       "--profiling=false",
       "--v=1",
   };
+  if (opts_.audit) {
+    BW_RETURN_IF_ERROR(WriteFile("audit-policy.yaml",
+                                 "apiVersion: audit.k8s.io/v1\nkind: Policy\n"
+                                 "omitStages: [RequestReceived]\nrules:\n- level: Metadata\n"));
+    args.push_back("--audit-policy-file=" + w + "/audit-policy.yaml");
+    args.push_back("--audit-log-path=" + audit_log_path());
+    args.push_back("--audit-log-format=json");
+    args.push_back("--audit-log-mode=blocking");
+  }
   args.insert(args.end(), opts_.apiserver_flags.begin(), opts_.apiserver_flags.end());
   BW_RETURN_IF_ERROR(
       Launch("kube-apiserver", opts_.bin_dir + "/kube-apiserver", args, {}).status());
@@ -471,6 +480,18 @@ Status ControlPlane::WriteKubeconfig(const std::string& path, const ClientConfig
   if (!out) return Internal("cannot write kubeconfig " + path);
   ::chmod(path.c_str(), 0600);
   return Status::Ok();
+}
+
+std::vector<Json> ControlPlane::AuditEvents(const std::string& username) const {
+  std::vector<Json> out;
+  std::ifstream in(audit_log_path());
+  for (std::string line; std::getline(in, line);) {
+    Json e = Json::parse(line, nullptr, false);
+    if (e.is_object() && e.contains("user") && e["user"].value("username", "") == username) {
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
 }
 
 Result<int64_t> ControlPlane::EtcdRevision() const {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_util.h"
 #include "common/proc.h"
 #include "common/status.h"
 #include "k8s/client.h"
@@ -40,6 +41,9 @@ struct ControlPlaneOptions {
                                           "serviceaccount-controller"};
   bool scheduler = false;                    // kube-scheduler (binds unbound pods)
   std::vector<std::string> apiserver_flags;  // extra kube-apiserver flags
+  // Audit every request at level Metadata into audit_log_path() (JSON lines): who
+  // called which verb on which resource, and the answer's code.
+  bool audit = false;
   double start_timeout_s = 120;
 };
 
@@ -90,6 +94,12 @@ class ControlPlane {
                                    const std::map<std::string, std::string>& env = {});
   // Stops one component started by StartExtra (SIGTERM, then SIGKILL after grace_s).
   Status StopExtra(const std::string& name, double grace_s = 5);
+
+  // The audit log (ControlPlaneOptions::audit), one JSON event per line.
+  std::string audit_log_path() const { return opts_.work_dir + "/audit.log"; }
+  // The audit events so far whose user is `username` (e.g.
+  // "system:serviceaccount:ns:name"), oldest first.
+  std::vector<Json> AuditEvents(const std::string& username) const;
 
   // Every component and whether it is alive; "" when all are, else which exited how.
   std::string Check();
