@@ -1,4 +1,4 @@
-// ConfigParser: cluster, scheduler, queues, failures and the injected fault trace.
+// ConfigParser: cluster, failures and the injected fault trace.
 #include <cmath>
 #include <set>
 
@@ -17,23 +17,23 @@ const char* kPoolKeys[3] = {"onDemand", "spot", "reserved"};  // sched::Pool ord
 }  // namespace
 
 void ConfigParser::ParseCluster(const Entry& e) {
-  auto f = r_.Fields(e.value, e.line, e.path, e.hint, kClusterFields);
+  auto f = reader().Fields(e.value, e.line, e.path, e.hint, kClusterFields);
   auto shape = f.find("shape");
   auto nodes = f.find("nodes");
   if (shape != f.end() && nodes != f.end()) {
-    r_.Error(nodes->second.line, "cluster.nodes", "give either shape or nodes, not both", "both",
-             "remove one of cluster.shape and cluster.nodes");
+    reader().Error(nodes->second.line, "cluster.nodes", "give either shape or nodes, not both",
+                   "both", "remove one of cluster.shape and cluster.nodes");
   } else if (shape != f.end()) {
     ParseShape(shape->second);
   } else if (nodes != f.end()) {
     ParseNodes(nodes->second);
   } else {
-    r_.Error(e.line, "cluster", "needs shape or nodes", "neither", e.hint);
+    reader().Error(e.line, "cluster", "needs shape or nodes", "neither", e.hint);
   }
 }
 
 void ConfigParser::ParseShape(const Entry& e) {
-  auto f = r_.Fields(e.value, e.line, e.path, e.hint, kShapeFields);
+  auto f = reader().Fields(e.value, e.line, e.path, e.hint, kShapeFields);
   int zones = 1, blocks = 1, racks = 1, per_rack = 1, gpus = 8;
   std::string gpu_type = "h100";
   Int(f, "zones", 1, 1000, &zones);
@@ -44,25 +44,25 @@ void ConfigParser::ParseShape(const Entry& e) {
   Str(f, "gpuType", &gpu_type);
   std::array<double, 3> mix = {1, 0, 0}, price = {0, 0, 0};
   if (auto it = f.find("pools"); it != f.end()) {
-    auto pf =
-        r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint, kPoolFields);
+    auto pf = reader().Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
+                              kPoolFields);
     mix = {0, 0, 0};
     for (int p = 0; p < 3; ++p) Num(pf, kPoolKeys[p], 0, false, 1, &mix[p]);
     const double sum = mix[0] + mix[1] + mix[2];
     if (std::fabs(sum - 1) > 1e-6) {
-      r_.Error(it->second.line, it->second.path, "fractions must sum to 1", std::to_string(sum),
-               it->second.hint);
+      reader().Error(it->second.line, it->second.path, "fractions must sum to 1",
+                     std::to_string(sum), it->second.hint);
     }
   }
   if (auto it = f.find("pricePerGpuHour"); it != f.end()) {
-    auto pf =
-        r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint, kPoolFields);
+    auto pf = reader().Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
+                              kPoolFields);
     for (int p = 0; p < 3; ++p) Num(pf, kPoolKeys[p], 0, false, 1e6, &price[p]);
   }
   const long total = static_cast<long>(zones) * blocks * racks * per_rack;
   if (total > 1000000) {
-    r_.Error(e.line, e.path, "more than 1,000,000 nodes", std::to_string(total),
-             "shrink the shape");
+    reader().Error(e.line, e.path, "more than 1,000,000 nodes", std::to_string(total),
+                   "shrink the shape");
     return;
   }
   // Pools by a deterministic largest-remainder split: node i belongs to the first pool
@@ -106,11 +106,11 @@ void ConfigParser::ParseShape(const Entry& e) {
 void ConfigParser::ParseNodes(const Entry& e) {
   std::vector<YAML::Node> items;
   if (!ReadList(e, &items)) return;
-  if (items.empty()) r_.Error(e.line, e.path, "must not be empty", "an empty list", e.hint);
+  if (items.empty()) reader().Error(e.line, e.path, "must not be empty", "an empty list", e.hint);
   std::map<std::string, int> names;
   for (size_t i = 0; i < items.size(); ++i) {
     Entry it = Sub(items[i], e.line, Item(e.path, i), e.hint);
-    auto f = r_.Fields(it.value, it.line, it.path, it.hint, kNodeFields);
+    auto f = reader().Fields(it.value, it.line, it.path, it.hint, kNodeFields);
     sched::NodeSpec s;
     s.name = "node-" + std::to_string(i);
     s.zone = "z0";
@@ -125,120 +125,45 @@ void ConfigParser::ParseNodes(const Entry& e) {
     Num(f, "pricePerGpuHour", 0, false, 1e6, &s.price_per_gpu_hour);
     if (auto p = f.find("pool"); p != f.end()) {
       std::string v;
-      if (r_.ReadString(p->second, &v)) {
+      if (reader().ReadString(p->second, &v)) {
         auto pool = sched::ParsePool(v);
         if (pool.ok()) {
           s.pool = *pool;
         } else {
-          r_.Error(p->second.line, p->second.path, "unknown pool",
-                   SpecReader::Describe(p->second.value), p->second.hint);
+          reader().Error(p->second.line, p->second.path, "unknown pool",
+                         SpecReader::Describe(p->second.value), p->second.hint);
         }
       }
     }
     if (auto [pos, fresh] = names.emplace(s.name, it.line); !fresh) {
-      r_.Error(it.line, it.path + ".name", "duplicate node name",
-               s.name + "; the first is at line " + std::to_string(pos->second),
-               "give every node a unique name");
+      reader().Error(it.line, it.path + ".name", "duplicate node name",
+                     s.name + "; the first is at line " + std::to_string(pos->second),
+                     "give every node a unique name");
     }
     c_.nodes.push_back(std::move(s));
   }
 }
 
-void ConfigParser::ParsePools(const Entry& e, std::vector<sched::Pool>* out) {
-  std::vector<std::string> names;
-  if (!r_.ReadStringList(e, &names)) return;
-  out->clear();
-  for (const std::string& n : names) {
-    auto p = sched::ParsePool(n);
-    if (!p.ok()) {
-      r_.Error(e.line, e.path, "unknown pool", "\"" + n + "\"", e.hint);
-      continue;
-    }
-    out->push_back(*p);
-  }
-}
-
-void ConfigParser::ParseScheduler(const Entry& e) {
-  auto f = r_.Fields(e.value, e.line, e.path, e.hint, kSchedulerFields);
-  sched::SchedulerConfig& s = c_.scheduler;
-  Bool(f, "preemption", &s.preemption);
-  if (auto it = f.find("productionPools"); it != f.end()) {
-    ParsePools(it->second, &s.production_pools);
-  }
-  if (auto it = f.find("researchPools"); it != f.end()) ParsePools(it->second, &s.research_pools);
-  Num(f, "requeueBackoffBaseSeconds", 0, false, 1e7, &s.requeue_backoff_base_s);
-  Num(f, "requeueBackoffCapSeconds", 0, false, 1e7, &s.requeue_backoff_cap_s);
-  Bool(f, "restockStandby", &s.restock_standby);
-}
-
-void ConfigParser::ParseGpuMap(const Entry& e, std::map<std::string, int>* out) {
-  if (!e.value.IsMap()) {
-    r_.Error(e.line, e.path, "must be a mapping gpuType: GPUs", SpecReader::Describe(e.value),
-             e.hint);
-    return;
-  }
-  for (const auto& kv : e.value) {
-    const YAML::Node k = kv.first;
-    const YAML::Node v = kv.second;
-    if (!k.IsScalar()) continue;
-    Entry sub = Sub(v, SpecReader::LineOf(k, e.line), e.path + "." + k.Scalar(), e.hint);
-    long n = 0;
-    if (r_.ReadInt(sub, 0, 100000000, &n)) (*out)[k.Scalar()] = static_cast<int>(n);
-  }
-}
-
-void ConfigParser::ParseQueues(const Entry& e) {
-  std::vector<YAML::Node> items;
-  if (!ReadList(e, &items)) return;
-  if (items.empty()) r_.Error(e.line, e.path, "must not be empty", "an empty list", e.hint);
-  for (size_t i = 0; i < items.size(); ++i) {
-    Entry it = Sub(items[i], e.line, Item(e.path, i), e.hint);
-    auto f = r_.Fields(it.value, it.line, it.path, it.hint, kQueueFields);
-    sched::QueueSpec q;
-    if (!Str(f, "name", &q.name)) {
-      if (f.find("name") == f.end()) {
-        r_.Error(it.line, it.path + ".name", "required field is missing", "nothing",
-                 kQueueFields[0].hint);
-      }
-      continue;
-    }
-    Str(f, "cohort", &q.cohort);
-    if (auto g = f.find("nominalGpus"); g != f.end()) ParseGpuMap(g->second, &q.nominal_gpus);
-    if (auto g = f.find("borrowingLimitGpus"); g != f.end()) {
-      ParseGpuMap(g->second, &q.borrowing_limit);
-    }
-    if (auto g = f.find("lendingLimitGpus"); g != f.end()) ParseGpuMap(g->second, &q.lending_limit);
-    Num(f, "weight", 0, true, 1e6, &q.weight);
-    if (auto [pos, fresh] = queue_line_.emplace(q.name, it.line); !fresh) {
-      r_.Error(it.line, it.path + ".name", "duplicate queue name",
-               q.name + "; the first is at line " + std::to_string(pos->second),
-               "give every queue a unique name");
-      continue;
-    }
-    c_.queues.push_back(std::move(q));
-  }
-}
-
 void ConfigParser::ParseFailures(const Entry& e) {
-  auto f = r_.Fields(e.value, e.line, e.path, e.hint, kFailureFields);
+  auto f = reader().Fields(e.value, e.line, e.path, e.hint, kFailureFields);
   FailureModel& m = c_.failures;
   if (auto it = f.find("preset"); it != f.end()) {
     std::string name;
-    if (r_.ReadString(it->second, &name)) {
+    if (reader().ReadString(it->second, &name)) {
       if (name == "none") {
         m.preset = name;
       } else if (const FailurePreset* p = FindPreset(name)) {
         m.preset = name;
         m.per_node_day = PresetRates(*p);
       } else {
-        r_.Error(it->second.line, it->second.path, "unknown preset", "\"" + name + "\"",
-                 "use one of: " + PresetNames());
+        reader().Error(it->second.line, it->second.path, "unknown preset", "\"" + name + "\"",
+                       "use one of: " + PresetNames());
       }
     }
   }
   if (auto it = f.find("ratesPer1000NodeDays"); it != f.end()) {
-    auto rf =
-        r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint, kRateFields);
+    auto rf = reader().Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
+                              kRateFields);
     bool any = false;
     for (int t = 0; t < kFaultTypes; ++t) {
       any |= Num(rf, kRateFields[t].key, 0, false, 1e6, &m.per_node_day[t], 1e-3);
@@ -251,12 +176,12 @@ void ConfigParser::ParseFailures(const Entry& e) {
   }
   if (auto it = f.find("distribution"); it != f.end()) {
     std::string d;
-    if (r_.ReadString(it->second, &d)) {
+    if (reader().ReadString(it->second, &d)) {
       if (d == "weibull" || d == "exponential") {
         m.weibull = d == "weibull";
       } else {
-        r_.Error(it->second.line, it->second.path, "unknown distribution", "\"" + d + "\"",
-                 it->second.hint);
+        reader().Error(it->second.line, it->second.path, "unknown distribution", "\"" + d + "\"",
+                       it->second.hint);
       }
     }
   }
@@ -272,17 +197,17 @@ void ConfigParser::ParseFaults(const Entry& e) {
   for (size_t i = 0; i < c_.nodes.size(); ++i) by_name.emplace(c_.nodes[i].name, i);
   for (size_t i = 0; i < items.size(); ++i) {
     Entry it = Sub(items[i], e.line, Item(e.path, i), e.hint);
-    auto f = r_.Fields(it.value, it.line, it.path, it.hint, kFaultFields);
+    auto f = reader().Fields(it.value, it.line, it.path, it.hint, kFaultFields);
     InjectedFault fault;
     if (!Num(f, "atSeconds", 0, false, 1e10, &fault.at_s) &&
         !Num(f, "atHours", 0, false, 1e7, &fault.at_s, 3600.0) && f.find("atSeconds") == f.end() &&
         f.find("atHours") == f.end()) {
-      r_.Error(it.line, it.path + ".atSeconds", "required field is missing", "nothing",
-               kFaultFields[0].hint);
+      reader().Error(it.line, it.path + ".atSeconds", "required field is missing", "nothing",
+                     kFaultFields[0].hint);
     }
     if (auto n = f.find("node"); n == f.end()) {
-      r_.Error(it.line, it.path + ".node", "required field is missing", "nothing",
-               kFaultFields[2].hint);
+      reader().Error(it.line, it.path + ".node", "required field is missing", "nothing",
+                     kFaultFields[2].hint);
     } else {
       const std::string s = n->second.value.IsScalar() ? n->second.value.Scalar() : "";
       long idx = -1;
@@ -293,22 +218,22 @@ void ConfigParser::ParseFaults(const Entry& e) {
         idx = std::stol(s);
       }
       if (idx < 0 || idx >= static_cast<long>(c_.nodes.size())) {
-        r_.Error(n->second.line, n->second.path, "no such node",
-                 SpecReader::Describe(n->second.value),
-                 "use a node index 0.." + std::to_string(c_.nodes.size()) +
-                     " (exclusive) or a "
-                     "node name from cluster");
+        reader().Error(n->second.line, n->second.path, "no such node",
+                       SpecReader::Describe(n->second.value),
+                       "use a node index 0.." + std::to_string(c_.nodes.size()) +
+                           " (exclusive) or a "
+                           "node name from cluster");
       } else {
         fault.node = static_cast<int>(idx);
       }
     }
     if (auto t = f.find("type"); t == f.end()) {
-      r_.Error(it.line, it.path + ".type", "required field is missing", "nothing",
-               kFaultFields[3].hint);
+      reader().Error(it.line, it.path + ".type", "required field is missing", "nothing",
+                     kFaultFields[3].hint);
     } else {
       std::string s;
       bool found = false;
-      if (r_.ReadString(t->second, &s)) {
+      if (reader().ReadString(t->second, &s)) {
         for (int k = 0; k < kFaultTypes; ++k) {
           if (s == FaultTypeName(static_cast<FaultType>(k))) {
             fault.type = static_cast<FaultType>(k);
@@ -316,8 +241,8 @@ void ConfigParser::ParseFaults(const Entry& e) {
           }
         }
         if (!found) {
-          r_.Error(t->second.line, t->second.path, "unknown fault type", "\"" + s + "\"",
-                   t->second.hint);
+          reader().Error(t->second.line, t->second.path, "unknown fault type", "\"" + s + "\"",
+                         t->second.hint);
         }
       }
     }

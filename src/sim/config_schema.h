@@ -1,27 +1,20 @@
 // The simulator config schema: known fields of every YAML mapping with their fix
 // hints. Internal to src/sim; the user reference is docs/simulator.md (keep in sync).
+// The `scheduler` and `queues` sections are the scheduler's (sched/config_sections.h).
 #pragma once
 
+#include "sched/config_sections.h"
 #include "spec/spec_reader.h"
 
 namespace bulwark::sim {
 
 using spec_internal::FieldDef;
 
-inline constexpr FieldDef kSchedulingTopFields[] = {
-    {"scheduler",
-     "set scheduler to a mapping with any of: preemption, productionPools, researchPools, "
-     "requeueBackoffBaseSeconds, requeueBackoffCapSeconds, restockStandby"},
-    {"queues", "set queues to a list of {name, cohort, nominalGpus, ...}"},
-};
-
 inline constexpr FieldDef kTopFields[] = {
     {"sim", "set sim to a mapping with any of: days, seed, sampleMinutes"},
     {"cluster", "set cluster to a mapping with either shape: {...} or nodes: [...]"},
-    {"scheduler",
-     "set scheduler to a mapping with any of: preemption, productionPools, researchPools, "
-     "requeueBackoffBaseSeconds, requeueBackoffCapSeconds, restockStandby"},
-    {"queues", "set queues to a list of {name, cohort, nominalGpus, ...}"},
+    sched::internal::kSchedulerSection,
+    sched::internal::kQueuesSection,
     {"strategies", "set strategies to a mapping of name: {restartSeconds, ...}"},
     {"workload", "set workload to a mapping with any of: defaults, jobs, generator"},
     {"failures",
@@ -67,24 +60,6 @@ inline constexpr FieldDef kNodeFields[] = {
     {"gpus", "set gpus to an integer 1..64"},
     {"pool", "set pool to on-demand, spot or reserved"},
     {"pricePerGpuHour", "set pricePerGpuHour to a number >= 0"},
-};
-
-inline constexpr FieldDef kSchedulerFields[] = {
-    {"preemption", "set preemption to true or false"},
-    {"productionPools", "set productionPools to a list of on-demand, spot, reserved"},
-    {"researchPools", "set researchPools to a list of on-demand, spot, reserved"},
-    {"requeueBackoffBaseSeconds", "set requeueBackoffBaseSeconds to a number >= 0"},
-    {"requeueBackoffCapSeconds", "set requeueBackoffCapSeconds to a number >= 0"},
-    {"restockStandby", "set restockStandby to true or false"},
-};
-
-inline constexpr FieldDef kQueueFields[] = {
-    {"name", "set name to a unique queue name"},
-    {"cohort", "set cohort to a cohort name (queues in one cohort lend to each other)"},
-    {"nominalGpus", "set nominalGpus to a mapping gpuType: GPUs, e.g. {h100: 8000}"},
-    {"borrowingLimitGpus", "set borrowingLimitGpus to a mapping gpuType: GPUs"},
-    {"lendingLimitGpus", "set lendingLimitGpus to a mapping gpuType: GPUs"},
-    {"weight", "set weight to a fair-share weight > 0"},
 };
 
 inline constexpr FieldDef kStrategyFields[] = {

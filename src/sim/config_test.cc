@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "sim/presets.h"
 #include "sim/sim.h"
@@ -126,21 +127,44 @@ failures: {preset: llama3, distribution: weibull, weibullShape: 0.7, repairHours
   EXPECT_NE(m.find("faults[0].type: unknown fault type (got \"meteor\")"), std::string::npos) << m;
 }
 
-TEST(SimConfig, SchedulingOnlySectionsForTheOperator) {
-  auto c = ParseSchedulingConfig(
-      "scheduler: {preemption: false, restockStandby: false}\n"
-      "queues:\n  - {name: research, cohort: c, nominalGpus: {h100: 64}}\n"
-      "  - {name: prod, cohort: c, nominalGpus: {h100: 128}, weight: 2}\n",
-      "q.yaml");
+// The scheduler and queues sections are the scheduler's parser (sched/config.h, tested
+// in src/sched/config_test.cc); inside the sim config they keep its line numbers, paths
+// and suggestions.
+TEST(SimConfig, SchedulerAndQueuesSections) {
+  std::string y = kMinimal;
+  y += "scheduler: {preemption: false, researchPools: [spot]}\n";
+  auto c = ParseSimConfig(y, "cfg.yaml");
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_FALSE(c->scheduler.preemption);
-  EXPECT_FALSE(c->scheduler.restock_standby);
-  ASSERT_EQ(c->queues.size(), 2u);
-  EXPECT_EQ(c->queues[1].nominal_gpus.at("h100"), 128);
-  auto bad = ParseSchedulingConfig("queues: []\ncluster: {}\n", "q.yaml");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("q.yaml:2: cluster: unknown field"), std::string::npos)
-      << bad.status().message();
+  EXPECT_EQ(c->scheduler.research_pools, std::vector<sched::Pool>{sched::Pool::kSpot});
+  ASSERT_EQ(c->queues.size(), 1u);
+  EXPECT_EQ(c->queues[0].nominal_gpus.at("h100"), 128);
+
+  y = kMinimal;
+  y.replace(y.find("nominalGpus"), 11, "nominalGPUs");
+  y.replace(y.find("workload:"), 9, "  - {name: q}\nworkload:");
+  y += "scheduler: {preemptoin: false, productionPools: [gold]}\n";
+  const std::string m = Err(y);
+  EXPECT_NE(m.find("cfg.yaml:7: queues[0].nominalGPUs: unknown field (got nominalGPUs); did you "
+                   "mean \"nominalGpus\"?"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("cfg.yaml:8: queues[1].name: duplicate queue name (got q; the first is at "
+                   "line 7); give every queue a unique name"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("cfg.yaml:12: scheduler.preemptoin: unknown field (got preemptoin); did you "
+                   "mean \"preemption\"?"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("cfg.yaml:12: scheduler.productionPools: unknown pool (got \"gold\"); set "
+                   "productionPools to a list of on-demand, spot, reserved"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(Err("cluster: {shape: {}}\nworkload: {}\n")
+                .find("cfg.yaml:1: queues: required field is missing (got nothing); set queues to "
+                      "a list of {name, cohort, nominalGpus, ...}"),
+            std::string::npos);
 }
 
 TEST(SimConfig, PresetsSplitByLlama3Shares) {

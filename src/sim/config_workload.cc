@@ -10,8 +10,8 @@ using spec_internal::SpecReader;
 
 void ConfigParser::ParseStrategies(const Entry& e) {
   if (!e.value.IsMap()) {
-    r_.Error(e.line, e.path, "must be a mapping of name: {...}", SpecReader::Describe(e.value),
-             e.hint);
+    reader().Error(e.line, e.path, "must be a mapping of name: {...}",
+                   SpecReader::Describe(e.value), e.hint);
     return;
   }
   for (const auto& kv : e.value) {
@@ -19,8 +19,8 @@ void ConfigParser::ParseStrategies(const Entry& e) {
     const YAML::Node v = kv.second;
     const int line = SpecReader::LineOf(k, e.line);
     if (!k.IsScalar() || k.Scalar().empty()) {
-      r_.Error(line, e.path, "strategy names must be non-empty strings", SpecReader::Describe(k),
-               e.hint);
+      reader().Error(line, e.path, "strategy names must be non-empty strings",
+                     SpecReader::Describe(k), e.hint);
       continue;
     }
     Strategy s;
@@ -28,8 +28,8 @@ void ConfigParser::ParseStrategies(const Entry& e) {
     s.policy.restart_budget = 1000000;  // a month at scale restarts hundreds of times
     for (const Strategy& o : c_.strategies) {
       if (o.name == s.name) {
-        r_.Error(line, e.path + "." + s.name, "duplicate strategy", s.name,
-                 "give every strategy a unique name");
+        reader().Error(line, e.path + "." + s.name, "duplicate strategy", s.name,
+                       "give every strategy a unique name");
       }
     }
     ParseStrategy(Sub(v, line, e.path + "." + s.name, e.hint), &s);
@@ -38,11 +38,11 @@ void ConfigParser::ParseStrategies(const Entry& e) {
 }
 
 void ConfigParser::ParseStrategy(const Entry& e, Strategy* s) {
-  auto f = r_.Fields(e.value, e.line, e.path, e.hint, kStrategyFields);
+  auto f = reader().Fields(e.value, e.line, e.path, e.hint, kStrategyFields);
   constexpr double kMax = 1e8;
   if (auto it = f.find("detectionSeconds"); it != f.end()) {
-    auto d = r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
-                       kDetectionFields);
+    auto d = reader().Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
+                             kDetectionFields);
     for (int t = 0; t < kFaultTypes; ++t) {
       const char* key = kDetectionFields[t].key;
       if (t == static_cast<int>(FaultType::kHang) && IsAuto(d, key)) {
@@ -69,10 +69,10 @@ void ConfigParser::ParseStrategy(const Entry& e, Strategy* s) {
   }
   if (auto it = f.find("standbyQuantile"); it != f.end()) {
     double q = 0;
-    if (r_.ReadNumber(it->second, 0, true, 1, &q)) {
+    if (reader().ReadNumber(it->second, 0, true, 1, &q)) {
       if (q >= 1) {
-        r_.Error(it->second.line, it->second.path, "must be < 1",
-                 SpecReader::Describe(it->second.value), it->second.hint);
+        reader().Error(it->second.line, it->second.path, "must be < 1",
+                       SpecReader::Describe(it->second.value), it->second.hint);
       } else {
         s->standby_quantile = q;
       }
@@ -83,8 +83,8 @@ void ConfigParser::ParseStrategy(const Entry& e, Strategy* s) {
   Bool(f, "peerReplication", &s->peer_replication);
   Num(f, "replacementLeadSeconds", 0, false, kMax, &s->replacement_lead_s);
   if (auto it = f.find("faultPolicy"); it != f.end()) {
-    auto p = r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
-                       kPolicyFields);
+    auto p = reader().Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
+                             kPolicyFields);
     FaultPolicySpec& fp = s->policy;
     Int(p, "restartBudget", 0, INT_MAX, &fp.restart_budget);
     Num(p, "backoffBaseSeconds", 0, false, kMax, &fp.backoff_base_seconds);
@@ -101,8 +101,8 @@ int ConfigParser::StrategyIndex(const std::string& name, int line, const std::st
   }
   std::string known;
   for (const Strategy& s : c_.strategies) known += (known.empty() ? "" : ", ") + s.name;
-  r_.Error(line, path, "unknown strategy", "\"" + name + "\"",
-           "use one of the names under strategies: " + known);
+  reader().Error(line, path, "unknown strategy", "\"" + name + "\"",
+                 "use one of the names under strategies: " + known);
   return -1;
 }
 
@@ -110,8 +110,8 @@ bool ConfigParser::CheckQueue(const std::string& name, int line, const std::stri
   if (queue_line_.count(name)) return true;
   std::string known;
   for (const auto& [q, l] : queue_line_) known += (known.empty() ? "" : ", ") + q;
-  r_.Error(line, path, "unknown queue", "\"" + name + "\"",
-           "use one of the queues defined under queues: " + known);
+  reader().Error(line, path, "unknown queue", "\"" + name + "\"",
+                 "use one of the queues defined under queues: " + known);
   return false;
 }
 
@@ -120,19 +120,19 @@ bool ConfigParser::CheckGang(const std::string& gpu_type, int nodes, int line,
   int have = 0;
   for (const sched::NodeSpec& n : c_.nodes) have += n.gpu_type == gpu_type;
   if (nodes <= have) return true;
-  r_.Error(line, path, "gang larger than the cluster's " + gpu_type + " nodes",
-           std::to_string(nodes) + " nodes; the cluster has " + std::to_string(have),
-           "lower nodes or add " + gpu_type + " nodes to cluster");
+  reader().Error(line, path, "gang larger than the cluster's " + gpu_type + " nodes",
+                 std::to_string(nodes) + " nodes; the cluster has " + std::to_string(have),
+                 "lower nodes or add " + gpu_type + " nodes to cluster");
   return false;
 }
 
 void ConfigParser::ParseWorkload(const Entry& e) {
-  auto f = r_.Fields(e.value, e.line, e.path, e.hint, kWorkloadFields);
+  auto f = reader().Fields(e.value, e.line, e.path, e.hint, kWorkloadFields);
   Job d;  // defaults
   d.queue = c_.queues.empty() ? "" : c_.queues[0].name;
   if (auto it = f.find("defaults"); it != f.end()) {
-    auto df =
-        r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint, kJobFields);
+    auto df = reader().Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
+                              kJobFields);
     if (Str(df, "queue", &d.queue)) CheckQueue(d.queue, df["queue"].line, df["queue"].path);
     std::string st;
     if (Str(df, "strategy", &st)) {
@@ -143,18 +143,19 @@ void ConfigParser::ParseWorkload(const Entry& e) {
     Num(df, "stepSeconds", 0, true, 1e6, &d.step_s);
     if (auto t = df.find("tier"); t != df.end()) {
       std::string s;
-      if (r_.ReadString(t->second, &s)) {
+      if (reader().ReadString(t->second, &s)) {
         if (s == "research") {
           d.tier = sched::Tier::kResearch;
         } else if (s != "production") {
-          r_.Error(t->second.line, t->second.path, "unknown tier", "\"" + s + "\"", t->second.hint);
+          reader().Error(t->second.line, t->second.path, "unknown tier", "\"" + s + "\"",
+                         t->second.hint);
         }
       }
     }
   }
   const bool has_jobs = f.count("jobs") > 0, has_gen = f.count("generator") > 0;
   if (!has_jobs && !has_gen) {
-    r_.Error(e.line, e.path, "needs jobs or generator", "neither", e.hint);
+    reader().Error(e.line, e.path, "needs jobs or generator", "neither", e.hint);
   }
   if (has_jobs) {
     std::vector<YAML::Node> items;
@@ -171,12 +172,12 @@ void ConfigParser::ParseWorkload(const Entry& e) {
 void ConfigParser::ParseJob(const YAML::Node& n, int line, const std::string& path,
                             const Job& defaults, std::set<std::string>* ids) {
   Entry it = Sub(n, line, path, kWorkloadFields[1].hint);
-  auto f = r_.Fields(it.value, it.line, it.path, it.hint, kJobFields);
+  auto f = reader().Fields(it.value, it.line, it.path, it.hint, kJobFields);
   Job j = defaults;
   j.id = "job-" + std::to_string(c_.jobs.size());
   if (Str(f, "id", &j.id) && !ids->insert(j.id).second) {
-    r_.Error(f["id"].line, f["id"].path, "duplicate job id", "\"" + j.id + "\"",
-             "give every job a unique id");
+    reader().Error(f["id"].line, f["id"].path, "duplicate job id", "\"" + j.id + "\"",
+                   "give every job a unique id");
   }
   if (Str(f, "queue", &j.queue)) CheckQueue(j.queue, f["queue"].line, f["queue"].path);
   Num(f, "submitHours", 0, false, 1e7, &j.submit_s, 3600.0);
@@ -184,8 +185,8 @@ void ConfigParser::ParseJob(const YAML::Node& n, int line, const std::string& pa
   Str(f, "gpuType", &j.gpu_type);
   Int(f, "priority", INT_MIN, INT_MAX, &j.priority);
   if (!Num(f, "workHours", 0, true, 1e7, &j.work_s, 3600.0) && !f.count("workHours")) {
-    r_.Error(it.line, it.path + ".workHours", "required field is missing", "nothing",
-             kJobFields[8].hint);
+    reader().Error(it.line, it.path + ".workHours", "required field is missing", "nothing",
+                   kJobFields[8].hint);
   }
   Num(f, "stepSeconds", 0, true, 1e6, &j.step_s);
   std::string st;
@@ -194,17 +195,18 @@ void ConfigParser::ParseJob(const YAML::Node& n, int line, const std::string& pa
   }
   if (auto t = f.find("tier"); t != f.end()) {
     std::string s;
-    if (r_.ReadString(t->second, &s)) {
+    if (reader().ReadString(t->second, &s)) {
       if (s == "research" || s == "production") {
         j.tier = s == "research" ? sched::Tier::kResearch : sched::Tier::kProduction;
       } else {
-        r_.Error(t->second.line, t->second.path, "unknown tier", "\"" + s + "\"", t->second.hint);
+        reader().Error(t->second.line, t->second.path, "unknown tier", "\"" + s + "\"",
+                       t->second.hint);
       }
     }
   }
   if (auto t = f.find("topology"); t != f.end()) {
     std::string s;
-    if (r_.ReadString(t->second, &s)) {
+    if (reader().ReadString(t->second, &s)) {
       const char* names[] = {"rack", "block", "zone", "any"};
       bool ok = false;
       for (int k = 0; k < 4; ++k) {
@@ -214,19 +216,20 @@ void ConfigParser::ParseJob(const YAML::Node& n, int line, const std::string& pa
         }
       }
       if (!ok)
-        r_.Error(t->second.line, t->second.path, "unknown level", "\"" + s + "\"", t->second.hint);
+        reader().Error(t->second.line, t->second.path, "unknown level", "\"" + s + "\"",
+                       t->second.hint);
     }
   }
   if (j.queue.empty()) {
-    r_.Error(it.line, it.path + ".queue", "required field is missing", "nothing",
-             kJobFields[1].hint);
+    reader().Error(it.line, it.path + ".queue", "required field is missing", "nothing",
+                   kJobFields[1].hint);
   }
   CheckGang(j.gpu_type, j.nodes, f.count("nodes") ? f["nodes"].line : it.line, it.path + ".nodes");
   c_.jobs.push_back(std::move(j));
 }
 
 void ConfigParser::ParseGenerator(const Entry& e, const Job& d) {
-  auto f = r_.Fields(e.value, e.line, e.path, e.hint, kGeneratorFields);
+  auto f = reader().Fields(e.value, e.line, e.path, e.hint, kGeneratorFields);
   Generator g;
   g.gpu_type = d.gpu_type;
   g.step_s = d.step_s;
@@ -245,8 +248,8 @@ void ConfigParser::ParseGenerator(const Entry& e, const Job& d) {
     g.strategy = std::max(0, StrategyIndex(st, f["strategy"].line, f["strategy"].path));
   }
   if (auto it = f.find("workHours"); it != f.end()) {
-    auto wf = r_.Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
-                        kWorkHoursFields);
+    auto wf = reader().Fields(it->second.value, it->second.line, it->second.path, it->second.hint,
+                              kWorkHoursFields);
     Num(wf, "median", 0, true, 1e7, &g.work_median_h);
     Num(wf, "sigma", 0, false, 10, &g.work_sigma);
     Num(wf, "max", 0, true, 1e7, &g.work_max_h);
@@ -258,16 +261,17 @@ void ConfigParser::ParseGenerator(const Entry& e, const Job& d) {
     std::vector<YAML::Node> items;
     if (!ReadList(it->second, &items)) return;
     if (items.empty()) {
-      r_.Error(it->second.line, it->second.path, "must not be empty", "an empty list",
-               it->second.hint);
+      reader().Error(it->second.line, it->second.path, "must not be empty", "an empty list",
+                     it->second.hint);
     }
     for (size_t i = 0; i < items.size(); ++i) {
       Entry sub = Sub(items[i], it->second.line, Item(it->second.path, i), it->second.hint);
-      auto wf = r_.Fields(sub.value, sub.line, sub.path, sub.hint, kWeightedFields);
+      auto wf = reader().Fields(sub.value, sub.line, sub.path, sub.hint, kWeightedFields);
       double w = 1;
       Num(wf, "weight", 0, true, 1e12, &w);
       if (!wf.count(what)) {
-        r_.Error(sub.line, sub.path + "." + what, "required field is missing", "nothing", sub.hint);
+        reader().Error(sub.line, sub.path + "." + what, "required field is missing", "nothing",
+                       sub.hint);
         continue;
       }
       take(wf, w);
@@ -294,8 +298,8 @@ void ConfigParser::ParseGenerator(const Entry& e, const Job& d) {
   });
   if (g.sizes.empty()) g.sizes = {{1, 1.0}};
   if (g.queues.empty()) {
-    r_.Error(e.line, e.path + ".queues", "no queue to submit to", "nothing",
-             kGeneratorFields[5].hint);
+    reader().Error(e.line, e.path + ".queues", "no queue to submit to", "nothing",
+                   kGeneratorFields[5].hint);
   }
   c_.generator = g;
 }

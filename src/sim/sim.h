@@ -130,10 +130,8 @@ struct SimConfig {
 // problem, "<source>:<line>: <field.path>: <problem> (got <value>); <fix>". Never throws.
 Result<SimConfig> ParseSimConfig(const std::string& text, const std::string& source_name);
 Result<SimConfig> LoadSimConfig(const std::string& path);  // reads then ParseSimConfig
-// Only the `scheduler` and `queues` sections (both optional here; other keys are
-// errors), for the operator's queue configuration. Same error format. The returned
-// config has scheduler and queues set and nothing else.
-Result<SimConfig> ParseSchedulingConfig(const std::string& text, const std::string& source_name);
+// (The `scheduler` and `queues` sections alone, e.g. for the operator, are
+// sched::ParseSchedulingConfig in sched/config.h: the same parser, the same errors.)
 
 // Seconds of a job's wall time (or GPU-seconds, when summed over the cluster) that
 // did not advance training, by cause.
@@ -165,7 +163,7 @@ struct JobResult {
   LostTime lost;              // wall_s == productive_s + lost.Total()
   std::array<int, kFaultTypes> faults = {0, 0, 0, 0, 0};
   int restarts = 0, requeues = 0, preemptions = 0, replacements = 0;
-  int restocks = 0;     // standby nodes the scheduler gave back after use or loss
+  int restocks = 0;    // standby nodes the scheduler gave back after use or loss
   std::string reason;  // give-up diagnosis
 };
 
