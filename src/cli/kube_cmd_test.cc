@@ -1,5 +1,7 @@
-// `bulwark submit` against the fake API server (src/k8s/testing): manifests become
-// TrainJobs on the cluster; bad input and a missing cluster exit 2 with the reason.
+// `bulwark submit` against a real kube-apiserver (the binary's shared control plane,
+// k8s/testing/cluster.h) with the TrainJob CRD installed: manifests become TrainJobs on
+// the cluster, through a kubeconfig with the admin client certificate; bad input and a
+// missing cluster exit 2 with the reason.
 #include "cli/kube_cmd.h"
 
 #include <gmock/gmock.h>
@@ -10,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "k8s/testing/fake_apiserver.h"
+#include "k8s/testing/cluster.h"
 #include "trainjob/render.h"
 
 namespace bulwark::cli {
@@ -20,53 +22,84 @@ using ::testing::HasSubstr;
 
 const std::string kTestdata = BW_TRAINJOB_TESTDATA_DIR;
 
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 class SubmitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = k8s::testing::FakeApiServer::Start({});
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server_ = std::move(*s);
-    ASSERT_TRUE(server_->Create(trainjob::TrainJobCrd()).ok());
+    cp_ = k8s::testing::SharedControlPlane();
+    ASSERT_NE(cp_, nullptr);
+    auto admin = k8s::Client::Create(cp_->AdminConfig());
+    ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+    admin_ = std::move(*admin);
+    // The product's CRD under its own name (SubmitRun writes trainjobs.bulwark.dev);
+    // installing it again is a replace.
+    Status crd = k8s::testing::InstallCrd(admin_.get(), trainjob::TrainJobCrd());
+    ASSERT_TRUE(crd.ok()) << crd.ToString();
     dir_ = "/tmp/bw-submit-" + std::to_string(getpid());
     std::filesystem::create_directories(dir_);
     flags_.kubeconfig = dir_ + "/kubeconfig";
-    ASSERT_TRUE(server_->WriteKubeconfig(flags_.kubeconfig).ok());
+    ASSERT_TRUE(
+        k8s::testing::ControlPlane::WriteKubeconfig(flags_.kubeconfig, cp_->AdminConfig()).ok());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  std::unique_ptr<k8s::testing::FakeApiServer> server_;
+  std::vector<Json> TrainJobsIn(const std::string& ns) {
+    return k8s::testing::Objects(admin_.get()).List(k8s::TrainJobs(), ns);
+  }
+
+  k8s::testing::ControlPlane* cp_ = nullptr;
+  std::unique_ptr<k8s::Client> admin_;
   std::string dir_;
   KubeFlags flags_;
 };
 
 TEST_F(SubmitTest, PyTorchJobBecomesATrainJobOnTheCluster) {
-  std::ostringstream o0, e0;  // the manifest's namespace must exist, as on a cluster
-  EXPECT_EQ(SubmitRun(kTestdata + "/pytorchjob-mnist.yaml", flags_, o0, e0), 1);
-  EXPECT_THAT(e0.str(), HasSubstr("namespaces \"kubeflow\" not found"));
-  ASSERT_TRUE(server_->Create({{"apiVersion", "v1"},
-                               {"kind", "Namespace"},
-                               {"metadata", {{"name", "kubeflow"}}}})
-                  .ok());
+  // The testdata manifest, in a namespace of this test's own that does not exist yet.
+  const std::string ns = "kubeflow-" + std::to_string(getpid());
+  std::string manifest = ReadText(kTestdata + "/pytorchjob-mnist.yaml");
+  const size_t at = manifest.find("namespace: kubeflow\n");
+  ASSERT_NE(at, std::string::npos);
+  manifest.replace(at, std::string("namespace: kubeflow").size(), "namespace: " + ns);
+  const std::string spec = dir_ + "/pytorchjob.yaml";
+  std::ofstream(spec) << manifest;
+
+  std::ostringstream o0, e0;  // the manifest's namespace must exist
+  EXPECT_EQ(SubmitRun(spec, flags_, o0, e0), 1);
+  EXPECT_THAT(e0.str(), HasSubstr("404 NotFound: namespaces \"" + ns + "\" not found"));
+  ASSERT_TRUE(
+      admin_
+          ->Create({"", "v1", "namespaces", "Namespace", false}, "",
+                   {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
+          .ok());
   std::ostringstream out, err;
-  ASSERT_EQ(SubmitRun(kTestdata + "/pytorchjob-mnist.yaml", flags_, out, err), 0) << err.str();
+  ASSERT_EQ(SubmitRun(spec, flags_, out, err), 0) << err.str();
   EXPECT_THAT(out.str(), HasSubstr("note: "));
-  EXPECT_THAT(out.str(), HasSubstr("created in namespace"));
-  const std::vector<Json> jobs = server_->List(k8s::TrainJobs());
+  EXPECT_THAT(out.str(), HasSubstr("created in namespace " + ns));
+  const std::vector<Json> jobs = TrainJobsIn(ns);
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0]["apiVersion"], "bulwark.dev/v1alpha1");
+  EXPECT_EQ(jobs[0]["metadata"]["name"], "pytorch-dist-mnist-nccl");
   EXPECT_GE(jobs[0]["spec"]["nodes"].get<int>(), 1);
   // Twice: AlreadyExists is a usage error (pick another name), not a cluster failure.
   std::ostringstream out2, err2;
-  EXPECT_EQ(SubmitRun(kTestdata + "/pytorchjob-mnist.yaml", flags_, out2, err2), 2);
-  EXPECT_THAT(err2.str(), HasSubstr("AlreadyExists"));
+  EXPECT_EQ(SubmitRun(spec, flags_, out2, err2), 2);
+  EXPECT_THAT(err2.str(), HasSubstr("409 AlreadyExists"));
 }
 
 TEST_F(SubmitTest, NamespaceFlagAndBadInput) {
+  auto ns = k8s::testing::UniqueNamespace(admin_.get(), "submit-flag");
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
   KubeFlags f = flags_;
-  f.ns = "kube-public";
+  f.ns = *ns;
   std::ostringstream out, err;
   ASSERT_EQ(SubmitRun(kTestdata + "/trainjob-minimal.yaml", f, out, err), 0) << err.str();
-  EXPECT_EQ(server_->List(k8s::TrainJobs(), "kube-public").size(), 1u);
+  EXPECT_EQ(TrainJobsIn(*ns).size(), 1u);
 
   const std::string bad = dir_ + "/bad.yaml";
   std::ofstream(bad) << "name: x\nnodes: 0\ncommand: [\"python3\"]\n";

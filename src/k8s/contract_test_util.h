@@ -1,37 +1,40 @@
 // Helpers for the contract suite (client_contract_test.cc, informer_contract_test.cc,
-// leader_contract_test.cc): a started FakeApiServer, object builders and bounded
-// polling. Test-only; not thread-safe unless stated.
+// leader_contract_test.cc), which runs against a real kube-apiserver: the binary's
+// shared control plane (k8s/testing/cluster.h), a FaultProxy per test in front of it
+// for the faults a real server cannot be made to produce on demand, object builders
+// and timing helpers. Test-only; not thread-safe unless stated.
+//
+// Every test works in namespaces of its own (the fixture's ns_, NewNamespace) and
+// cluster-scoped names of its own: the tests of the binary share one server.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "k8s/client.h"
-#include "k8s/testing/fake_apiserver.h"
+#include "k8s/testing/cluster.h"
+#include "k8s/testing/control_plane.h"
+#include "k8s/testing/fault_proxy.h"
 
 namespace bulwark::k8s::contract {
 
-// Calls `cond` every 2 ms until it is true or `timeout_s` passes; returns its last value.
-inline bool PollUntil(const std::function<bool()>& cond, double timeout_s = 10) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() >= deadline) return cond();
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
+using testing::PollUntil;
 
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-inline Json MakePod(const std::string& name, const std::string& ns = "default",
-                    Json labels = Json::object(), const std::string& node = "") {
+inline const Resource& ConfigMaps() {
+  static const Resource r{"", "v1", "configmaps", "ConfigMap", true};
+  return r;
+}
+
+inline Json MakePod(const std::string& name, const std::string& ns, Json labels = Json::object(),
+                    const std::string& node = "") {
   Json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
               {"metadata", {{"name", name}, {"namespace", ns}, {"labels", std::move(labels)}}},
@@ -40,33 +43,59 @@ inline Json MakePod(const std::string& name, const std::string& ns = "default",
   return pod;
 }
 
-// Numeric resourceVersion (the fake server's are integers).
+inline Json MakeConfigMap(const std::string& name, const std::string& ns,
+                          Json labels = Json::object()) {
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", {{"name", name}, {"namespace", ns}, {"labels", std::move(labels)}}},
+          {"data", {{"k", "v"}}}};
+}
+
+// A resourceVersion as a number. The API calls them opaque; the real server's are etcd
+// revisions (increasing integers), which the informer relies on to drop replays.
 inline uint64_t Rv(const std::string& rv) { return rv.empty() ? 0 : std::stoull(rv); }
 
-// A server per test plus a client with fast retries.
+// The binary's control plane (configmaps without a watch cache, so that a watch or an
+// exact list of configmaps from a compacted revision reaches etcd and gets 410), an
+// admin client straight to it (for setup and checks), a FaultProxy of this test and a
+// client with fast retries through that proxy, and a namespace of this test.
 class ContractTest : public ::testing::Test {
  protected:
-  void SetUp() override { StartServer({}); }
-
-  void StartServer(testing::FakeApiServerOptions opts) {
-    client_.reset();
-    server_.reset();
-    auto s = testing::FakeApiServer::Start(std::move(opts));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server_ = std::move(s).value();
-    client_ = NewClient();
-    ASSERT_NE(client_, nullptr);
-    // Namespaces the suites use besides "default" (the API refuses objects in a
-    // namespace that does not exist).
-    for (const char* ns : {"ml", "other", "busy", "quiet", "bulwark-system"}) {
-      auto r = server_->Create(
-          {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-    }
+  static testing::ControlPlaneOptions Options() {
+    testing::ControlPlaneOptions o;
+    o.apiserver_flags = {"--watch-cache-sizes=configmaps#0"};
+    return o;
   }
 
+  void SetUp() override {
+    cp_ = testing::SharedControlPlane(Options());
+    ASSERT_NE(cp_, nullptr);
+    admin_ = NewClient(cp_->AdminConfig());
+    ASSERT_NE(admin_, nullptr);
+    auto proxy = testing::FaultProxy::Start(cp_->AdminConfig());
+    ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+    proxy_ = std::move(proxy).value();
+    client_ = NewClient();
+    ASSERT_NE(client_, nullptr);
+    ns_ = NewNamespace(TestSlug());
+    ASSERT_FALSE(ns_.empty());
+  }
+
+  void TearDown() override {
+    client_.reset();
+    if (proxy_) proxy_->Stop();
+  }
+
+  // A fresh namespace "<prefix>-<n>" ("" after a test failure).
+  std::string NewNamespace(const std::string& prefix) {
+    auto ns = testing::UniqueNamespace(admin_.get(), prefix);
+    EXPECT_TRUE(ns.ok()) << ns.status().ToString();
+    return ns.ok() ? *ns : "";
+  }
+
+  // The admin identity through the proxy, with fast retries.
   ClientConfig FastConfig() const {
-    ClientConfig cfg = server_->client_config();
+    ClientConfig cfg = proxy_->Through(cp_->AdminConfig());
     cfg.backoff_initial_s = 0.02;
     cfg.backoff_max_s = 2;
     cfg.timeout_s = 10;
@@ -80,22 +109,48 @@ class ContractTest : public ::testing::Test {
     return c.ok() ? std::move(c).value() : nullptr;
   }
 
-  // Requests the server recorded with this method whose path equals `path`.
+  // Compacts etcd's history up to its newest revision: a watch, or an exact list, of
+  // configmaps (no watch cache) from an older resourceVersion then gets 410. A watch
+  // from resourceVersion r starts at r + 1: make at least two writes after r first.
+  void CompactEtcdNow() {
+    auto rev = cp_->EtcdRevision();
+    ASSERT_TRUE(rev.ok()) << rev.status().ToString();
+    Status s = cp_->CompactEtcd(*rev);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  // Requests through this test's proxy with this method whose path equals `path`
+  // (injected answers included).
   int CountRequests(const std::string& method, const std::string& path) const {
     int n = 0;
-    for (const auto& r : server_->Requests()) n += r.method == method && r.path == path;
+    for (const auto& r : proxy_->Requests()) n += r.method == method && r.path == path;
     return n;
   }
 
-  // CountRequests once it reaches `want` (or after 5 s): the server records a request
+  // CountRequests once it reaches `want` (or after 5 s): the proxy records a request
   // after answering it, so the last one may land just after the client returns.
   int SettledCount(const std::string& method, const std::string& path, int want) const {
     PollUntil([&] { return CountRequests(method, path) >= want; }, 5);
     return CountRequests(method, path);
   }
 
-  std::unique_ptr<testing::FakeApiServer> server_;
+  // The current test's name as a DNS label prefix ("crudoncoreresources").
+  static std::string TestSlug() {
+    std::string s;
+    for (const char* p = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+         *p != '\0' && s.size() < 40; ++p) {
+      if (std::isalnum(static_cast<unsigned char>(*p))) {
+        s += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+      }
+    }
+    return s.empty() ? "contract" : s;
+  }
+
+  testing::ControlPlane* cp_ = nullptr;
+  std::unique_ptr<Client> admin_;
+  std::unique_ptr<testing::FaultProxy> proxy_;
   std::unique_ptr<Client> client_;
+  std::string ns_;
 };
 
 }  // namespace bulwark::k8s::contract

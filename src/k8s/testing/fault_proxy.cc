@@ -105,9 +105,26 @@ struct Transfer {
   bool client_gone = false;
 };
 
+// Starts the client's chunked stream of a 200 watch (once); false when the client is
+// gone.
+bool StartWatchStream(Transfer* t) {
+  if (t->streaming) return true;
+  if (!t->conn->StartStream(200, t->content_type.empty() ? "application/json" : t->content_type)) {
+    t->client_gone = true;
+    return false;
+  }
+  t->streaming = true;
+  return true;
+}
+
 size_t OnHeader(char* p, size_t size, size_t n, void* self) {
   auto* t = static_cast<Transfer*>(self);
   std::string h(p, size * n);
+  if (h == "\r\n" && t->watch && t->code == 200) {
+    // The end of a watch's headers: forwarded at once, as the server flushes them, so
+    // a watch that stays quiet is still open (and ends cleanly) for its client.
+    return StartWatchStream(t) ? size * n : 0;
+  }
   if (h.rfind("HTTP/", 0) == 0) {  // a status line (a new response after 100 Continue)
     const size_t sp = h.find(' ');
     t->code = sp == std::string::npos ? 0 : std::atol(h.c_str() + sp + 1);
@@ -135,14 +152,7 @@ size_t OnData(char* p, size_t size, size_t n, void* self) {
     t->body.append(p, len);
     return len;
   }
-  if (!t->streaming) {
-    if (!t->conn->StartStream(200,
-                              t->content_type.empty() ? "application/json" : t->content_type)) {
-      t->client_gone = true;
-      return 0;
-    }
-    t->streaming = true;
-  }
+  if (!StartWatchStream(t)) return 0;
   t->line.append(p, len);
   size_t nl;
   while ((nl = t->line.find('\n')) != std::string::npos) {
@@ -188,11 +198,11 @@ void FaultProxy::Impl::Handle(const https::HttpRequest& req, https::HttpConn& co
       extra.push_back(
           {"Retry-After", std::to_string(static_cast<int>(std::ceil(rule->retry_after_s)))});
     }
+    Record(req, rule->status, watch, true);
     conn.Respond(rule->status, "application/json",
                  https::StatusBody(rule->status, internal::DefaultReason(rule->status),
                                    "injected by the test's fault proxy", rule->retry_after_s),
                  extra);
-    Record(req, rule->status, watch, true);
     return;
   }
   thread_local ThreadHandle th;
@@ -254,25 +264,25 @@ void FaultProxy::Impl::Handle(const https::HttpRequest& req, https::HttpConn& co
     return;
   }
   if (t.streaming) {
+    Record(req, 200, watch, false);
     if (!t.line.empty()) conn.WriteChunk(t.line);
     if (rc == CURLE_OK || t.ended) {
       conn.EndStream();
     } else {
       conn.Cut();  // the upstream stream broke: so does the client's
     }
-    Record(req, 200, watch, false);
     return;
   }
   if (rc != CURLE_OK) {
     const std::string msg =
         std::string("fault proxy: upstream ") + (err[0] ? err : curl_easy_strerror(rc));
+    Record(req, 502, watch, false);
     conn.set_closing();
     conn.Respond(502, "application/json", https::StatusBody(502, "InternalError", msg));
-    Record(req, 502, watch, false);
     return;
   }
-  conn.Respond(static_cast<int>(t.code), t.content_type, t.body, t.forward);
   Record(req, static_cast<int>(t.code), watch, false);
+  conn.Respond(static_cast<int>(t.code), t.content_type, t.body, t.forward);
 }
 
 FaultProxy::FaultProxy() : impl_(std::make_unique<Impl>()) {}

@@ -59,6 +59,9 @@ class FaultProxy {
   // Ends every open watch stream cleanly (as the server's timeoutSeconds would).
   void EndWatches();
 
+  // The requests so far, in the order they were answered. A request is recorded before
+  // its client gets the answer (a watch: before its stream ends), except a watch cut by
+  // CutWatches, recorded just after the cut.
   std::vector<RequestRecord> Requests() const;
   int OpenWatches() const;
 
