@@ -94,6 +94,8 @@ Status Agent::Setup() {
     BW_ASSIGN_OR_RETURN(peer_, ckpt::PeerServer::Start(po));
   }
   (void)BecomeSubreaper();  // orphaned rank descendants come back to us for reaping
+  BW_ASSIGN_OR_RETURN(adopt_listen_, TcpListen(opts_.peer_host, opts_.adopt_port));
+  BW_ASSIGN_OR_RETURN(adopt_port_, LocalPort(adopt_listen_.get()));
   const double deadline = clock_->NowMono() + opts_.connect_timeout_s;
   Status last;
   while (true) {
@@ -112,14 +114,91 @@ Status Agent::Setup() {
                        std::to_string(opts_.controller_port) + " within " +
                        std::to_string(opts_.connect_timeout_s) + " s: " + last.ToString());
   }
-  Send({{"type", "hello"},
-        {"node", opts_.node},
-        {"pid", getpid()},
-        {"host", HostName()},
-        {"peer_host", opts_.peer_host},
-        {"peer_port", peer_->port()},
-        {"free_port", FreePort()}});
+  SendHello();
   return Status::Ok();
+}
+
+void Agent::SendHello() {
+  Json hello = {
+      {"type", "hello"},           {"node", opts_.node},           {"pid", getpid()},
+      {"host", HostName()},        {"peer_host", opts_.peer_host}, {"peer_port", peer_->port()},
+      {"adopt_port", adopt_port_}, {"free_port", FreePort()}};
+  if (!run_id_.empty()) {  // an adopting controller learns what runs here
+    hello["adopted"] = true;
+    hello["attempt"] = spec_ ? spec_->attempt : -1;
+    hello["slot"] = spec_ ? slot_ : -1;
+    hello["ranks_alive"] = RanksAlive();
+    hello["state"] = stopping_ ? "stopping" : RanksAlive() > 0 ? "running" : "idle";
+    Json ranks = Json::array();
+    for (const Rank& r : ranks_) {
+      if (r.alive) ranks.push_back({{"rank", r.rank}, {"pid", r.pid}});
+    }
+    hello["ranks"] = ranks;
+  }
+  Send(hello);
+}
+
+bool Agent::OnControllerLost() {
+  conn_.reset();
+  if (opts_.orphan_timeout_s <= 0 || run_id_.empty()) return false;
+  orphaned_at_ = clock_->NowMono();
+  Warn("controller connection closed; " + std::to_string(RanksAlive()) +
+       " rank(s) keep running while a controller may adopt this agent at port " +
+       std::to_string(adopt_port_) + " (for " + std::to_string(opts_.orphan_timeout_s) + " s)");
+  return true;
+}
+
+void Agent::AcceptAdopters() {
+  while (true) {
+    Fd c = TcpAcceptNonBlocking(adopt_listen_.get());
+    if (!c.valid()) break;
+    if (adopters_.size() >= 8) continue;  // closed at once: nobody adopts that eagerly
+    adopters_.push_back(std::make_unique<JsonLineConn>(std::move(c)));
+  }
+  for (auto it = adopters_.begin(); it != adopters_.end();) {
+    std::vector<std::string> bad;
+    std::vector<Json> msgs = (*it)->Read(&bad);
+    if (msgs.empty()) {
+      it = (*it)->closed() || !bad.empty() ? adopters_.erase(it) : std::next(it);
+      continue;
+    }
+    const Json& m = msgs.front();
+    auto job = JStrOr(m, "job", "");
+    auto run = JStrOr(m, "run_id", "");
+    auto node = JStrOr(m, "node", "");
+    std::string refusal;
+    if (m["type"] != "adopt") {
+      refusal = "expected adopt";
+    } else if (run_id_.empty()) {
+      refusal = "this agent has not served a job yet";
+    } else if (!job.ok() || !run.ok() || !node.ok() || *job != job_ || *run != run_id_ ||
+               *node != opts_.node) {
+      refusal = "this agent is " + opts_.node + " of job " + job_ + " run " + run_id_;
+    }
+    if (!refusal.empty()) {
+      (void)(*it)->Send({{"type", "refused"}, {"message", refusal}});
+      (void)(*it)->Flush(0.2);
+      it = adopters_.erase(it);
+      continue;
+    }
+    // Adopted: this connection is the controller's from now on; a controller still
+    // connected (a deposed leader) is dropped.
+    if (conn_) Warn("a newer controller adopted this agent; dropping the old connection");
+    conn_.emplace(std::move(**it));
+    adopters_.erase(it);
+    const double away = orphaned_at_ >= 0 ? clock_->NowMono() - orphaned_at_ : 0;
+    orphaned_at_ = -1;
+    Warn("adopted by a controller after " + std::to_string(away) + " s; " +
+         std::to_string(RanksAlive()) + " rank(s) kept running; forwarding " +
+         std::to_string(backlog_.size()) + " report(s) made meanwhile");
+    SendHello();
+    while (!backlog_.empty()) {
+      Send(backlog_.front());
+      backlog_.pop_front();
+    }
+    for (size_t i = 1; i < msgs.size(); ++i) HandleController(msgs[i]);
+    break;  // adopters_ changed
+  }
 }
 
 void Agent::SendStopped(long attempt, Json mem) {
@@ -145,19 +224,30 @@ int Agent::Run() {
     if (g_term_signal) {
       Warn("received " + SignalName(g_term_signal) + "; stopping all ranks");
       StopAllBlocking();
-      (void)conn_->Flush(1);
+      if (conn_) (void)conn_->Flush(1);
       return kAgentExitOk;
     }
-    std::vector<int> fds = {conn_->fd(), dgram_.get()};
+    std::vector<int> fds = {dgram_.get(), adopt_listen_.get()};
+    if (conn_) fds.push_back(conn_->fd());
+    for (const auto& a : adopters_) fds.push_back(a->fd());
     for (const Rank& r : ranks_) {
       if (r.out.valid()) fds.push_back(r.out.get());
     }
     PollReadable(fds, kPollS);
-    std::vector<std::string> bad;
-    for (const Json& m : conn_->Read(&bad)) HandleController(m);
-    for (const auto& b : bad) Warn("controller: dropped message: " + b);
-    if (conn_->closed()) {
-      Warn("controller connection closed; stopping all ranks and exiting");
+    AcceptAdopters();
+    if (conn_) {
+      std::vector<std::string> bad;
+      for (const Json& m : conn_->Read(&bad)) HandleController(m);
+      for (const auto& b : bad) Warn("controller: dropped message: " + b);
+      if (conn_->closed() && !OnControllerLost()) {
+        Warn("controller connection closed; stopping all ranks and exiting");
+        StopAllBlocking();
+        return kAgentExitControllerLost;
+      }
+    }
+    if (!conn_ && clock_->NowMono() - orphaned_at_ > opts_.orphan_timeout_s) {
+      Warn("no controller adopted this agent within " + std::to_string(opts_.orphan_timeout_s) +
+           " s; stopping all ranks and exiting");
       StopAllBlocking();
       return kAgentExitControllerLost;
     }
@@ -169,16 +259,24 @@ int Agent::Run() {
     MaybeHeartbeat();
     FinishFetchIfDone();
     DrainOutbox();
-    if (conn_->HasPendingOutput()) (void)conn_->Flush(0);
+    if (conn_ && conn_->HasPendingOutput()) (void)conn_->Flush(0);
     if (shutdown_requested_ && ranks_.empty() && !stopping_ && !fetching_) {
-      (void)conn_->Flush(2);
+      if (conn_) (void)conn_->Flush(2);
       return kAgentExitOk;
     }
   }
 }
 
 void Agent::Send(const Json& msg) {
-  if (!conn_ || conn_->closed()) return;
+  if (!conn_ || conn_->closed()) {
+    // Orphaned: kept for the adopter (heartbeats are not news; the oldest reports go
+    // first when the backlog is full).
+    if (orphaned_at_ < 0 || msg.value("type", "") == "heartbeat") return;
+    constexpr size_t kMaxBacklog = 100000;
+    if (backlog_.size() >= kMaxBacklog) backlog_.pop_front();
+    backlog_.push_back(msg);
+    return;
+  }
   Status st = conn_->Send(msg);
   if (!st.ok()) Warn("send to controller failed: " + st.ToString());
 }
@@ -236,6 +334,15 @@ void Agent::HandleController(const Json& msg) {
     }
     Status st = catalog_->Submit(msg);
     if (!st.ok()) Warn("controller: dropped " + type + ": " + st.message());
+  } else if (type == "welcome") {  // the controller accepted our hello: who we serve
+    auto job = JStrOr(msg, "job", "");
+    auto run = JStrOr(msg, "run_id", "");
+    if (job.ok() && run.ok() && !job->empty() && !run->empty()) {
+      job_ = *job;
+      run_id_ = *run;
+    } else {
+      Warn("controller: dropped welcome without job and run_id");
+    }
   } else if (type == "shutdown") {
     shutdown_requested_ = true;
     pending_start_.reset();
@@ -252,6 +359,9 @@ void Agent::HandleStart(const Json& msg) {
     return;
   }
   if (shutdown_requested_) return;
+  job_ = spec->job;
+  run_id_ = spec->run_id;
+  slot_ = spec->group_rank;
   if (fetching_) {  // launched once the fetch in flight ends
     pending_start_ = std::move(spec).value();
     fetch_cancelled_ = true;

@@ -2,8 +2,8 @@
 // reports, detects faults (crash, fatal log line, NaN loss, hang) and reports them.
 //
 // One Agent per process; Run() is a single-threaded poll loop (<= 50 ms per turn) over
-// the controller connection, the SDK datagram socket, every rank's output pipe and
-// timers. Fault decisions are delegated to FaultDetector (pure, clock-driven). The
+// the controller connection, the adopt listener, the SDK datagram socket, every rank's
+// output pipe and timers. Fault decisions are delegated to FaultDetector (pure, clock-driven). The
 // agent never leaves ranks behind: every exit path stops and reaps them.
 #pragma once
 
@@ -44,6 +44,13 @@ struct AgentOptions {
   std::string peer_host = "127.0.0.1";
   int peer_port = 0;
   int replica_slots = 3;  // replicas kept per rank of other nodes
+  // Controller loss. When the controller's connection closes, the ranks keep running
+  // this long while a controller (restarted `bulwark run`, a new operator leader) may
+  // adopt this agent by dialling its adopt port (peer_host:adopt_port; 0 = ephemeral,
+  // reported in hello); after that they are stopped and Run() returns
+  // kAgentExitControllerLost. 0 = stop them at once. docs/protocol.md, "Adoption".
+  double orphan_timeout_s = 60;
+  int adopt_port = 0;
 };
 
 // Exit codes of Run().
@@ -79,6 +86,15 @@ class Agent {
   };
 
   Status Setup();
+  // hello: who this agent is and, for an adopting controller, what it is running.
+  void SendHello();
+  // The controller's connection closed: orphaned (ranks keep running) or, without an
+  // orphan timeout, false (the caller stops everything).
+  bool OnControllerLost();
+  // Adopt port: while orphaned, an `adopt` naming this agent's job, run and node makes
+  // its connection the controller's (a newer adopter replaces an older controller);
+  // anything else is refused and closed.
+  void AcceptAdopters();
   void HandleController(const Json& msg);
   void HandleStart(const Json& msg);
   void HandleStop(const Json& msg);
@@ -131,6 +147,15 @@ class Agent {
   const Clock* clock_;
   AgentPaths paths_;
   std::optional<JsonLineConn> conn_;
+  // Adoption (docs/protocol.md): identity learnt from `welcome`/`start`, the listener,
+  // connections that have not said `adopt` yet, and what to tell the next controller.
+  std::string job_, run_id_;
+  int slot_ = -1;  // the slot of the running attempt (-1: a standby, or none)
+  Fd adopt_listen_;
+  int adopt_port_ = 0;
+  std::vector<std::unique_ptr<JsonLineConn>> adopters_;
+  double orphaned_at_ = -1;   // mono time the controller was lost; -1 = connected
+  std::deque<Json> backlog_;  // reports made while orphaned, for the adopter
   Fd dgram_;
   FaultDetector detector_;
   std::optional<StartSpec> spec_;  // the running (or stopping) attempt

@@ -33,7 +33,8 @@ std::string ReadFile(const std::string& path) {
 
 class FakeController {
  public:
-  explicit FakeController(const std::string& node) : node_(node) {
+  explicit FakeController(const std::string& node, std::vector<std::string> extra_args = {})
+      : node_(node) {
     char tmpl[] = "/tmp/bwat-XXXXXX";
     dir_ = mkdtemp(tmpl);
     auto l = TcpListen("127.0.0.1", 0);
@@ -50,6 +51,7 @@ class FakeController {
               dir_ + "/run",
               "--heartbeat-interval",
               "0.2"};
+    o.argv.insert(o.argv.end(), extra_args.begin(), extra_args.end());
     o.env = CurrentEnv();
     auto c = Spawn(o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -76,6 +78,20 @@ class FakeController {
   const std::string& agent_output() const { return agent_out_; }
   void Send(const Json& m) { ASSERT_TRUE(conn_->Send(m).ok()); }
   void CloseConnection() { conn_.reset(); }
+  // Reads the agent's output for up to timeout_s.
+  void PumpOutput(double timeout_s) {
+    PollReadable({agent_.output.get()}, timeout_s);
+    Drain();
+  }
+  // Dials the agent's adopt port (as a restarted controller does) and says `adopt`;
+  // the new connection replaces the old one for Send/WaitFor.
+  void Adopt(int port, const Json& adopt) {
+    auto fd = TcpConnect("127.0.0.1", port, 5);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    conn_.emplace(std::move(fd).value());
+    inbox_.clear();
+    Send(adopt);
+  }
 
   // Waits for the next message of `type` satisfying `pred`; consumed messages are kept.
   std::optional<Json> WaitFor(const std::string& type,
@@ -156,6 +172,16 @@ class FakeController {
   std::optional<JsonLineConn> conn_;
   std::vector<Json> inbox_;
 };
+
+// Polls the agent's own output until it contains `text` (the agent logs rank exits).
+bool PollUntilOutput(FakeController& fc, const std::string& text, double timeout_s) {
+  const double deadline = SystemClock::Get()->NowMono() + timeout_s;
+  while (fc.agent_output().find(text) == std::string::npos) {
+    if (SystemClock::Get()->NowMono() >= deadline) return false;
+    fc.PumpOutput(0.05);
+  }
+  return true;
+}
 
 std::vector<pid_t> Pgids(const Json& started) {
   std::vector<pid_t> out;
@@ -344,7 +370,7 @@ TEST(AgentIntegration, CleanExitAndStartupHangOfNonPythonRank) {
 }
 
 TEST(AgentIntegration, ControllerLossStopsRanksAndExits) {
-  FakeController fc("node-0");
+  FakeController fc("node-0", {"--orphan-timeout", "0.5"});
   ASSERT_TRUE(fc.WaitFor("hello")) << fc.agent_output();
   Json start = fc.StartMsg(1, {"/bin/sh", "-c", "sleep 300 & wait"}, 2);
   start["group_rank"] = 0;
@@ -358,6 +384,72 @@ TEST(AgentIntegration, ControllerLossStopsRanksAndExits) {
   ASSERT_TRUE(e) << fc.agent_output();
   EXPECT_EQ(e->code, 3) << fc.agent_output();
   EXPECT_FALSE(AnyGroupAlive(pgids)) << "the agent left ranks behind";
+}
+
+// A controller lost mid-attempt: the ranks keep running; an `adopt` with the wrong
+// run is refused, the right one gets a hello saying what runs (no rank restarted) and
+// the connection serves as the controller's from then on.
+TEST(AgentIntegration, ControllerLossKeepsRanksRunningUntilAdopted) {
+  FakeController fc("node-0", {"--orphan-timeout", "60"});
+  auto hello = fc.WaitFor("hello");
+  ASSERT_TRUE(hello) << fc.agent_output();
+  const int adopt_port = (*hello)["adopt_port"].get<int>();
+  ASSERT_GT(adopt_port, 0);
+  EXPECT_FALSE(hello->contains("adopted"));  // a fresh agent has nothing to report
+  Json start = fc.StartMsg(3, {"/bin/sh", "-c", "sleep 300 & wait"}, 2);
+  start["group_rank"] = 0;
+  fc.Send(start);
+  auto started = fc.WaitFor("started");
+  ASSERT_TRUE(started) << fc.agent_output();
+  const std::vector<pid_t> pgids = Pgids(*started);
+  fc.CloseConnection();
+
+  fc.Adopt(adopt_port,
+           {{"type", "adopt"}, {"job", "demo"}, {"run_id", "another-run"}, {"node", "node-0"}});
+  auto refused = fc.WaitFor("refused");
+  ASSERT_TRUE(refused) << fc.agent_output();
+  EXPECT_NE((*refused)["message"].get<std::string>().find("run-xyz"), std::string::npos);
+
+  fc.Adopt(adopt_port,
+           {{"type", "adopt"}, {"job", "demo"}, {"run_id", "run-xyz"}, {"node", "node-0"}});
+  auto adopted = fc.WaitFor("hello");
+  ASSERT_TRUE(adopted) << fc.agent_output();
+  EXPECT_EQ((*adopted)["adopted"], true);
+  EXPECT_EQ((*adopted)["attempt"], 3);
+  EXPECT_EQ((*adopted)["slot"], 0);
+  EXPECT_EQ((*adopted)["ranks_alive"], 2);
+  EXPECT_EQ((*adopted)["state"], "running");
+  for (pid_t g : pgids) EXPECT_TRUE(GroupAlive(g)) << "a rank did not survive the controller";
+  EXPECT_TRUE(fc.WaitFor("heartbeat"));  // the adopter is the controller now
+  fc.Send({{"type", "stop"}, {"attempt", 3}, {"grace_s", 1.0}});
+  ASSERT_TRUE(fc.WaitFor("stopped")) << fc.agent_output();
+  EXPECT_FALSE(AnyGroupAlive(pgids));
+}
+
+// Reports made while no controller was there reach the adopter after its hello.
+TEST(AgentIntegration, ReportsWhileOrphanedReachTheAdopter) {
+  FakeController fc("node-0", {"--orphan-timeout", "60"});
+  auto hello = fc.WaitFor("hello");
+  ASSERT_TRUE(hello) << fc.agent_output();
+  const int adopt_port = (*hello)["adopt_port"].get<int>();
+  fc.Send({{"type", "welcome"}, {"job", "demo"}, {"run_id", "run-xyz"}});
+  Json start = fc.StartMsg(1, {"/bin/sh", "-c", "sleep 0.3"}, 1);
+  start["group_rank"] = 0;
+  fc.Send(start);
+  ASSERT_TRUE(fc.WaitFor("started")) << fc.agent_output();
+  fc.CloseConnection();
+  // The rank exits while the agent is orphaned.
+  ASSERT_TRUE(PollUntilOutput(fc, "exited", 10)) << fc.agent_output();
+  fc.Adopt(adopt_port,
+           {{"type", "adopt"}, {"job", "demo"}, {"run_id", "run-xyz"}, {"node", "node-0"}});
+  auto adopted = fc.WaitFor("hello");
+  ASSERT_TRUE(adopted) << fc.agent_output();
+  EXPECT_EQ((*adopted)["state"], "idle");
+  EXPECT_EQ((*adopted)["ranks_alive"], 0);
+  auto exited = fc.WaitFor("exited");
+  ASSERT_TRUE(exited) << fc.agent_output();
+  EXPECT_EQ((*exited)["attempt"], 1);
+  EXPECT_EQ((*exited)["code"], 0);
 }
 
 TEST(AgentIntegration, BadStartIsDroppedWithFieldName) {

@@ -220,7 +220,7 @@ Json Agent::CaptureAllStacks(std::vector<int>* stopped) {
   }
   auto stacks = CaptureStacks(targets, opts_.stacks, clock_, [this] {
     MaybeHeartbeat();
-    if (conn_->HasPendingOutput()) (void)conn_->Flush(0);
+    if (conn_ && conn_->HasPendingOutput()) (void)conn_->Flush(0);
   });
   Json js = Json::object();
   for (const auto& [rank, st] : stacks) {

@@ -39,6 +39,13 @@ int main(int argc, char** argv) {
                  "address this agent's peer-replication server binds and peers dial");
   app.add_option("--peer-port", o.peer_port, "peer-replication port (0 = ephemeral)")
       ->check(CLI::Range(0, 65535));
+  app.add_option("--orphan-timeout", o.orphan_timeout_s,
+                 "seconds the ranks keep running after the controller is lost, for a new "
+                 "controller to adopt this agent (0 = stop them at once)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--adopt-port", o.adopt_port,
+                 "port an adopting controller dials, on --peer-host (0 = ephemeral)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--gdb", o.stacks.gdb_path, "gdb for native stacks of hung ranks ('' = off)");
   app.add_option("--stack-budget", o.stacks.budget_s,
                  "max seconds spent capturing stacks before a hang is reported");

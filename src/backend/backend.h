@@ -36,6 +36,16 @@ struct NodeRequest {
   int slot = -1;                // node slot the agent will serve; -1 = warm standby
 };
 
+// An agent started by an earlier controller of the job, which a new controller may
+// adopt (docs/protocol.md, "Adoption").
+struct AdoptableNode {
+  std::string node_id;
+  int slot = -1;     // the slot it served; -1 = warm standby
+  std::string host;  // where its adopt port listens
+  int adopt_port = 0;
+  int pid = 0;  // the agent's pid on `host` (0 = unknown)
+};
+
 // A node that disappeared, as the backend observed it.
 struct NodeLoss {
   std::string node_id;
@@ -64,6 +74,21 @@ class Backend {
   virtual void OnSlotAssigned(const std::string& node_id, int slot) {
     (void)node_id;
     (void)slot;
+  }
+  // Adoption. The agents of the job that an earlier controller started and that may
+  // still run, as this backend can see them (Kubernetes: the job's pods and their
+  // endpoint annotations; the local backend sees none: the controller's store has them).
+  virtual std::vector<AdoptableNode> AdoptableNodes() { return {}; }
+  // From now on `n` is this backend's to kill, release and watch, as if it had started
+  // it (the controller is about to dial it).
+  virtual void AdoptNode(const AdoptableNode& n) { (void)n; }
+  // node_id's agent said hello and can be adopted at host:adopt_port (Kubernetes: an
+  // annotation on its pod, for the next leader).
+  virtual void OnAgentEndpoint(const std::string& node_id, const std::string& host,
+                               int adopt_port) {
+    (void)node_id;
+    (void)host;
+    (void)adopt_port;
   }
 };
 

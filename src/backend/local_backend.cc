@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <set>
 
+#include "common/clock.h"
+
 namespace bulwark {
 
 LocalBackend::~LocalBackend() { (void)Teardown(1); }
@@ -36,13 +38,32 @@ Status LocalBackend::StartNode(const NodeRequest& req) {
   o.env = CurrentEnv();
   o.capture_output = false;
   o.new_process_group = true;
-  o.die_with_parent = true;
+  o.die_with_parent = false;  // a killed controller leaves them to be adopted
   BW_ASSIGN_OR_RETURN(Child c, Spawn(o));
   agents_.emplace(req.node_id, std::move(c));
   return Status::Ok();
 }
 
+namespace {
+
+// An adopted agent (not our child) is gone once its pid is gone or a zombie.
+bool Gone(pid_t pid) {
+  const char st = ProcState(pid);
+  return st == '?' || st == 'Z' || st == 'X';
+}
+
+}  // namespace
+
+void LocalBackend::AdoptNode(const AdoptableNode& n) {
+  if (n.pid > 0 && !agents_.count(n.node_id)) adopted_[n.node_id] = n.pid;
+}
+
 Status LocalBackend::KillNode(const std::string& node_id) {
+  if (auto a = adopted_.find(node_id); a != adopted_.end()) {
+    (void)SignalGroup(a->second, SIGKILL);  // it leads its process group
+    ::kill(a->second, SIGKILL);
+    return Status::Ok();
+  }
   auto it = agents_.find(node_id);
   if (it == agents_.end()) return NotFound("no node " + node_id);
   // Node loss: the agent dies at once; its ranks follow through PR_SET_PDEATHSIG.
@@ -51,6 +72,14 @@ Status LocalBackend::KillNode(const std::string& node_id) {
 }
 
 Status LocalBackend::ReleaseNode(const std::string& node_id, double grace_s) {
+  if (auto a = adopted_.find(node_id); a != adopted_.end()) {
+    const pid_t pid = a->second;
+    const double deadline = SystemClock::Get()->NowMono() + grace_s;
+    while (!Gone(pid) && SystemClock::Get()->NowMono() < deadline) PollReadable({}, 0.02);
+    if (!Gone(pid)) (void)SignalGroup(pid, SIGKILL);
+    adopted_.erase(a);
+    return Status::Ok();
+  }
   auto it = agents_.find(node_id);
   if (it == agents_.end()) return Status::Ok();
   auto e = WaitExit(it->second.pid, grace_s);
@@ -68,6 +97,15 @@ std::vector<NodeLoss> LocalBackend::Poll() {
     for (const auto& [id, c] : agents_) agents.insert(c.pid);
     (void)ReapZombieChildren(agents);
   }
+  for (auto it = adopted_.begin(); it != adopted_.end();) {
+    if (Gone(it->second)) {
+      (void)SignalGroup(it->second, SIGKILL);
+      gone.push_back({it->first, "agent exited"});
+      it = adopted_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (auto it = agents_.begin(); it != agents_.end();) {
     if (Reap(it->second.pid)) {
       (void)SignalGroup(it->second.pgid, SIGKILL);
@@ -83,11 +121,13 @@ std::vector<NodeLoss> LocalBackend::Poll() {
 Status LocalBackend::Teardown(double grace_s) {
   std::vector<std::string> ids;
   for (auto& [id, c] : agents_) ids.push_back(id);
+  for (auto& [id, pid] : adopted_) ids.push_back(id);
   for (auto& id : ids) (void)ReleaseNode(id, grace_s);
   return Status::Ok();
 }
 
 int LocalBackend::AgentPid(const std::string& node_id) const {
+  if (auto a = adopted_.find(node_id); a != adopted_.end()) return a->second;
   auto it = agents_.find(node_id);
   return it == agents_.end() ? -1 : it->second.pid;
 }

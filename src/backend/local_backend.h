@@ -1,8 +1,11 @@
 // LocalBackend: every node is a `bulwark-agent` process on this machine.
 //
-// The agents inherit stdout/stderr (their `[node/rank]` lines reach the console), die
-// with the controller (PR_SET_PDEATHSIG), and are each the leader of their own process
-// group. Not thread-safe: the controller's thread only.
+// The agents inherit stdout/stderr (their `[node/rank]` lines reach the console) and
+// are each the leader of their own process group. They outlive a controller killed
+// without a chance to stop them (SIGKILL): their ranks keep training for the agents'
+// orphan timeout, and a restarted `bulwark run` adopts them (AdoptNode; they are not
+// its children then, so they are watched and signalled by pid, and reaped by whoever
+// their parent is). Not thread-safe: the controller's thread only.
 #pragma once
 
 #include <map>
@@ -30,12 +33,14 @@ class LocalBackend : public Backend {
   Status ReleaseNode(const std::string& node_id, double grace_s) override;
   std::vector<NodeLoss> Poll() override;  // reason "agent exited"
   Status Teardown(double grace_s) override;
+  void AdoptNode(const AdoptableNode& n) override;
   // pid of a node's agent, or -1.
   int AgentPid(const std::string& node_id) const;
 
  private:
   LocalBackendOptions opts_;
   std::map<std::string, Child> agents_;
+  std::map<std::string, pid_t> adopted_;  // agents of an earlier controller, by node id
   long polls_ = 0;
 };
 

@@ -42,6 +42,7 @@ Controller::~Controller() = default;
 bulwark::Status Controller::Start() { return impl_->Start(); }
 Result<RunResult> Controller::Run() { return impl_->Run(); }
 void Controller::Cancel() { impl_->Cancel(); }
+void Controller::Detach() { impl_->Detach(); }
 ControllerStatus Controller::Status() const { return impl_->Snapshot(); }
 std::string Controller::Address() const { return impl_->Address(); }
 
@@ -62,6 +63,8 @@ ControllerImpl::ControllerImpl(JobSpec spec, ControllerOptions opts, Backend* ba
 
 const char* ControllerImpl::StageName(Stage s) {
   switch (s) {
+    case Stage::kAdopting:
+      return "Adopting";
     case Stage::kProvisioning:
       return "Provisioning";
     case Stage::kRunning:
@@ -140,6 +143,8 @@ Status ControllerImpl::Setup() {
     rec_.created = start_;
     rec_.run_id = spec_.name + "-" + std::to_string(static_cast<long>(start_));
   }
+  const bool carry_on = existing && !IsTerminal(existing->phase);
+  if (!opts_.run_id.empty()) rec_.run_id = opts_.run_id;
   rec_.spec_yaml = yaml.str();
   rec_.spec_path = spec_.source_path;
   rec_.phase = JobPhase::kPending;
@@ -202,6 +207,11 @@ Status ControllerImpl::Setup() {
                        std::to_string(spec_.fault_policy.spare_nodes) + " spare; controller " +
                        addr_ + "; backend " + backend_->Name());
   slots_.assign(spec_.nodes, "");
+  const std::vector<AdoptableNode> candidates = AdoptionCandidates(carry_on);
+  if (!candidates.empty()) {
+    BeginAdoption(candidates);
+    return Status::Ok();
+  }
   for (int s = 0; s < spec_.nodes; ++s) {
     if (!StartNode(s)) return Unavailable("could not start node for slot " + std::to_string(s));
   }
@@ -225,6 +235,7 @@ void ControllerImpl::Finish(JobPhase phase, const std::string& message) {
   double now = clock_->NowWall();
   for (auto& [id, n] : nodes_) {
     if (n->connected()) (void)n->conn->Send(Json{{"type", "shutdown"}});
+    (void)store_->DeleteAgent(spec_.name, id);  // nothing is left to adopt
   }
   ledger_.OnEnd(now);
   end_ = now;
@@ -294,6 +305,9 @@ void ControllerImpl::Reconcile() {
   }
   RetryCapacityWaits();
   switch (stage_) {
+    case Stage::kAdopting:
+      if (AdoptionSettled() || now > stage_deadline_) FinishAdoption(now);
+      break;
     case Stage::kProvisioning:
       ProvisionAndLaunch(now, "launch");
       break;
@@ -333,8 +347,12 @@ void ControllerImpl::PollOnce(double timeout_s) {
   for (auto& [id, n] : nodes_) {
     if (n->connected()) fds.push_back(n->conn->fd());
   }
+  for (auto& [id, n] : nodes_) {
+    if (n->adopt_conn) fds.push_back(n->adopt_conn->fd());
+  }
   PollReadable(fds, timeout_s);
   AcceptAndGreet();
+  PumpAdoptions();
   for (auto& [id, n] : nodes_) {
     if (!n->conn || n->lost) continue;
     std::vector<std::string> bad;
@@ -342,6 +360,10 @@ void ControllerImpl::PollOnce(double timeout_s) {
     for (const auto& b : bad)
       std::fprintf(stderr, "[bulwark] %s sent a bad message: %s\n", id.c_str(), b.c_str());
     for (const auto& m : msgs) {
+      if (stage_ == Stage::kAdopting) {  // judged once every candidate has answered
+        n->deferred.push_back(m);
+        continue;
+      }
       HandleAgentMessage(*n, m);
       if (stage_ == Stage::kDone) return;
     }
@@ -353,7 +375,9 @@ double ControllerImpl::PollTimeout() const {
   const double now = clock_->NowWall();
   double t = kIdle;
   if (stage_ == Stage::kBackoff) t = std::min(t, std::max(kBusy, backoff_until_ - now));
-  if (stage_ == Stage::kDiagnosing || stage_ == Stage::kStopping) t = kBusy;
+  if (stage_ == Stage::kDiagnosing || stage_ == Stage::kStopping || stage_ == Stage::kAdopting) {
+    t = kBusy;
+  }
   if (stage_ == Stage::kRunning) {
     const double elapsed = now - start_;
     for (size_t i = 0; i < spec_.chaos.size(); ++i) {
@@ -369,6 +393,26 @@ Result<RunResult> ControllerImpl::Run() {
   if (!started_) (void)Start();
   if (!start_status_.ok()) return start_status_;
   while (stage_ != Stage::kDone) {
+    if (detach_.load()) {
+      // Let go without stopping anything: the agents keep their ranks running until a
+      // new controller adopts them (or their orphan timeout ends).
+      detached_ = true;
+      Event("Detached",
+            "the controller let go of the job; its agents keep " +
+                std::string(attempt_ >= 0 ? "attempt " + std::to_string(attempt_) + " running"
+                                          : "waiting") +
+                " for the next controller to adopt them");
+      for (auto& [id, n] : nodes_) {
+        if (n->conn) (void)n->conn->Flush(0.5);
+        n->conn.reset();
+        n->adopt_conn.reset();
+      }
+      pending_.clear();
+      listen_.Reset();
+      Persist();
+      PublishStatus(true);
+      return Aborted("detached: job " + spec_.name + " left to its agents for adoption");
+    }
     PollOnce(PollTimeout());
     if (stage_ != Stage::kDone) {
       CheckHeartbeats();

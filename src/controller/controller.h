@@ -15,8 +15,7 @@
 // the ranks rendezvous (rendezvous_on_agent).
 //
 // Threading: Start() and Run() are called from one thread, which Run() owns until it
-// returns (with the local backend, agents die with the thread that started them:
-// PR_SET_PDEATHSIG). From any thread: Cancel(), Status(), Address(). From a signal
+// returns. From any thread: Cancel(), Detach(), Status(), Address(). From a signal
 // handler: RequestCancel(). Several Controllers may run in one process at once, each
 // with its own Backend, Store handle and run_dir.
 #pragma once
@@ -64,6 +63,14 @@ struct ControllerOptions {
   // File access of the local checkpoint catalog (not owned; nullptr = Env::Default()).
   // Unused when remote_checkpoint_fs (tests inject an Env that fails every call).
   ckpt::Env* ckpt_env = nullptr;
+  // The job's run id (TORCHELASTIC_RUN_ID, and what an agent checks before a controller
+  // may adopt it). "" = the store's, else "<job>-<start time>". The operator passes one
+  // that every leader derives alike.
+  std::string run_id;
+  // Adoption (docs/protocol.md): a controller that finds agents of an earlier one (in
+  // its store, or as the backend's AdoptableNodes) dials them and waits this long for
+  // their answers; the attempt they run carries on without restarting any rank.
+  double adopt_timeout_s = 15;
   uint64_t seed = 1;
   bool echo_events = true;  // print "[bulwark] ..." lines to stderr
 };
@@ -121,6 +128,11 @@ class Controller {
 
   // Asks this controller to cancel its job; any thread; returns at once.
   void Cancel();
+  // Asks this controller to let go of its job without stopping it: Run() closes every
+  // agent connection, leaves the nodes to the backend as they are and returns
+  // kAborted. The agents keep their ranks running for their orphan timeout, for a new
+  // controller to adopt (an operator handing over leadership). Any thread.
+  void Detach();
   // A snapshot, updated by the loop at least once per iteration; any thread.
   ControllerStatus Status() const;
   // "host:port" agents dial (advertise_host or bind_host); "" until Start() succeeded.

@@ -42,8 +42,8 @@ void ControllerImpl::AcceptAndGreet() {
     auto msgs = (*it)->Read(&bad);
     for (const auto& b : bad)
       std::fprintf(stderr, "[bulwark] dropped a bad message: %s\n", b.c_str());
-    bool adopted = false;
-    for (size_t i = 0; i < msgs.size() && !adopted; ++i) {
+    bool greeted = false;
+    for (size_t i = 0; i < msgs.size() && !greeted; ++i) {
       const Json& m = msgs[i];
       if (m["type"] == "hello") {
         auto id = JStr(m, "node");
@@ -56,25 +56,50 @@ void ControllerImpl::AcceptAndGreet() {
         }
         Node& n = *nit->second;
         n.conn = std::move(*it);
-        n.last_heartbeat = clock_->NowWall();
-        auto peer_host = JStrOr(m, "peer_host", "");
-        n.peer_host = peer_host.ok() ? *peer_host : "";
-        n.peer_port = PortField(m, "peer_port");
-        n.free_port = PortField(m, "free_port");
-        adopted = true;
-        Event("NodeReady", n.id + (n.slot >= 0 ? " serves slot " + std::to_string(n.slot)
-                                               : std::string(" is a warm standby")));
+        greeted = true;
+        Greet(n, m);
         for (size_t k = i + 1; k < msgs.size(); ++k) HandleAgentMessage(n, msgs[k]);
       } else {
         HandleClientRequest(**it, m);
       }
     }
-    if (adopted || (*it)->closed()) {
+    if (greeted || (*it)->closed()) {
       it = pending_.erase(it);
     } else {
       ++it;
     }
   }
+}
+
+void ControllerImpl::Greet(Node& n, const Json& m) {
+  n.last_heartbeat = clock_->NowWall();
+  auto peer_host = JStrOr(m, "peer_host", "");
+  n.peer_host = peer_host.ok() ? *peer_host : "";
+  n.peer_port = PortField(m, "peer_port");
+  n.free_port = PortField(m, "free_port");
+  n.adopt_port = PortField(m, "adopt_port");
+  auto pid = JIntOr(m, "pid", 0);
+  n.pid = pid.ok() ? static_cast<int>(*pid) : 0;
+  (void)n.conn->Send(Json{{"type", "welcome"}, {"job", spec_.name}, {"run_id", rec_.run_id}});
+  RecordAgent(n);
+  const bool adopted = m.contains("adopted") && m["adopted"].is_boolean() && m["adopted"];
+  if (!adopted || !n.adopting) {
+    Event("NodeReady", n.id + (n.slot >= 0 ? " serves slot " + std::to_string(n.slot)
+                                           : std::string(" is a warm standby")));
+    return;
+  }
+  auto attempt = JIntOr(m, "attempt", -1);
+  auto ranks = JIntOr(m, "ranks_alive", 0);
+  auto state = JStrOr(m, "state", "idle");
+  n.adopted_attempt = attempt.ok() ? static_cast<int>(*attempt) : -1;
+  n.adopted_ranks = ranks.ok() ? static_cast<int>(*ranks) : 0;
+  n.adopted_state = state.ok() ? *state : "idle";
+  Event("NodeAdopted", n.id +
+                           (n.slot >= 0 ? " (slot " + std::to_string(n.slot) + ")"
+                                        : std::string(" (warm standby)")) +
+                           ": " + n.adopted_state + ", attempt " +
+                           std::to_string(n.adopted_attempt) + ", " +
+                           std::to_string(n.adopted_ranks) + " rank(s) alive");
 }
 
 void ControllerImpl::HandleClientRequest(JsonLineConn& c, const Json& m) {
@@ -269,6 +294,7 @@ void ControllerImpl::OnNodeGone(Node& n, const std::string& subtype, const std::
                                 double fault_time) {
   if (n.lost) return;
   n.lost = true;
+  (void)store_->DeleteAgent(spec_.name, n.id);
   if (remote_) remote_->OnAgentLost(n.id);
   double now = clock_->NowWall();
   (void)backend_->KillNode(n.id);  // make sure a half-dead node is really gone
@@ -294,7 +320,7 @@ void ControllerImpl::CheckHeartbeats() {
   double limit =
       spec_.fault_policy.heartbeat_interval_seconds * spec_.fault_policy.heartbeat_misses;
   for (auto& [id, n] : nodes_) {
-    if (n->lost || n->awaiting_capacity) continue;
+    if (n->lost || n->awaiting_capacity || n->adopting) continue;
     if (n->conn && n->conn->closed()) {
       OnNodeGone(*n, "connection_lost", "connection_lost: the agent's connection closed", now);
     } else if (n->conn && now - n->last_heartbeat > limit) {

@@ -1,7 +1,8 @@
 // Controller internals, shared by the controller_*.cc files. Not a public header.
 //
 // The pieces: controller.cc (setup, the loop, reconcile, status), controller_agents.cc
-// (agent and client messages, liveness, chaos), controller_faults.cc (incidents,
+// (agent and client messages, liveness, chaos), controller_adopt.cc (adopting the
+// agents of an earlier controller), controller_faults.cc (incidents,
 // diagnosis, decisions), controller_nodes.cc (slots, spares, capacity waits, memory
 // inventories), controller_launch.cc (resume choice, launch, checkpoint commits through
 // the CheckpointCatalog), report.cc (the JSON report and its table).
@@ -53,6 +54,18 @@ struct ControllerNode {
   // A port free on the agent's host (hello / stopped): the rendezvous port when this
   // node serves slot 0 and rendezvous_on_agent is set. 0 = unknown.
   int free_port = 0;
+  // Adoption: where the agent accepts an adopting controller (hello), its pid; while
+  // this controller adopts it, the dialled connection until it says hello, and what
+  // the agent reported running then.
+  int adopt_port = 0;
+  int pid = 0;
+  bool adopting = false;
+  std::unique_ptr<JsonLineConn> adopt_conn;
+  std::string adopt_failure;  // why it could not be adopted ("" = not yet known)
+  int adopted_attempt = -1;
+  int adopted_ranks = 0;
+  std::string adopted_state;   // running, stopping, idle
+  std::vector<Json> deferred;  // its reports while adopting, handled once it settles
   bool connected() const { return conn && !conn->closed() && !lost; }
 };
 
@@ -74,13 +87,15 @@ class ControllerImpl {
   Status Start();
   Result<RunResult> Run();
   void Cancel() { cancel_.store(true); }
+  void Detach() { detach_.store(true); }
   ControllerStatus Snapshot() const;
   std::string Address() const;
 
  private:
   // kDiagnosing: a hang was reported; every agent is capturing its ranks' stacks
   // before the ranks are stopped, so the culprit can be localised.
-  enum class Stage { kProvisioning, kRunning, kDiagnosing, kStopping, kBackoff, kDone };
+  // kAdopting: the agents of an earlier controller are being dialled (Setup found them).
+  enum class Stage { kAdopting, kProvisioning, kRunning, kDiagnosing, kStopping, kBackoff, kDone };
   static const char* StageName(Stage s);
 
   // Setup and teardown (controller.cc).
@@ -103,8 +118,22 @@ class ControllerImpl {
   // operator runs hundreds of controllers: idle ones must not spin).
   double PollTimeout() const;
   bool CancelRequested();
+  // Adoption (controller_adopt.cc).
+  // Agents of an earlier controller: the store's (when it recorded this job unfinished)
+  // merged with the backend's.
+  std::vector<AdoptableNode> AdoptionCandidates(bool from_store);
+  void BeginAdoption(const std::vector<AdoptableNode>& candidates);
+  // Reads the dialled connections: a hello adopts the node, a refusal or a close fails it.
+  void PumpAdoptions();
+  bool AdoptionSettled() const;
+  // Every candidate answered or the deadline passed: carry on with what runs.
+  void FinishAdoption(double now);
+  // Remembers where n's agent can be adopted (store, backend).
+  void RecordAgent(const Node& n);
   // Agents and clients (controller_agents.cc).
   void AcceptAndGreet();
+  // n's agent said `hello` on n.conn: liveness, endpoints, `welcome`, adoption report.
+  void Greet(Node& n, const Json& hello);
   void HandleAgentMessage(Node& n, const Json& m);
   void HandleClientRequest(JsonLineConn& c, const Json& m);
   void CheckHeartbeats();
@@ -216,8 +245,10 @@ class ControllerImpl {
   Json cadence_log_ = Json::array();             // the intervals announced, for the report
 
   std::atomic<bool> cancel_{false};  // any thread: Cancel()
-  uint64_t cancel_generation_ = 0;   // RequestCancel() calls seen at construction
-  mutable std::mutex status_mu_;     // guards status_ and address_ (any thread)
+  std::atomic<bool> detach_{false};  // any thread: Detach()
+  bool detached_ = false;
+  uint64_t cancel_generation_ = 0;  // RequestCancel() calls seen at construction
+  mutable std::mutex status_mu_;    // guards status_ and address_ (any thread)
   ControllerStatus status_;
   double published_at_ = -1;  // mono time of the last PublishStatus (controller thread)
   std::string address_;

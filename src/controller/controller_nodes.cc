@@ -116,6 +116,7 @@ bool ControllerImpl::EnsureSlotsFilled() {
       if (cur->conn) (void)cur->conn->Flush(1);
       (void)backend_->ReleaseNode(cur->id, spec_.fault_policy.stop_grace_seconds + 2);
       cur->lost = true;
+      (void)store_->DeleteAgent(spec_.name, cur->id);
       if (remote_) remote_->OnAgentLost(cur->id);
       Event("NodeReleased", cur->id + " released from slot " + std::to_string(s));
     }
@@ -130,6 +131,7 @@ bool ControllerImpl::EnsureSlotsFilled() {
       nodes_.at(pick)->slot = s;
       slots_[s] = pick;
       backend_->OnSlotAssigned(pick, s);
+      RecordAgent(*nodes_.at(pick));
       Event("StandbyPromoted",
             pick + " takes slot " + std::to_string(s) + " (warm standby, already connected)");
     } else {

@@ -77,6 +77,14 @@ void EttrLedger::OnAttemptLaunched(double t, long resume_step) {
   first_step_of_attempt_ = true;
 }
 
+void EttrLedger::OnAttemptAdopted(double t, long high_water_step) {
+  if (ended_) return;
+  CloseOpen(t);
+  high_water_ = std::max(high_water_, high_water_step);
+  phase_ = Phase::kRunning;
+  first_step_of_attempt_ = false;
+}
+
 void EttrLedger::OnStep(double t_end, long step, double step_seconds, double ckpt_stall_seconds,
                         double tokens) {
   if (ended_ || phase_ == Phase::kRestarting) return;

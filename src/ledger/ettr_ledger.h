@@ -58,6 +58,10 @@ class EttrLedger {
   // [cursor, t] -> kRestart after a fault (and the latest incident row's restart_s),
   // kReinit if a previous launch never reached a step, else kIdle.
   void OnAttemptLaunched(double t, long resume_step);
+  // An attempt that was already running when this ledger's controller took it over
+  // (adoption after a controller restart) at t: [cursor, t] -> kIdle; steps after
+  // `high_water_step` count as new; no reinit is charged (its ranks never restarted).
+  void OnAttemptAdopted(double t, long high_water_step);
   // Global rank 0 finished `step` at t_end; it took step_seconds (measured by the
   // trainer from the previous step's end, or from its start for the first step of an
   // attempt), of which ckpt_stall_seconds were spent blocked in checkpoint save.

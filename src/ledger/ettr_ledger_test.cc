@@ -64,6 +64,24 @@ TEST(EttrLedgerTest, CleanRun) {
   EXPECT_TRUE(r.incidents.empty());
 }
 
+// A controller restarted mid-attempt adopts the running ranks: no reinit, and the
+// steps the previous controller already counted are not counted as new again.
+TEST(EttrLedgerTest, AdoptedAttemptChargesNoReinit) {
+  EttrLedger l(100);
+  l.OnAttemptAdopted(101, 40);
+  l.OnStep(102, 40, 0.5, 0, 10);  // reported again from the agents' backlog: rework
+  l.OnStep(103, 41, 1, 0, 10);    // [102,103] productive
+  l.OnStep(104, 42, 1, 0, 10);
+  l.OnEnd(104);
+  LedgerReport r = l.Report(104);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kReinit), 0);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kProductive), 2);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kRework), 0.5);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kIdle), 1.5);  // [100,101] and before step 40's end
+  EXPECT_DOUBLE_EQ(Sum(r), r.wall_s);
+  EXPECT_EQ(r.steps_completed, 2);
+}
+
 TEST(EttrLedgerTest, CrashWithRework) {
   EttrLedger l(0);
   l.OnAttemptLaunched(0, -1);

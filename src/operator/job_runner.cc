@@ -28,6 +28,9 @@ Status JobRunner::Start() {
   co.agent_connect_timeout_s = opts_.agent_connect_timeout_s;
   co.capacity_wait_s = opts_.capacity_wait_s;
   co.remote_checkpoint_fs = true;
+  // The same run id for every leader's runner of this TrainJob: an agent lets only its
+  // own job's controller adopt it.
+  co.run_id = job.name + "-" + (job.uid.empty() ? std::string("nouid") : job.uid.substr(0, 8));
   co.rendezvous_on_agent = true;
   co.echo_events = false;
   co.on_event = [this](const std::string& reason, const std::string& message, bool warning) {
@@ -52,6 +55,10 @@ void JobRunner::Run() {
 
 void JobRunner::Cancel() {
   if (controller_) controller_->Cancel();
+}
+
+void JobRunner::Detach() {
+  if (controller_) controller_->Detach();
 }
 
 void JobRunner::Join() {

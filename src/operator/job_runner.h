@@ -50,6 +50,9 @@ class JobRunner {
 
   Status Start();  // opens the store, starts the thread
   void Cancel();   // asks the controller to stop (bounded teardown follows)
+  // Asks the controller to let go of the job without stopping it (leader handover):
+  // its agents keep the ranks running for the next leader to adopt; pods stay.
+  void Detach();
   void Join();
   bool Done() const { return done_.load(); }
   // The controller's result once Done(); Internal error if it could not run.

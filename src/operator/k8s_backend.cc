@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace bulwark::op {
 
@@ -195,10 +197,64 @@ void KubernetesBackend::OnSlotAssigned(const std::string& node_id, int slot) {
     it->second.slot = slot;
     name = it->second.name;
   }
+  Json patch = {{"metadata",
+                 {{"labels", {{trainjob::kRoleLabel, "worker"}}},
+                  {"annotations", {{trainjob::kSlotAnnotation, std::to_string(slot)}}}}}};
+  (void)opts_.client->Patch(k8s::Pods(), opts_.job.ns, name, patch);
+}
+
+std::vector<AdoptableNode> KubernetesBackend::AdoptableNodes() {
+  k8s::ListOptions lo;
+  lo.label_selector = std::string(trainjob::kJobLabel) + "=" + opts_.job.name;
+  auto pods = opts_.client->List(k8s::Pods(), opts_.job.ns, lo);
+  if (!pods.ok()) {
+    std::fprintf(stderr, "[bulwark-operator] %s: listing pods to adopt: %s\n",
+                 opts_.job_key.c_str(), pods.status().ToString().c_str());
+    return {};
+  }
+  std::vector<AdoptableNode> out;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const Json& pod : pods->items) {
+    const Json meta = pod.value("metadata", Json::object());
+    const Json labels = meta.value("labels", Json::object());
+    const Json notes = meta.value("annotations", Json::object());
+    const std::string phase = pod.value("status", Json::object()).value("phase", "");
+    const std::string endpoint = notes.value(trainjob::kAgentEndpointAnnotation, "");
+    const std::string node_id = labels.value(trainjob::kNodeIdLabel, "");
+    const size_t colon = endpoint.rfind(':');
+    if (meta.contains("deletionTimestamp") || phase == "Succeeded" || phase == "Failed" ||
+        node_id.empty() || colon == std::string::npos) {
+      continue;
+    }
+    AdoptableNode n;
+    n.node_id = node_id;
+    n.host = endpoint.substr(0, colon);
+    n.adopt_port = std::atoi(endpoint.c_str() + colon + 1);
+    const std::string slot = notes.value(trainjob::kSlotAnnotation, "");
+    n.slot = labels.value(trainjob::kRoleLabel, "") == "worker" && !slot.empty()
+                 ? std::atoi(slot.c_str())
+                 : -1;
+    if (n.adopt_port <= 0 || pods_.count(node_id)) continue;
+    pods_[node_id] = Pod{meta.value("name", ""),
+                         pod.value("spec", Json::object()).value("nodeName", ""), n.slot, false};
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+void KubernetesBackend::OnAgentEndpoint(const std::string& node_id, const std::string& host,
+                                        int adopt_port) {
+  const std::string name = PodName(node_id);
+  if (name.empty()) return;
   Json patch = {
       {"metadata",
-       {{"labels", {{"bulwark.dev/role", "worker"}, {"bulwark.dev/slot", std::to_string(slot)}}}}}};
-  (void)opts_.client->Patch(k8s::Pods(), opts_.job.ns, name, patch);
+       {{"annotations",
+         {{trainjob::kAgentEndpointAnnotation, host + ":" + std::to_string(adopt_port)}}}}}};
+  auto r = opts_.client->Patch(k8s::Pods(), opts_.job.ns, name, patch);
+  if (!r.ok() && !k8s::IsNotFound(r.status())) {
+    std::fprintf(stderr, "[bulwark-operator] %s: annotating pod %s: %s\n", opts_.job_key.c_str(),
+                 name.c_str(), r.status().ToString().c_str());
+  }
 }
 
 std::string KubernetesBackend::PodName(const std::string& node_id) const {

@@ -8,6 +8,11 @@
 // has no node for a request (the job was requeued, a standby not restocked yet)
 // StartNode answers kUnavailable and the controller asks again later.
 //
+// Adoption: every agent's adopt endpoint is written on its pod
+// (trainjob::kAgentEndpointAnnotation), so a new leader's runner for the job finds the
+// pods of its predecessor (AdoptableNodes) and its controller adopts their agents
+// instead of starting new pods.
+//
 // Lost nodes reach the controller through Poll(): the operator pushes them (node
 // failure, pod failure or eviction) with a reason; pods this backend deleted itself are
 // not reported. Pods carry Bulwark's finalizer; ReleaseNode/KillNode/Teardown remove it
@@ -58,6 +63,11 @@ class KubernetesBackend : public Backend {
   Status Teardown(double grace_s) override;
   std::string PreferredSpare(int slot, const std::vector<std::string>& ready_spares) override;
   void OnSlotAssigned(const std::string& node_id, int slot) override;
+  // Adoption: the job's live pods whose agents published an endpoint (any runner's);
+  // each becomes this backend's pod. OnAgentEndpoint writes that annotation.
+  std::vector<AdoptableNode> AdoptableNodes() override;
+  void OnAgentEndpoint(const std::string& node_id, const std::string& host,
+                       int adopt_port) override;
 
   // A node (agent) of this job was lost: reported by the next Poll unless this backend
   // already deleted that pod. Thread-safe.

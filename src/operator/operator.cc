@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "operator/status.h"
@@ -86,6 +88,10 @@ class Operator::Impl {
   void Reconcile(const std::string& key);
   void ReportPodTrouble(const std::string& key, JobState& j);
   void CleanupPods(const std::string& key, const std::string& keep_run);
+  // A job the previous leader ran whose pods still run with published agent endpoints:
+  // records it where it runs and starts a runner that adopts them (no pod is replaced,
+  // no rank restarted). False when there is nothing to adopt.
+  bool TryAdopt(const std::string& key, JobState& j, const Json& obj, const trainjob::TrainJob& tj);
   void Cycle();
   Status StartRunner(const std::string& key, const trainjob::TrainJob& tj, bool delegated);
   // Stops the job's runner; `requeue` sends it back to Pending. Callers post the Event.
@@ -265,8 +271,10 @@ Status Operator::Impl::Run(const std::atomic<bool>* stop) {
 }
 
 void Operator::Impl::Shutdown() {
+  // Leadership ends (stop, upgrade, lost lease): the jobs do not. Each controller lets
+  // go of its agents, which keep training until the next leader adopts them.
   for (auto& [key, j] : state_) {
-    if (j.runner) j.runner->Cancel();
+    if (j.runner) j.runner->Detach();
   }
   for (auto& [key, j] : state_) {
     if (j.runner) j.runner->Join();
@@ -346,7 +354,11 @@ void Operator::Impl::ActOnFailure(const NodeFailure& f, const std::string& why) 
   if (j && j->runner) {
     std::vector<std::string> ids;
     for (const auto& [pk, p] : PodsOf(f.job)) {
-      if (p.node == f.node && p.run == j->runner->run_id()) ids.push_back(p.node_id);
+      // The runner's pods: those it created and those it adopted.
+      if (p.node == f.node &&
+          !j->runner->backend().NodeIdOfPod(pk.substr(pk.find('/') + 1)).empty()) {
+        ids.push_back(p.node_id);
+      }
     }
     for (const std::string& id : ids) {
       j->runner->backend().PushLoss(id, "node " + f.node + " failed: " + why);
@@ -398,11 +410,76 @@ void Operator::Impl::CleanupPods(const std::string& key, const std::string& keep
   }
 }
 
+bool Operator::Impl::TryAdopt(const std::string& key, JobState& j, const Json& obj,
+                              const trainjob::TrainJob& tj) {
+  const std::string phase = StrField(obj, {"status", "phase"});
+  if (phase != "Running" && phase != "Restarting" && phase != "Admitted") return false;
+  JobNodes nodes;
+  nodes.gang.assign(tj.job.nodes, "");
+  int live = 0;
+  for (const auto& [pk, p] : PodsOf(key)) {
+    const std::optional<Json> pod = pods_->Get(pk);
+    if (!pod || !StrField(*pod, {"metadata", "deletionTimestamp"}).empty()) continue;
+    const std::string pod_phase = StrField(*pod, {"status", "phase"});
+    if (pod_phase == "Succeeded" || pod_phase == "Failed" || p.node.empty()) continue;
+    if (StrField(*pod, {"metadata", "annotations", trainjob::kAgentEndpointAnnotation}).empty()) {
+      continue;
+    }
+    ++live;
+    const std::string slot = StrField(*pod, {"metadata", "annotations", trainjob::kSlotAnnotation});
+    const int s = Label(*pod, trainjob::kRoleLabel) == "worker" && !slot.empty()
+                      ? std::atoi(slot.c_str())
+                      : -1;
+    if (s >= 0 && s < tj.job.nodes && nodes.gang[s].empty()) {
+      nodes.gang[s] = p.node;
+    } else {
+      nodes.standby.push_back(p.node);
+    }
+  }
+  if (live == 0) return false;
+  const bool delegated = tj.scheduling.gang != trainjob::GangMode::kBulwark;
+  if (!delegated) {
+    if (!placement_.ready()) {  // asked again once the nodes are read
+      queue_.AddRateLimited(key, Now());
+      return true;
+    }
+    // A slot whose pod is gone runs on a node the scheduler gives the replacement.
+    for (std::string& n : nodes.gang) {
+      if (n.empty() && !nodes.standby.empty()) {
+        n = nodes.standby.back();
+        nodes.standby.pop_back();
+      }
+    }
+    if (std::find(nodes.gang.begin(), nodes.gang.end(), "") != nodes.gang.end()) return false;
+    nodes.reason = "adopted from the previous leader";
+    const sched::JobRequest req = trainjob::SchedRequest(tj, trainjob::StandbyCount(tj.job));
+    Status st = placement_.Adopt(req, nodes, Now());
+    if (!st.ok()) {
+      PostJobEvent(key, "Warning", "AdoptionFailed",
+                   "cannot record the job where it runs: " + st.message() + "; restarting it");
+      return false;
+    }
+  }
+  const Json& restarts = Field(obj, {"status", "restarts"});
+  if (restarts.is_number_integer()) j.restarts_before = restarts.get<int>();
+  PostJobEvent(key, "Normal", "Adopting",
+               std::to_string(live) +
+                   " pod(s) of the previous leader still run; adopting their "
+                   "agents instead of restarting the job");
+  Status st = StartRunner(key, tj, delegated);
+  if (!st.ok()) {
+    (void)placement_.Finish(key, Now());
+    PostJobEvent(key, "Warning", "StartFailed", st.ToString());
+    return false;
+  }
+  return true;
+}
+
 void Operator::Impl::ReportPodTrouble(const std::string& key, JobState& j) {
   std::vector<std::pair<std::string, std::string>> lost;  // (node id, reason)
   std::vector<std::string> mine;
   for (const auto& [pk, p] : PodsOf(key)) {
-    if (p.run == j.runner->run_id()) mine.push_back(pk);
+    if (!j.runner->backend().NodeIdOfPod(pk.substr(pk.find('/') + 1)).empty()) mine.push_back(pk);
   }
   for (const std::string& pk : mine) {
     auto pod = pods_->Get(pk);
@@ -481,6 +558,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
     WritePending(key, j, "Suspended", "spec.suspend is true");
     return;
   }
+  if (TryAdopt(key, j, *obj, *tj)) return;
   CleanupPods(key, "");  // pods of an earlier runner or operator incarnation
   const bool delegated = tj->scheduling.gang != trainjob::GangMode::kBulwark;
   if (delegated) {
@@ -631,9 +709,9 @@ Observed Operator::Impl::ObserveRunner(const std::string& key, JobState& j) cons
   } else {
     o.admission_reason = "admitted (gang scheduling delegated)";
   }
-  if (s.stage == "Running") {
+  if (s.stage == "Running" || s.stage == "Adopting") {
     o.phase = Phase::kRunning;
-    o.reason = "RanksRunning";
+    o.reason = s.stage == "Running" ? "RanksRunning" : "Adopting";
   } else if (s.stage == "Done") {
     o.phase = s.phase == JobPhase::kSucceeded ? Phase::kSucceeded : Phase::kFailed;
     o.reason = s.phase == JobPhase::kSucceeded ? "Succeeded" : "Failed";

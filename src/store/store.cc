@@ -60,6 +60,9 @@ CREATE TABLE IF NOT EXISTS incidents (
   id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT, attempt INTEGER, json TEXT);
 CREATE TABLE IF NOT EXISTS checkpoints (
   job TEXT, step INTEGER, t REAL, PRIMARY KEY (job, step));
+CREATE TABLE IF NOT EXISTS agents (
+  job TEXT, node TEXT, slot INTEGER, host TEXT, adopt_port INTEGER, pid INTEGER,
+  PRIMARY KEY (job, node));
 )sql";
 
 }  // namespace
@@ -238,6 +241,37 @@ Result<std::vector<long>> Store::ListCheckpoints(const std::string& job) {
     BW_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
     out.push_back(s.Int(0));
+  }
+  return out;
+}
+
+Status Store::PutAgent(const AgentRecord& a) {
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO agents (job, node, slot, host, adopt_port, pid) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  BW_RETURN_IF_ERROR(s.status());
+  s.Bind(1, a.job).Bind(2, a.node).Bind(3, a.slot).Bind(4, a.host).Bind(5, a.adopt_port);
+  s.Bind(6, a.pid);
+  return s.Step().status();
+}
+
+Status Store::DeleteAgent(const std::string& job, const std::string& node) {
+  Stmt s(db_, "DELETE FROM agents WHERE job = ?1 AND node = ?2");
+  BW_RETURN_IF_ERROR(s.status());
+  s.Bind(1, job).Bind(2, node);
+  return s.Step().status();
+}
+
+Result<std::vector<AgentRecord>> Store::ListAgents(const std::string& job) {
+  Stmt s(db_, "SELECT node, slot, host, adopt_port, pid FROM agents WHERE job = ?1 ORDER BY node");
+  BW_RETURN_IF_ERROR(s.status());
+  s.Bind(1, job);
+  std::vector<AgentRecord> out;
+  while (true) {
+    BW_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({job, s.Text(0), static_cast<int>(s.Int(1)), s.Text(2),
+                   static_cast<int>(s.Int(3)), static_cast<int>(s.Int(4))});
   }
   return out;
 }

@@ -47,6 +47,17 @@ struct EventRecord {
   std::string message;
 };
 
+// An agent serving a job, as the controller last knew it: what a restarted controller
+// needs to adopt it (docs/protocol.md, "Adoption").
+struct AgentRecord {
+  std::string job;
+  std::string node;  // node id, e.g. "node-2"
+  int slot = -1;     // the slot it serves; -1 = warm standby
+  std::string host;  // where its adopt port listens (its peer host)
+  int adopt_port = 0;
+  int pid = 0;  // the agent's process id on `host`
+};
+
 class Store {
  public:
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
@@ -63,6 +74,10 @@ class Store {
   Result<std::vector<std::string>> ListIncidents(const std::string& job);
   Status AddCheckpoint(const std::string& job, long step, double t);
   Result<std::vector<long>> ListCheckpoints(const std::string& job);
+  // The agents of a job, by node id (insert or replace; delete one; all in node order).
+  Status PutAgent(const AgentRecord& a);
+  Status DeleteAgent(const std::string& job, const std::string& node);
+  Result<std::vector<AgentRecord>> ListAgents(const std::string& job);
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}

@@ -55,6 +55,32 @@ TEST(Store, JobsSurviveReopen) {
   EXPECT_EQ((*(*s)->ListIncidents("gpt")).size(), 1u);
 }
 
+TEST(Store, AgentsAreKeptPerJobAndNode) {
+  std::string path = TmpPath("agents.db");
+  {
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->PutAgent({"gpt", "node-1", 1, "10.0.0.2", 4001, 77}).ok());
+    ASSERT_TRUE((*s)->PutAgent({"gpt", "node-0", 0, "10.0.0.1", 4000, 76}).ok());
+    ASSERT_TRUE((*s)->PutAgent({"gpt", "node-2", -1, "10.0.0.3", 4002, 78}).ok());
+    ASSERT_TRUE((*s)->PutAgent({"other", "node-0", 0, "10.0.0.9", 4009, 79}).ok());
+    ASSERT_TRUE((*s)->PutAgent({"gpt", "node-2", 1, "10.0.0.3", 4003, 78}).ok());  // replaced
+    ASSERT_TRUE((*s)->DeleteAgent("gpt", "node-1").ok());
+  }
+  auto s = Store::Open(path);  // survives a restart
+  ASSERT_TRUE(s.ok());
+  auto agents = (*s)->ListAgents("gpt");
+  ASSERT_TRUE(agents.ok());
+  ASSERT_EQ(agents->size(), 2u);
+  EXPECT_EQ((*agents)[0].node, "node-0");
+  EXPECT_EQ((*agents)[0].adopt_port, 4000);
+  EXPECT_EQ((*agents)[1].node, "node-2");
+  EXPECT_EQ((*agents)[1].slot, 1);
+  EXPECT_EQ((*agents)[1].adopt_port, 4003);
+  EXPECT_EQ((*agents)[1].pid, 78);
+  EXPECT_EQ((*s)->ListAgents("other")->size(), 1u);
+}
+
 TEST(Store, GarbageFileIsAClearError) {
   std::string path = TmpPath("garbage.db");
   std::ofstream(path) << "this is not a database, just text that is long enough to matter....";

@@ -20,6 +20,9 @@ inline constexpr char kNodeIdLabel[] = "bulwark.dev/node-id";   // "node-3"
 inline constexpr char kRoleLabel[] = "bulwark.dev/role";        // "worker" | "standby"
 inline constexpr char kSlotAnnotation[] = "bulwark.dev/slot";   // worker's node slot, "3"
 inline constexpr char kAgentFinalizer[] = "bulwark.dev/agent";  // removed once the agent is done
+// "host:port" where the pod's agent accepts an adopting controller (set by the operator
+// once the agent said hello; docs/protocol.md, "Adoption").
+inline constexpr char kAgentEndpointAnnotation[] = "bulwark.dev/agent-endpoint";
 inline constexpr char kQuarantineTaint[] = "bulwark.dev/quarantined";
 inline constexpr char kGpuTypeNodeLabel[] = "bulwark.dev/gpu-type";
 inline constexpr char kAgentContainer[] = "agent";

@@ -5,7 +5,9 @@ the step, and on resume checks that the loaded state is exactly the resume step'
 (exit 3 otherwise), so a test passes only if checkpoints round-trip through restarts.
 Environment knobs: TINY_CRASH_AT_START=1 exits 1 at once (budget exhaustion);
 TINY_STEP_TIME seconds per step (default 0.02); TINY_SAVE_EVERY_STEP=1 snapshots every
-step (the memory tier; the SDK marks every checkpoint.intervalSteps-th for disk).
+step (the memory tier; the SDK marks every checkpoint.intervalSteps-th for disk);
+TINY_STEP_LOG=PATH appends "rank step pid" for every step it runs (a test then sees
+whether a step ran twice or a rank was restarted).
 """
 import argparse
 import math
@@ -42,8 +44,11 @@ if resume >= 0:
 print(f"tiny: rank {rank} of {os.environ.get('WORLD_SIZE')} starting at step {start} "
       f"master {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
       f"restart {os.environ.get('TORCHELASTIC_RESTART_COUNT')}", flush=True)
+step_log = open(os.environ["TINY_STEP_LOG"], "a", buffering=1) if os.environ.get("TINY_STEP_LOG") else None
 for step in range(start, args.steps + 1):
     time.sleep(step_time)
+    if step_log:
+        step_log.write(f"{rank} {step} {os.getpid()}\n")
     if bulwark.poll_injected_nan():
         w = float("nan")
     if bulwark.should_skip(step):
