@@ -72,6 +72,10 @@ Resource ResourceFor(const Json& obj) {
       {"MutatingWebhookConfiguration", {"mutatingwebhookconfigurations", false}},
       {"TrainJob", {"trainjobs", true}},
       {"PodGroup", {"podgroups", true}},
+      {"ResourceFlavor", {"resourceflavors", false}},  // Kueue (kueue.h)
+      {"ClusterQueue", {"clusterqueues", false}},
+      {"LocalQueue", {"localqueues", true}},
+      {"Workload", {"workloads", true}},
   };
   auto it = kinds.find(kind);
   std::string plural;

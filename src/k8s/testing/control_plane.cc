@@ -359,11 +359,19 @@ Result<ComponentInfo> ControlPlane::StartExtra(const std::string& name,
   return info;
 }
 
+Result<ComponentInfo> ControlPlane::StartCommand(const std::string& name,
+                                                 const std::vector<std::string>& argv,
+                                                 const std::map<std::string, std::string>& env) {
+  if (argv.empty()) return InvalidArgument("StartCommand " + name + ": empty command line");
+  return Launch(name, argv[0], std::vector<std::string>(argv.begin() + 1, argv.end()), env);
+}
+
 Status ControlPlane::StopExtra(const std::string& name, double grace_s) {
   std::lock_guard<std::mutex> l(mu_);
   for (Proc& p : procs_) {
     if (p.info.name == name && p.exit.empty()) {
       p.exit = TerminateGroup(p.child.pid, p.child.pgid, grace_s).Describe();
+      p.stopped = true;
       return Status::Ok();
     }
   }
@@ -377,7 +385,7 @@ std::string ControlPlane::Check() {
     if (p.exit.empty()) {
       if (auto e = Reap(p.child.pid)) p.exit = e->Describe();
     }
-    if (!p.exit.empty())
+    if (!p.exit.empty() && !p.stopped)
       out += (out.empty() ? "" : "; ") + p.info.name + " exited (" + p.exit + ")";
   }
   return out;

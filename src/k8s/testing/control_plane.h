@@ -92,7 +92,12 @@ class ControlPlane {
   // keeps it until Stop(); for KWOK and other test-only controllers.
   Result<ComponentInfo> StartExtra(const std::string& name, const std::vector<std::string>& args,
                                    const std::map<std::string, std::string>& env = {});
+  // StartExtra for a command line of its own (argv[0] a path): a component that runs
+  // under a wrapper, e.g. Kueue in a mount namespace (kueue.h).
+  Result<ComponentInfo> StartCommand(const std::string& name, const std::vector<std::string>& argv,
+                                     const std::map<std::string, std::string>& env = {});
   // Stops one component started by StartExtra (SIGTERM, then SIGKILL after grace_s).
+  // Check() does not report a component stopped this way.
   Status StopExtra(const std::string& name, double grace_s = 5);
 
   // The audit log (ControlPlaneOptions::audit), one JSON event per line.
@@ -124,7 +129,8 @@ class ControlPlane {
   struct Proc {
     ComponentInfo info;
     Child child;
-    std::string exit;  // how it ended, once reaped
+    std::string exit;      // how it ended, once reaped
+    bool stopped = false;  // by StopExtra: not a failure
   };
 
   ControlPlaneOptions opts_;
