@@ -186,7 +186,10 @@ bool NodeReady(const Json& n) {
 // Node and pod IPs are on loopback (nothing dials them; they are only written into
 // status). KWOK applies node and pod stages with 4 workers each by default: at 5,000
 // nodes, 83 heartbeats/s of ~40 ms PATCHes on a loaded machine need more, or the
-// heartbeats fall behind (and differ between the two modes).
+// heartbeats fall behind (and differ between the two modes). A KwokConfiguration read
+// from a file gets no defaults (kwok v0.8.0 defaults only the one it makes when there
+// is none), so every option with a default is spelled out: with
+// nodeLeaseParallelism 0, --node-lease-duration-seconds > 0 makes kwok exit.
 std::string KwokConfig(double heartbeat_s) {
   const long lo = static_cast<long>(heartbeat_s * 900);   // NOLINT(runtime/int)
   const long hi = static_cast<long>(heartbeat_s * 1100);  // NOLINT(runtime/int)
@@ -195,6 +198,14 @@ kind: KwokConfiguration
 options:
   nodePlayStageParallelism: 16
   podPlayStageParallelism: 16
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+  manageAllNodes: false
+  enableDebuggingHandlers: false
+  enableProfilingHandler: false
+  enableContentionProfiling: false
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -809,7 +820,9 @@ int Bench(const Flags& f, const char* self) {
     if (l.ok()) {
       for (const Json& n : l->items) {
         ready += NodeReady(n);
-        gpus = gpus && n["status"].value("allocatable", Json::object()).contains("nvidia.com/gpu");
+        gpus = gpus && n.value("status", Json::object())
+                           .value("allocatable", Json::object())
+                           .contains("nvidia.com/gpu");
       }
       if (!gpus) return fail("a node lost its allocatable GPUs: " + l->items[0].dump());
     }
@@ -1068,10 +1081,15 @@ int Bench(const Flags& f, const char* self) {
   }
   // What the operator wrote: its Events by reason, and one TrainJob's status.
   std::map<std::string, int> event_reasons;
+  Json event_samples = Json::object();
   if (auto ev = admin->List(k8s::Events(), kJobNs); ev.ok()) {
-    for (const Json& e : ev->items) ++event_reasons[e.value("reason", "")];
+    for (const Json& e : ev->items) {
+      const std::string reason = e.value("reason", "");
+      if (++event_reasons[reason] == 1) event_samples[reason] = e.value("message", "");
+    }
   }
   r["events_by_reason"] = event_reasons;
+  r["event_samples"] = event_samples;
   if (jobs_now.ok() && !jobs_now->items.empty()) {
     r["trainjob_0_status"] = jobs_now->items[0].value("status", Json::object());
   }

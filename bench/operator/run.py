@@ -167,7 +167,8 @@ def render(res):
 
     # The control plane's own cost, as context.
     L += ["The control plane's own cost in the same runs (context, not the operator's):", "",
-          "| process | run | CPU in phase 1, s | CPU steady, cores | resident memory, steady (MiB) |",
+          "| process | run | CPU in phase 1, s | CPU steady, cores | "
+          "resident memory, steady (MiB) |",
           "|---|---|---:|---:|---:|"]
     for name in ("kube-apiserver", "etcd", "kwok"):
         for label, r in (("operator", o), ("baseline", b)):
