@@ -239,6 +239,7 @@ class ControllerImpl {
   std::unique_ptr<CheckpointCatalog> catalog_;   // local or remote (remote_ then)
   RemoteCatalog* remote_ = nullptr;              // catalog_ when remote_checkpoint_fs
   int object_checked_attempt_ = -2;              // attempt whose object restore was decided
+  bool list_wait_reported_ = false;              // a listing waiting for an agent was reported
   long object_restored_ = -1;                    // step restored from the object tier
   std::set<std::pair<int, long>> bad_replicas_;  // (rank, step) a peer failed to serve
   std::optional<CadenceTracker> cadence_;        // checkpoint.intervalSteps: auto

@@ -70,7 +70,15 @@ void ControllerImpl::OnCatalogEvent(const CatalogEvent& ev) {
   }
   switch (ev.op) {
     case CatalogOp::kList:
-      if (!ev.status.ok()) Event("CheckpointListFailed", ev.status.ToString() + where);
+      // A listing that found no agent to run it is asked again until one connects:
+      // said once (an operator may hold hundreds of jobs waiting for their pods),
+      // while a failure of a connected agent is said every time.
+      if (ev.status.ok()) {
+        list_wait_reported_ = false;
+      } else if (!ev.node.empty() || !list_wait_reported_) {
+        Event("CheckpointListFailed", ev.status.ToString() + where);
+        list_wait_reported_ = ev.node.empty();
+      }
       return;
     case CatalogOp::kDownload:
       if (ev.status.ok()) {

@@ -761,13 +761,20 @@ void Operator::Impl::WriteStatus(const std::string& key, JobState& j, const Obse
   }
   if (next == old) return;
   const size_t slash = key.find('/');
-  auto r = client_->UpdateWithRetry(
-      k8s::TrainJobs(), key.substr(0, slash), key.substr(slash + 1),
-      [&](Json& live) {
-        live["status"] = BuildStatus(Field(live, {"status"}), o, gen, now);
-        return Status::Ok();
-      },
-      /*status=*/true);
+  // One PUT on the cached object (its resourceVersion is the precondition); only when
+  // the cache is behind (409) the read-modify-write loop reads the object first.
+  Json cached_write = *cached;
+  cached_write["status"] = next;
+  Result<Json> r = client_->UpdateStatus(k8s::TrainJobs(), key.substr(0, slash), cached_write);
+  if (!r.ok() && k8s::IsConflict(r.status())) {
+    r = client_->UpdateWithRetry(
+        k8s::TrainJobs(), key.substr(0, slash), key.substr(slash + 1),
+        [&](Json& live) {
+          live["status"] = BuildStatus(Field(live, {"status"}), o, gen, now);
+          return Status::Ok();
+        },
+        /*status=*/true);
+  }
   if (!r.ok()) {
     if (!k8s::IsNotFound(r.status())) {
       std::fprintf(stderr, "[bulwark-operator] status of %s: %s\n", key.c_str(),
