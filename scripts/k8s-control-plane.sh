@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane that the operator's tests run against —
 # kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (Kubernetes
-# v1.36.x), etcd (v3.6.x) and KWOK — from the Go module proxy into a versioned cache
-# outside the repository, once per machine. Test infrastructure only: nothing here is
-# linked into or shipped with Bulwark.
+# v1.36.x), etcd (v3.6.x), KWOK and Kueue — from the Go module proxy into a versioned
+# cache outside the repository, once per machine. Test infrastructure only: nothing here
+# is linked into or shipped with Bulwark.
 #
-#   scripts/k8s-control-plane.sh [--kwok]          build what is missing, print the bin dir
-#   scripts/k8s-control-plane.sh --print [--kwok]  print the bin dir, build nothing (exit 1
-#                                                   when the cache is incomplete)
+#   scripts/k8s-control-plane.sh [--kwok] [--kueue]          build what is missing, print
+#                                                             the bin dir
+#   scripts/k8s-control-plane.sh --print [--kwok] [--kueue]  print the bin dir, build
+#                                                             nothing (exit 1 when the
+#                                                             cache is incomplete)
 #
-# KWOK (5,000 simulated nodes for bench/operator) is built only with --kwok: the test
-# suite does not need it. A fresh build takes about 10 minutes on 2 cores (KWOK 3 more).
+# KWOK (5,000 simulated nodes for bench/operator) is built only with --kwok, Kueue (the
+# real Kueue controller for the operator's `scheduling.gang: kueue` e2e test) only with
+# --kueue. A fresh build takes about 10 minutes on 2 cores (KWOK 3 more, Kueue about 8
+# more). --kueue also copies the manifests the test needs out of Kueue's module — its
+# CRDs and webhook configurations — into <cache>/kueue/ (next to bin/).
+#
+# Not built: Volcano. The Go module proxy refuses it (`go list -m -versions
+# volcano.sh/volcano` -> "reading https://proxy.golang.org/volcano.sh/volcano/@v/list: 403
+# Forbidden ... This module version is not available."; github.com/volcano-sh/volcano
+# likewise), so the `gang: volcano` test binds pods with a stand-in.
 #
 # Cache: ${BULWARK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bulwark/k8s}/<versions>/bin.
 # A finished component leaves a stamp file, so an interrupted build resumes where it
@@ -26,27 +36,38 @@ set -euo pipefail
 K8S_VERSION="${BULWARK_K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${BULWARK_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${BULWARK_KWOK_VERSION:-v0.8.0}"
+KUEUE_VERSION="${BULWARK_KUEUE_VERSION:-v0.17.0}"
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 CACHE_ROOT="${BULWARK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bulwark/k8s}"
 DIR="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
 BIN="$DIR/bin"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 PRINT=0
+OPTIONAL=""  # the optional components' flags, for messages
 for arg in "$@"; do
   case "$arg" in
     --print) PRINT=1 ;;
-    --kwok) COMPONENTS+=(kwok) ;;
-    *) echo "k8s-control-plane: unknown argument '$arg' (use --print and/or --kwok)" >&2; exit 2 ;;
+    --kwok) COMPONENTS+=(kwok); OPTIONAL+=" --kwok" ;;
+    --kueue) COMPONENTS+=(kueue); OPTIONAL+=" --kueue" ;;
+    *) echo "k8s-control-plane: unknown argument '$arg' (use --print, --kwok, --kueue)" >&2; exit 2 ;;
   esac
 done
 
+# A component's stamp. Kueue's names its version: the cache directory's name does not
+# (adding Kueue must not invalidate the rest of the cache).
+stamp() {
+  case "$1" in
+    kueue) echo "$BIN/.kueue-$KUEUE_VERSION.done" ;;
+    *) echo "$BIN/.$1.done" ;;
+  esac
+}
 complete() {
   local c
-  for c in "${COMPONENTS[@]}"; do [ -f "$BIN/.$c.done" ] || return 1; done
+  for c in "${COMPONENTS[@]}"; do [ -f "$(stamp "$c")" ] || return 1; done
 }
 if [ "$PRINT" = 1 ]; then
   complete && { echo "$BIN"; exit 0; }
-  echo "k8s-control-plane: cache $BIN is incomplete; run scripts/k8s-control-plane.sh" >&2
+  echo "k8s-control-plane: cache $BIN is incomplete; run scripts/k8s-control-plane.sh$OPTIONAL" >&2
   exit 1
 fi
 if complete; then echo "$BIN"; exit 0; fi
@@ -62,7 +83,7 @@ log() { echo "k8s-control-plane: $*" >&2; }
 timed() {  # timed NAME CMD...: runs CMD, logs its duration, stamps NAME done
   local name="$1" start=$SECONDS; shift
   "$@"
-  touch "$BIN/.$name.done"
+  touch "$(stamp "$name")"
   log "$name built in $((SECONDS - start)) s"
 }
 
@@ -142,9 +163,31 @@ build_kwok() {
   timed kwok bash -c "GOBIN='$BIN' go install -ldflags '-s -w' sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
+# Kueue's controller manager, and from the same module version (in the Go module cache
+# after the install) the manifests the e2e test applies: the CRDs and the webhook
+# configurations (src/k8s/testing/kueue.h rewrites their clientConfig for loopback).
+install_kueue() {
+  local mod out="$DIR/kueue"
+  rm -f "$BIN"/.kueue-*.done  # one Kueue at a time: bin/kueue is replaced
+  GOBIN="$BIN" go install -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+    "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  mod="$(go env GOMODCACHE)/sigs.k8s.io/kueue@$KUEUE_VERSION/config/components"
+  [ -d "$mod" ] || { log "no $mod after installing kueue@$KUEUE_VERSION"; return 1; }
+  rm -rf "$out"
+  mkdir -p "$out/crd" "$out/webhook"
+  # The module cache is read-only: copy the contents, not the modes.
+  install -m 0644 "$mod"/crd/bases/*.yaml "$out/crd/"
+  install -m 0644 "$mod/webhook/manifests.yaml" "$out/webhook/"
+  echo "$KUEUE_VERSION" >"$out/VERSION"
+}
+build_kueue() {
+  timed kueue install_kueue
+}
+
 start=$SECONDS
 [ -f "$BIN/.etcd.done" ] || build_etcd
 build_kubernetes
 if [[ " ${COMPONENTS[*]} " == *" kwok "* ]] && [ ! -f "$BIN/.kwok.done" ]; then build_kwok; fi
+if [[ " ${COMPONENTS[*]} " == *" kueue "* ]] && [ ! -f "$(stamp kueue)" ]; then build_kueue; fi
 log "control plane ready in $BIN ($((SECONDS - start)) s)"
 echo "$BIN"

@@ -5,9 +5,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
 # The real Kubernetes control plane the operator's tests run against, built from the Go
-# module proxy into a cache outside the repository (once per machine; ~10 min fresh).
-echo "== Kubernetes control plane (scripts/k8s-control-plane.sh)"
-BULWARK_K8S_BIN="$("$ROOT/scripts/k8s-control-plane.sh")"
+# module proxy into a cache outside the repository (once per machine; ~10 min fresh),
+# with Kueue for the operator's gang: kueue tests (~8 min more, once).
+echo "== Kubernetes control plane and Kueue (scripts/k8s-control-plane.sh --kueue)"
+BULWARK_K8S_BIN="$("$ROOT/scripts/k8s-control-plane.sh" --kueue)"
 export BULWARK_K8S_BIN
 JOBS="$(nproc)"
 echo "== build (RelWithDebInfo)"

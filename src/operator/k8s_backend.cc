@@ -47,6 +47,7 @@ Status KubernetesBackend::StartNode(const NodeRequest& req) {
   }
   trainjob::RenderOptions ro = opts_.render;
   ro.controller_addr = req.controller_addr;
+  ro.kueue_pod_group = trainjob::KueuePodGroupName(opts_.job.name, opts_.run_id);
   Json pod = trainjob::RenderPod(opts_.job, req.node_id, req.slot, node, ro);
   const std::string name = opts_.job.name + "-" + opts_.run_id + "-" + req.node_id;
   pod["metadata"]["name"] = name;

@@ -2,6 +2,7 @@
 // RenderQuarantineTaint and RenderJobObjects (render.h). The CRD is in crd.cc.
 #include "trainjob/render.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -157,12 +158,30 @@ Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
       meta["labels"]["kueue.x-k8s.io/queue-name"] = t.scheduling.kueue_queue;
       // A standby is admitted on its own: Kueue's pod group must be exactly the workers.
       if (!standby) {
-        meta["labels"]["kueue.x-k8s.io/pod-group-name"] = t.name;
+        meta["labels"]["kueue.x-k8s.io/pod-group-name"] =
+            o.kueue_pod_group.empty() ? t.name : o.kueue_pod_group;
         meta["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = std::to_string(t.job.nodes);
+        // A lost worker is replaced by a standby, never by a new pod of the group: Kueue
+        // must not wait for one (it would hold the group's quota and pods for good), the
+        // group ends once each of its pods has.
+        meta["annotations"]["kueue.x-k8s.io/retriable-in-group"] = "false";
       }
       break;
   }
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+}
+
+std::string KueuePodGroupName(const std::string& job, const std::string& run_id) {
+  constexpr size_t kMax = 63;
+  std::string name = job + "-" + run_id;
+  if (name.size() <= kMax) return name;
+  char hash[9];
+  std::snprintf(hash, sizeof(hash), "%08llx",
+                static_cast<unsigned long long>(Fnv1a(job) & 0xffffffffull));
+  const std::string tail = std::string("-") + hash + "-" + run_id;
+  std::string head = job.substr(0, kMax > tail.size() ? kMax - tail.size() : 0);
+  while (!head.empty() && !std::isalnum(static_cast<unsigned char>(head.back()))) head.pop_back();
+  return (head + tail).substr(0, kMax);
 }
 
 Json RenderHeadlessService(const TrainJob& t, const RenderOptions& o) {

@@ -49,7 +49,16 @@ struct RenderOptions {
   std::map<std::string, std::string> labels;       // added to every object
   std::map<std::string, std::string> annotations;  // added to every object
   int grace_margin_s = 30;  // terminationGracePeriodSeconds = stopGraceSeconds + margin
+  // gang kueue: the workers' pod group (and so its Workload's) name; "" = the job's
+  // name. The operator names one per runner (KueuePodGroupName): Kueue matches a group
+  // to the Workload of that name even when it has finished, so the pods of a resumed or
+  // requeued job must form a new group.
+  std::string kueue_pod_group;
 };
+
+// "<job>-<run_id>": a Kueue pod group name of at most 63 characters (a label value and
+// a Workload name); a longer job name is cut and a hash of it added.
+std::string KueuePodGroupName(const std::string& job, const std::string& run_id);
 
 // One node's pod: name "<job>-<node_id>", labels bulwark.dev/{job,node-id,role},
 // owner reference to the TrainJob (controller, blockOwnerDeletion; t.uid must be

@@ -154,9 +154,25 @@ TEST(RenderPodTest, GangModes) {
   EXPECT_EQ(k["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
   EXPECT_EQ(k["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"], "gpt-char");
   EXPECT_EQ(k["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"], "2");
+  EXPECT_EQ(k["metadata"]["annotations"]["kueue.x-k8s.io/retriable-in-group"], "false");
   Json ks = RenderPod(t, "node-2", -1, "", {});
   EXPECT_EQ(ks["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
   EXPECT_FALSE(ks["metadata"]["labels"].contains("kueue.x-k8s.io/pod-group-name"));
+  EXPECT_FALSE(ks["metadata"]["annotations"].contains("kueue.x-k8s.io/retriable-in-group"));
+  RenderOptions run;
+  run.kueue_pod_group = KueuePodGroupName(t.name, "r2-0a1b");
+  EXPECT_EQ(
+      RenderPod(t, "node-0", 0, "", run)["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"],
+      "gpt-char-r2-0a1b");
+}
+
+TEST(RenderPodTest, KueuePodGroupNameIsALabelValue) {
+  EXPECT_EQ(KueuePodGroupName("gpt", "r1-00ff"), "gpt-r1-00ff");
+  const std::string long_a = std::string(60, 'a') + ".x", long_b = std::string(60, 'a') + ".y";
+  const std::string a = KueuePodGroupName(long_a, "r12-00ff");
+  EXPECT_EQ(a.size(), 63u) << a;
+  EXPECT_EQ(a.substr(a.size() - 9), "-r12-00ff") << a;
+  EXPECT_NE(a, KueuePodGroupName(long_b, "r12-00ff"));  // the hash tells them apart
 }
 
 TEST(RenderTest, ServicePodGroupEventTaint) {

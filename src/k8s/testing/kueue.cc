@@ -58,21 +58,53 @@ Status KueueWriteFile(const std::string& path, const std::string& content) {
   return Status::Ok();
 }
 
+// The top-level JSON objects of `text`, one after another (what `kubectl -o json`
+// prints for several documents); text outside them (a warning line) is skipped.
+std::vector<Json> KueueJsonObjects(const std::string& text) {
+  std::vector<Json> out;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  size_t start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"' && depth > 0) {
+      in_string = true;
+    } else if (c == '{') {
+      if (depth++ == 0) start = i;
+    } else if (c == '}' && depth > 0 && --depth == 0) {
+      Json j = Json::parse(text.substr(start, i + 1 - start), nullptr, false);
+      if (j.is_object()) out.push_back(std::move(j));
+    }
+  }
+  return out;
+}
+
 // The objects of the YAML manifests at `path` (a file or a directory), as the real
 // kubectl reads them (`kubectl create --dry-run=client -o json`): no YAML parser of ours.
 Result<std::vector<Json>> KueueManifests(const ControlPlane& cp, const std::string& path) {
   BW_ASSIGN_OR_RETURN(std::string out,
                       Kubectl(cp, cp.admin_kubeconfig(),
                               {"create", "--dry-run=client", "-o", "json", "-f", path}, 120));
-  const size_t brace = out.find('{');
-  Json j = brace == std::string::npos ? Json() : Json::parse(out.substr(brace), nullptr, false);
-  if (!j.is_object()) {
+  std::vector<Json> items;
+  for (Json& j : KueueJsonObjects(out)) {
+    if (j.value("kind", "") != "List") {
+      items.push_back(std::move(j));
+      continue;
+    }
+    for (Json& o : j["items"]) items.push_back(std::move(o));
+  }
+  if (items.empty()) {
     return Internal("kubectl did not print the objects of " + path +
                     " as JSON: " + out.substr(0, 500));
   }
-  if (j.value("kind", "") != "List") return std::vector<Json>{j};
-  std::vector<Json> items;
-  for (const Json& o : j["items"]) items.push_back(o);
   return items;
 }
 

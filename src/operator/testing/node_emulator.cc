@@ -377,7 +377,10 @@ void NodeEmulator::SyncPod(const Json& pod) {
 }
 
 void NodeEmulator::Loop() {
-  std::set<std::string> deleted;  // uids whose final DELETE was sent
+  constexpr const char* kContainerLost =
+      "ContainerStatusUnknown: the container could not be located when the pod was terminated";
+  std::set<std::string> deleted;        // uids whose final DELETE was sent
+  std::set<std::string> lost_reported;  // uids reported Failed after their node came back
   while (!stop_.load()) {
     std::vector<Json> pods = pods_->List();
     std::map<std::string, const Json*> by_key;
@@ -404,17 +407,29 @@ void NodeEmulator::Loop() {
         (void)SignalGroup(it->second.child.pgid, SIGKILL);  // stragglers of the group
         Drain(it->second);
         ended_[it->first] = e->Describe();
-        if (!gone && !it->second.terminating) finished.emplace_back(*obj->second, e->Describe());
+        // Its terminal phase, also for a pod stopped because it is being deleted: the
+        // kubelet reports it before the final delete (pod finalizers, e.g. Kueue's,
+        // read it).
+        if (!gone) finished.emplace_back(*obj->second, e->Describe());
         it = procs_.erase(it);
       }
       // Pods of a live node that are being deleted and run nothing here: the kubelet
-      // completes their deletion.
+      // completes their deletion — after reporting the terminal phase of one whose
+      // container died with the node while it was down (Failed, as the kubelet reports
+      // a container it cannot find).
       for (const Json& pod : pods) {
         const std::string node = Str(pod["spec"], "nodeName");
         const std::string uid = Str(pod["metadata"], "uid");
         if (Str(pod["metadata"], "deletionTimestamp").empty() || node.empty() ||
             !ready_.count(node) || !ready_[node] || procs_.count(Key(pod)) || deleted.count(uid)) {
           continue;
+        }
+        const std::string phase = pod.contains("status") ? Str(pod["status"], "phase") : "";
+        auto how = ended_.find(Key(pod));
+        if (phase != "Succeeded" && phase != "Failed" && how != ended_.end() &&
+            how->second.rfind("killed with node", 0) == 0 && !lost_reported.count(uid)) {
+          lost_reported.insert(uid);
+          finished.emplace_back(pod, kContainerLost);
         }
         if (pod["metadata"].value("deletionGracePeriodSeconds", 0) == 0) continue;
         deleted.insert(uid);
@@ -423,7 +438,7 @@ void NodeEmulator::Loop() {
     }
     for (const auto& [pod, how] : finished) {
       const bool ok = how == "exit 0";
-      SetPhase(pod, ok ? "Succeeded" : "Failed", ok ? 0 : 1, how);
+      SetPhase(pod, ok ? "Succeeded" : "Failed", ok ? 0 : how == kContainerLost ? 137 : 1, how);
     }
     for (const Json& pod : to_delete) FinishDeletion(pod);
     for (int i = 0; i < 4 && !stop_.load(); ++i) {

@@ -12,9 +12,9 @@
 // backing the volumes (emptyDir per pod, hostPath per node, PVC per claim, configMap
 // per name, all under `root`). It reports pod status through the status subresource
 // (Running -> Succeeded or Failed with the exit code) and, for a pod with
-// deletionTimestamp, stops the process (SIGTERM, grace, SIGKILL) and then completes the
-// graceful deletion as the kubelet does (DELETE with gracePeriodSeconds 0; a finalizer
-// still holds the object until its owner removes it).
+// deletionTimestamp, stops the process (SIGTERM, grace, SIGKILL), reports its terminal
+// phase and then completes the graceful deletion as the kubelet does (DELETE with
+// gracePeriodSeconds 0; a finalizer still holds the object until its owner removes it).
 //
 // What it does NOT emulate: containers, images, cgroups and resource limits, the
 // pod's file system view (only the command line's paths are mapped: paths the job
@@ -25,7 +25,10 @@
 // SetNodeReady(node, false) is a node failure: the Ready condition turns Unknown
 // (reason NodeStatusUnknown) with the unreachable NoSchedule/NoExecute taints, as the
 // node lifecycle controller writes them, and every process of the node's pods is killed
-// at once. The node lifecycle controller does not run in the test control plane; the
+// at once; their pods keep their last status (nobody reports for a dead kubelet). When
+// the node is Ready again, a pod of it deleted meanwhile is reported Failed (exit 137,
+// ContainerStatusUnknown) before its deletion is completed, as a returning kubelet
+// does. The node lifecycle controller does not run in the test control plane; the
 // emulator does its taint part (also removing the not-ready taint that admission puts
 // on a new Node once it reports Ready).
 //
