@@ -755,11 +755,11 @@ void Operator::Impl::WriteStatus(const std::string& key, JobState& j, const Obse
   const Json& old = Field(*cached, {"status"});
   const double now = Now();
   const Json next = BuildStatus(old, o, gen, now);
-  if (!force && !MaterialChange(old, next) &&
-      (next == old || now - j.last_status_write < opts_.status_progress_interval_s)) {
+  if (next == old) return;
+  if (!force && !StatusWriteDue(old, next, now - j.last_status_write,
+                                {opts_.status_progress_interval_s, opts_.status_idle_interval_s})) {
     return;
   }
-  if (next == old) return;
   const size_t slash = key.find('/');
   // One PUT on the cached object (its resourceVersion is the precondition); only when
   // the cache is behind (409) the read-modify-write loop reads the object first.

@@ -50,8 +50,11 @@ struct OperatorOptions {
   trainjob::RenderOptions render;         // agent path, heartbeat
   JobRunnerOptions runner;                // state dir, bind/advertise address, clock
   double status_progress_interval_s = 5;  // currentStep/ETTR-only status writes
-  double cycle_interval_s = 1;            // scheduling cycle at least this often when dirty
-  bool node_failure_quarantine = true;    // taint failed nodes that held a job's pod
+  // An ETTR-only change (no new step: the job waits, or is stopped) is written at most
+  // this often (500 jobs waiting for their pods must not rewrite status 100 times/s).
+  double status_idle_interval_s = 60;
+  double cycle_interval_s = 1;          // scheduling cycle at least this often when dirty
+  bool node_failure_quarantine = true;  // taint failed nodes that held a job's pod
 };
 
 struct OperatorStats {

@@ -1,5 +1,6 @@
 #include "operator/status.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/clock.h"
@@ -135,6 +136,17 @@ bool MaterialChange(const Json& a, const Json& b) {
     return j;
   };
   return strip(a) != strip(b);
+}
+
+bool StatusWriteDue(const Json& old_status, const Json& next_status, double since_last_write_s,
+                    const StatusWriteIntervals& intervals) {
+  if (next_status == old_status) return false;
+  if (MaterialChange(old_status, next_status)) return true;
+  auto step = [](const Json& s) { return s.is_object() ? s.value("currentStep", Json()) : Json(); };
+  const bool stepped = step(old_status) != step(next_status);
+  const double interval =
+      stepped ? intervals.progress_s : std::max(intervals.progress_s, intervals.idle_s);
+  return since_last_write_s >= interval;
 }
 
 }  // namespace bulwark::op

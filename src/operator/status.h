@@ -41,4 +41,17 @@ Json BuildStatus(const Json& old_status, const Observed& o, long generation, dou
 // those changes are written at once, progress only every few seconds.
 bool MaterialChange(const Json& a, const Json& b);
 
+// When a status write is due (a pure rule: the operator calls it for every observed
+// change). A material change is written at once; a new currentStep (with its ETTR) at
+// most every `progress_interval_s`; an ETTR-only change (no new step: the job waits for
+// its pods, or is stopped) at most every max(progress, idle) seconds, so hundreds of
+// waiting jobs do not rewrite their status many times a second. Never when nothing
+// changed. `since_last_write_s` is the time since this job's last status write.
+struct StatusWriteIntervals {
+  double progress_s = 5;
+  double idle_s = 60;
+};
+bool StatusWriteDue(const Json& old_status, const Json& next_status, double since_last_write_s,
+                    const StatusWriteIntervals& intervals);
+
 }  // namespace bulwark::op

@@ -71,6 +71,35 @@ TEST(BuildStatusTest, TransitionTimesMoveOnlyWhenAConditionFlips) {
   EXPECT_EQ(s3["restarts"], 1);
 }
 
+TEST(StatusWriteDueTest, MaterialAtOnceProgressPacedEttrOnlyRarely) {
+  Observed r;
+  r.phase = Phase::kRunning;
+  r.current_step = 40;
+  r.has_ledger = true;
+  r.ledger.wall_s = 10;
+  r.ledger.seconds[TimeCategory::kProductive] = 9;
+  const Json s1 = BuildStatus(Json(), r, 1, kT0);
+  const StatusWriteIntervals iv{5, 60};
+  EXPECT_FALSE(StatusWriteDue(s1, s1, 1000, iv));  // nothing changed: never
+  Observed stepped = r;
+  stepped.current_step = 41;
+  const Json s2 = BuildStatus(s1, stepped, 1, kT0 + 1);
+  EXPECT_FALSE(StatusWriteDue(s1, s2, 4.9, iv));
+  EXPECT_TRUE(StatusWriteDue(s1, s2, 5, iv));
+  Observed waiting = r;  // same step, the ledger moved on (waiting for pods)
+  waiting.ledger.wall_s = 20;
+  const Json s3 = BuildStatus(s1, waiting, 1, kT0 + 10);
+  ASSERT_NE(s1, s3);
+  EXPECT_FALSE(StatusWriteDue(s1, s3, 59, iv));
+  EXPECT_TRUE(StatusWriteDue(s1, s3, 60, iv));
+  EXPECT_FALSE(StatusWriteDue(s1, s3, 7, {10, 2}));  // idle never shorter than progress
+  Observed failed = r;
+  failed.phase = Phase::kRestarting;
+  failed.reason = "NodeLost";
+  EXPECT_TRUE(StatusWriteDue(s1, BuildStatus(s1, failed, 1, kT0 + 1), 0, iv));
+  EXPECT_TRUE(StatusWriteDue(Json(), s1, 0, iv));  // the first status
+}
+
 TEST(BuildStatusTest, TerminalWithCheckpointAndEttr) {
   Observed o;
   o.phase = Phase::kSucceeded;
