@@ -85,11 +85,20 @@ Result<Child> Spawn(const SpawnOptions& opts) {
   }
   int pipefd[2] = {-1, -1};
   if (opts.capture_output && pipe2(pipefd, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  Fd out_r(pipefd[0]), out_w(pipefd[1]);  // closed on every early return
+  int inpipe[2] = {-1, -1};
+  if (opts.stdin_pipe && pipe2(inpipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  Fd in_r(inpipe[0]), in_w(inpipe[1]);
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) return ErrnoStatus("fork", errno);
+  if (pid < 0) {
+    const int e = errno;
+    close(errpipe[0]);
+    close(errpipe[1]);
+    return ErrnoStatus("fork", e);
+  }
   if (pid == 0) {
     if (opts.new_process_group) setpgid(0, 0);
     if (opts.die_with_parent) {
@@ -106,6 +115,7 @@ Result<Child> Spawn(const SpawnOptions& opts) {
       dup2(pipefd[1], 1);
       dup2(pipefd[1], 2);
     }
+    if (opts.stdin_pipe) dup2(inpipe[0], 0);
     if (!opts.workdir.empty() && chdir(opts.workdir.c_str()) != 0) {
       int e = errno;
       (void)!write(errpipe[1], &e, sizeof(e));
@@ -124,10 +134,15 @@ Result<Child> Spawn(const SpawnOptions& opts) {
   Child c;
   c.pid = pid;
   c.pgid = opts.new_process_group ? pid : getpgid(0);
+  out_w.Reset();
+  in_r.Reset();
   if (opts.capture_output) {
-    close(pipefd[1]);
-    fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
-    c.output.Reset(pipefd[0]);
+    fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
+    c.output = std::move(out_r);
+  }
+  if (opts.stdin_pipe) {
+    fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
+    c.input = std::move(in_w);
   }
   if (n == static_cast<ssize_t>(sizeof(child_errno))) {
     WaitExit(pid, 5);
@@ -258,6 +273,29 @@ int KillAndReapAllChildren() {
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   return killed;
+}
+
+namespace {
+
+class RealProcesses : public Processes {
+ public:
+  Result<Child> Spawn(const SpawnOptions& opts) override { return bulwark::Spawn(opts); }
+  std::optional<ExitInfo> Reap(pid_t pid) override { return bulwark::Reap(pid); }
+  Status Signal(pid_t pid, int sig) override {
+    if (::kill(pid, sig) == 0 || errno == ESRCH) return Status::Ok();
+    return ErrnoStatus("kill " + std::to_string(pid), errno);
+  }
+  Status SignalGroup(pid_t pgid, int sig) override { return bulwark::SignalGroup(pgid, sig); }
+  bool GroupAlive(pid_t pgid) override { return bulwark::GroupAlive(pgid); }
+  char State(pid_t pid) override { return ProcState(pid); }
+  int ReapOrphans(const std::set<pid_t>& keep) override { return ReapZombieChildren(keep); }
+};
+
+}  // namespace
+
+Processes* Processes::Real() {
+  static RealProcesses* p = new RealProcesses();
+  return p;
 }
 
 }  // namespace bulwark

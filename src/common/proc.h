@@ -2,6 +2,10 @@
 // signal its group, reap it. Every spawned child must eventually be passed to
 // Reap()/WaitExit() by its owner; nothing here reaps implicitly. Thread-safe (no
 // shared state), but a given pid should be reaped by one owner.
+//
+// The free functions act on the OS. Components that supervise processes (the agent,
+// the local backend) take a `Processes*` instead (LevelDB's Env for processes), so
+// unit tests drive them with FakeProcesses (common/testing/fake_processes.h).
 #pragma once
 
 #include <sys/types.h>
@@ -24,12 +28,14 @@ struct SpawnOptions {
   bool new_process_group = true;           // setpgid(0, 0): the child leads its group
   bool die_with_parent = true;             // PR_SET_PDEATHSIG(SIGKILL)
   bool capture_output = true;              // stdout+stderr -> one pipe (else inherit)
+  bool stdin_pipe = false;                 // stdin <- a pipe written through Child::input
 };
 
 struct Child {
   pid_t pid = -1;
   pid_t pgid = -1;
   Fd output;  // read end of the stdout/stderr pipe (non-blocking), if captured
+  Fd input;   // write end of the stdin pipe (non-blocking), if stdin_pipe
 };
 
 Result<Child> Spawn(const SpawnOptions& opts);
@@ -70,5 +76,26 @@ int KillAndReapAllChildren();
 int ReapZombieChildren(const std::set<pid_t>& keep);
 // Signal name: "SIGKILL".
 std::string SignalName(int sig);
+
+// The process seam. Real() forwards to the functions above; FakeProcesses scripts a
+// process table for tests. Implementations are thread-safe.
+class Processes {
+ public:
+  virtual ~Processes() = default;
+  virtual Result<Child> Spawn(const SpawnOptions& opts) = 0;
+  // Non-blocking reap of a child: its exit once it has exited (then it is gone).
+  virtual std::optional<ExitInfo> Reap(pid_t pid) = 0;
+  virtual Status Signal(pid_t pid, int sig) = 0;
+  // Every process of group pgid; OK if the group is gone.
+  virtual Status SignalGroup(pid_t pgid, int sig) = 0;
+  virtual bool GroupAlive(pid_t pgid) = 0;
+  // 'R', 'S', 'T', 'Z', ...; '?' if gone.
+  virtual char State(pid_t pid) = 0;
+  // Reaps exited children nobody tracks (descendants reparented to a subreaper),
+  // except `keep`, whose owners reap them to read their status. Returns how many.
+  virtual int ReapOrphans(const std::set<pid_t>& keep) = 0;
+  // The OS; a process-wide singleton.
+  static Processes* Real();
+};
 
 }  // namespace bulwark

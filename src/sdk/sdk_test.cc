@@ -27,6 +27,12 @@ class TickClock : public Clock {
     return t;
   }
   void Advance(double s) { now_ += s; }
+  void SleepFor(double s) const override { now_ += s > 0 ? s : 0; }
+  std::vector<int> WaitReadable(const std::vector<int>& fds, double timeout_s) const override {
+    std::vector<int> ready = PollReadable(fds, 0);
+    if (ready.empty()) SleepFor(timeout_s);
+    return ready;
+  }
 
  private:
   double tick_;
