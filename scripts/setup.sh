@@ -8,6 +8,7 @@ PKGS=(
   libgtest-dev libgmock-dev
   python3 python3-torch   # real PyTorch 1.13 with gloo on CPU (the example trainer)
   python3-yaml            # the benchmark driver reads job specs
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install ./python (the SDK)
   libopenblas0-pthread    # fast BLAS for torch on CPU (the reference BLAS is ~6x slower)
   fortunes               # the text corpus the example language model trains on
   gdb                    # native stacks of hung ranks (optional at run time)

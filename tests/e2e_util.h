@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,32 @@ inline bool WaitForFileText(const std::string& path, const std::string& text, do
     PollReadable({}, 0.05);
   }
   return false;
+}
+
+// Runs argv to completion (bounded by timeout_s; killed after that) and returns its
+// exit code (-1 if it had to be killed or could not start) and combined output.
+inline std::pair<int, std::string> RunProcess(const std::vector<std::string>& argv,
+                                       const std::map<std::string, std::string>& extra_env,
+                                       double timeout_s) {
+  SpawnOptions so;
+  so.argv = argv;
+  so.env = CurrentEnv();
+  for (const auto& [k, v] : extra_env) so.env[k] = v;
+  auto c = Spawn(so);
+  if (!c.ok()) return {-1, c.status().ToString()};
+  std::string out;
+  bool eof = false;
+  double deadline = Now() + timeout_s;
+  while (!eof && Now() < deadline) {
+    PollReadable({c->output.get()}, 0.2);
+    out += ReadAvailable(c->output.get(), &eof);
+  }
+  auto e = WaitExit(c->pid, std::max(1.0, deadline - Now()));
+  if (!e) {
+    TerminateGroup(c->pid, c->pgid, 1);
+    return {-1, out + "\n(killed after " + std::to_string(timeout_s) + " s)"};
+  }
+  return {e->code, out};
 }
 
 // Per-test scratch directory, tag (found in every process of the job, for the

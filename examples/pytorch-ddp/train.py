@@ -5,9 +5,12 @@ Launched torchrun-style: reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
 MASTER_PORT from the environment (set by torchrun or by the Bulwark agent).
 
 Modes (--mode):
-  bulwark    checkpoints, step reports, NaN injection and data skipping through the
-             Bulwark Python SDK (`import bulwark`). Default when the Bulwark agent
-             launched us (BULWARK_AGENT_SOCK or BULWARK_RESUME_STEP set).
+  bulwark    the training function runs under `bulwark.run` (in-process recovery: on a
+             fault elsewhere this process keeps running, leaves the step, re-forms the
+             process group and restores the agreed step from memory); checkpoints
+             through `bulwark.checkpoint`, step reports, NaN injection and data
+             skipping through the SDK. Default when the Bulwark agent launched us
+             (BULWARK_AGENT_SOCK or BULWARK_RESUME_STEP set).
   torchsave  the plain-torchrun baseline "as a careful user would": rank 0
              torch.save()s {model, optim, step} to <ckpt-dir>/ckpt.pt (tmp file +
              os.replace), every rank resumes from it at startup; a non-finite loss or
@@ -232,9 +235,90 @@ class BaselineChaos:
 
 # -------------------------------------------------------------------------- main
 
-def main():
-    args = parse_args()
-    torch.set_num_threads(1)
+def report_start(rank, mode, attempt, world, model, corpus, start, t_launch):
+    if rank == 0:
+        nparams = sum(p.numel() for p in model.parameters())
+        print(f"[rank 0] mode={mode} attempt={attempt} world={world} "
+              f"params={nparams} vocab={corpus.vocab_size} start_step={start} "
+              f"import_s={t_launch - T_PROC_START:.2f} init_s={time.time() - t_launch:.2f}",
+              flush=True)
+
+
+def log_step(rank, step, start, loss_v, args, tokens, world, step_time, model, corpus):
+    if rank == 0 and (step % args.log_every == 0 or step == start):
+        print(f"step {step:5d} loss {loss_v:.4f} lr {lr_at(step, args):.2e} "
+              f"tok/s {tokens * world / max(step_time, 1e-9):8.0f} "
+              f"step_ms {step_time * 1e3:6.1f}", flush=True)
+    if rank == 0 and args.val_every > 0 and step % args.val_every == 0:
+        with torch.no_grad():
+            vl = [model(*corpus.batch(args.seed, i, 0, 0, args.batch_size,
+                                      args.context, split="val")).item()
+                  for i in range(4)]
+        print(f"step {step:5d} val_loss {sum(vl) / len(vl):.4f}", flush=True)
+
+
+def build(args, corpus):
+    torch.manual_seed(args.seed)  # identical initial weights on every rank
+    model = GPT(corpus.vocab_size, args.d_model, args.n_layer, args.n_head, args.context)
+    ddp = DDP(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99),
+                            weight_decay=0.01)
+    return model, ddp, opt
+
+
+def train_bulwark(args, corpus):
+    """One generation of training under bulwark.run (the process group is formed)."""
+    import bulwark
+    from bulwark import checkpoint
+    t_launch = time.time()
+    gen = bulwark.generation()
+    rank, world = gen.rank, gen.world_size
+    model, ddp, opt = build(args, corpus)
+    state = {"model": model, "optim": opt}
+    start = 1
+    loaded = checkpoint.load(state)
+    if loaded is not None:
+        start = loaded.step + 1
+        if rank == 0:
+            print(f"[rank 0] generation {gen.number}: resumed step {loaded.step} from the "
+                  f"{loaded.tier} tier in {loaded.seconds * 1e3:.1f} ms"
+                  f"{' (same process)' if gen.restarted else ''}", flush=True)
+    # With the agent's memory tier, snapshot every step (a fault loses at most one);
+    # the agent persists every checkpoint.intervalSteps-th to disk.
+    memory_tier = bool(os.environ.get("BULWARK_STAGING_DIR"))
+    report_start(rank, "bulwark", gen.number, world, model, corpus, start, t_launch)
+    tokens = args.batch_size * args.context
+    prev_end = time.time()
+    loss_v = float("nan")
+    for step in bulwark.steps(start, args.steps + 1):
+        skip = bulwark.skip_range()
+        stream = 1 if skip and skip[0] <= step < skip[1] else 0
+        x, y = corpus.batch(args.seed, step, rank, stream, args.batch_size, args.context)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args)
+        loss = ddp(x, y)
+        if bulwark.poll_injected_nan():
+            loss = loss * float("nan")  # poisons every rank's weights via allreduce
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        loss_v = loss.item()
+        opt.step()
+        t_end = time.time()
+        step_time, prev_end = t_end - prev_end, t_end
+        bulwark.report_step(step, loss_v, tokens)
+        log_step(rank, step, start, loss_v, args, tokens, world, step_time, model, corpus)
+        if args.snapshot_ab > 0 and (step // args.snapshot_ab) % 2 == 1:
+            continue  # an "off" block of the A/B benchmark
+        if memory_tier or bulwark.should_checkpoint(step):
+            checkpoint.save(state, step, replicated=True)
+    if rank == 0:
+        print(f"done: steps={args.steps} final_loss={loss_v:.4f}" if start <= args.steps
+              else "done: nothing to do", flush=True)
+
+
+def train_plain(args, corpus):
+    """The plain torchrun script: torch.save checkpoints (torchsave) or none."""
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -244,39 +328,10 @@ def main():
     t_launch = time.time()
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.pg_timeout))
-
-    corpus = Corpus()
-    torch.manual_seed(args.seed)  # identical initial weights on every rank
-    model = GPT(corpus.vocab_size, args.d_model, args.n_layer, args.n_head, args.context)
-    ddp = DDP(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99),
-                            weight_decay=0.01)
-
-    bw = None
+    model, ddp, opt = build(args, corpus)
     start = 1
     ckpt_path = os.path.join(args.ckpt_dir, "ckpt.pt")
-    memory_tier = False
-    if args.mode == "bulwark":
-        import bulwark as bw
-        import bulwark.checkpoint as bwckpt
-        bw.init()
-        # With the agent's memory tier, snapshot every step (a crash loses at most
-        # one); the agent persists every checkpoint.intervalSteps-th to disk.
-        memory_tier = bool(os.environ.get("BULWARK_STAGING_DIR"))
-        rs = bw.resume_step()
-        if rs >= 0:
-            info = {}
-            state = bwckpt.load({"model": model.state_dict(), "optim": opt.state_dict(),
-                                 "step": 0}, info=info)
-            if state is None:
-                sys.exit(f"[rank {rank}] bulwark.checkpoint.load({rs}) found no checkpoint")
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optim"])
-            start = int(state["step"]) + 1
-            if rank == 0:
-                print(f"[rank 0] resumed step {info['step']} from the {info['tier']} tier",
-                      flush=True)
-    elif args.mode == "torchsave":
+    if args.mode == "torchsave":
         os.makedirs(args.ckpt_dir, exist_ok=True)
         if os.path.exists(ckpt_path):
             state = torch.load(ckpt_path)
@@ -284,81 +339,48 @@ def main():
             opt.load_state_dict(state["optim"])
             start = int(state["step"]) + 1
     chaos = None
-    if args.mode != "bulwark" and os.environ.get("BASELINE_CHAOS"):
+    if os.environ.get("BASELINE_CHAOS"):
         os.makedirs(args.ckpt_dir, exist_ok=True)  # holds the chaos_fired marker
         chaos = BaselineChaos(os.environ["BASELINE_CHAOS"], args.ckpt_dir, rank)
     steplog = None
     if args.mode == "torchsave" and rank == 0:
         steplog = open(os.path.join(args.ckpt_dir, "steps.jsonl"), "a")
-
     tokens = args.batch_size * args.context
-    nparams = sum(p.numel() for p in model.parameters())
-    if rank == 0:
-        print(f"[rank 0] mode={args.mode} attempt={attempt} world={world} "
-              f"params={nparams} vocab={corpus.vocab_size} start_step={start} "
-              f"import_s={t_launch - T_PROC_START:.2f} init_s={time.time() - t_launch:.2f}",
-              flush=True)
-
+    report_start(rank, args.mode, attempt, world, model, corpus, start, t_launch)
     prev_end = time.time()
     stall = 0.0  # checkpoint stall since prev_end
+    loss_v = float("nan")
     for step in range(start, args.steps + 1):
-        stream = 0
-        if bw is not None:
-            skip = bw.skip_range()  # None or (-1, -1) when nothing to skip
-            if skip and skip[0] <= step < skip[1]:
-                stream = 1
-        x, y = corpus.batch(args.seed, step, rank, stream, args.batch_size, args.context)
+        x, y = corpus.batch(args.seed, step, rank, 0, args.batch_size, args.context)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
-
         fault = chaos.due(step) if chaos else None
         if fault in ("kill", "nodeloss"):
             os.kill(os.getpid(), signal.SIGKILL)
         elif fault == "hang":
             os.kill(os.getpid(), signal.SIGSTOP)
-
         loss = ddp(x, y)
-        if fault == "nan" or (bw is not None and bw.poll_injected_nan()):
+        if fault == "nan":
             loss = loss * float("nan")  # poisons every rank's weights via allreduce
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         loss_v = loss.item()
-        if args.mode != "bulwark" and not (math.isfinite(loss_v) and math.isfinite(gnorm)):
+        if not (math.isfinite(loss_v) and math.isfinite(gnorm)):
             # The usual user guard: crash, let torchrun restart from the checkpoint.
             raise RuntimeError(f"rank {rank}: non-finite loss {loss_v} / grad norm "
                                f"{gnorm} at step {step}")
         opt.step()
         t_end = time.time()
-        step_time = t_end - prev_end
-        prev_end = t_end
-
-        if bw is not None:
-            bw.report_step(step, loss_v, tokens)
+        step_time, prev_end = t_end - prev_end, t_end
         if steplog is not None:
             steplog.write(json.dumps(dict(step=step, t_end=t_end, step_time=step_time,
                                           ckpt_stall=stall, attempt=attempt,
                                           loss=loss_v, tokens=tokens * world)) + "\n")
             steplog.flush()
         stall = 0.0
-        if rank == 0 and (step % args.log_every == 0 or step == start):
-            print(f"step {step:5d} loss {loss_v:.4f} lr {lr_at(step, args):.2e} "
-                  f"tok/s {tokens * world / max(step_time, 1e-9):8.0f} "
-                  f"step_ms {step_time * 1e3:6.1f}", flush=True)
-        if rank == 0 and args.val_every > 0 and step % args.val_every == 0:
-            with torch.no_grad():
-                vl = [model(*corpus.batch(args.seed, i, 0, 0, args.batch_size,
-                                          args.context, split="val")).item()
-                      for i in range(4)]
-            print(f"step {step:5d} val_loss {sum(vl) / len(vl):.4f}", flush=True)
-
-        if bw is not None:
-            if args.snapshot_ab > 0 and (step // args.snapshot_ab) % 2 == 1:
-                pass  # an "off" block of the A/B benchmark
-            elif memory_tier or bw.should_checkpoint(step):
-                bwckpt.save({"model": model.state_dict(), "optim": opt.state_dict(),
-                             "step": step}, step, replicated=True)
-        elif args.mode == "torchsave" and step % args.ckpt_every == 0:
+        log_step(rank, step, start, loss_v, args, tokens, world, step_time, model, corpus)
+        if args.mode == "torchsave" and step % args.ckpt_every == 0:
             t0 = time.time()
             if rank == 0:
                 tmp = ckpt_path + ".tmp"
@@ -367,11 +389,22 @@ def main():
                 os.replace(tmp, ckpt_path)
             dist.barrier()
             stall = time.time() - t0
-
     if rank == 0:
         print(f"done: steps={args.steps} final_loss={loss_v:.4f}" if start <= args.steps
               else "done: nothing to do", flush=True)
     dist.destroy_process_group()
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(1)
+    corpus = Corpus()  # once per process: kept across generations
+    if args.mode == "bulwark":
+        import bulwark
+        bulwark.run(train_bulwark, args, corpus,
+                    timeout=datetime.timedelta(seconds=args.pg_timeout))
+    else:
+        train_plain(args, corpus)
 
 
 if __name__ == "__main__":

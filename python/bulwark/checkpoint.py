@@ -1,93 +1,138 @@
-"""Tensor checkpoints: bulwark.checkpoint.save(state_dict, step) / load(state_dict).
+"""Checkpoints in the shape of torch.distributed.checkpoint: a state dict in, loaded in place.
 
-    import bulwark, bulwark.checkpoint as ckpt
-    bulwark.init()
-    state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 0}
-    step0 = ckpt.load(state)            # in place; None on a fresh start
-    ...
-    ckpt.save(state, step, replicated=True)   # DDP: every rank holds the same state
+    import bulwark
+    from bulwark import checkpoint
 
-`save` walks nested dicts/lists/tuples. Tensors are copied straight from their
-memory into the node agent's shared-memory staging ring (no serialisation, no
-extra copy in the trainer) and the call returns; the agent persists in the
-background when the step is due for disk. Everything else (ints, floats,
-strings, optimizer hyper-parameters) is pickled into one small blob. Without an
-agent (standalone) save writes the shard to BULWARK_CKPT_DIR itself.
+    state = {"model": model, "optim": optimizer, "progress": {"step": 0}}
+    loaded = checkpoint.load(state)          # in place; None on a fresh start
+    start = loaded.step + 1 if loaded else 0
+    for step in bulwark.steps(start, total):
+        ...
+        checkpoint.save(state, step, replicated=True)   # returns once staged in memory
 
-`replicated=True` marks the tensors identical on every rank (data parallel), so
-the disk tier stores them once, with the writing spread over the ranks.
+The state dict is a dict, nested dicts, lists and tuples, whose leaves are
+  * tensors: stored as tensors, copied straight from their memory into the node
+    agent's shared-memory ring (CPU) or through pinned host memory (CUDA);
+  * Stateful objects, anything with state_dict() and load_state_dict() (nn.Module,
+    optimizers, LR schedulers, your own): their state_dict() is stored, never the
+    object; load fills that state dict in place and calls load_state_dict() with it;
+  * anything else picklable (ints, floats, strings, RNG states): one small pickled blob.
+`replicated=True` marks the tensors identical on every rank (data parallel), so the disk
+tier stores them once, the writing spread over the ranks.
+
+The agent seals the snapshot and persists it in the background when the step is due
+for disk. Without an agent, `save` writes the shard to BULWARK_CKPT_DIR itself. `load`
+reads the fastest tier holding an intact copy (memory, disk, shared), verifying every
+chunk, and falls back to the next tier on a checksum failure.
+
+Under `bulwark.run`, calling save or load while the generation is being re-formed
+raises BulwarkError (they belong inside the training function).
 """
+from __future__ import annotations
+
+import concurrent.futures
 import ctypes
 import pickle
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Protocol, Tuple, runtime_checkable
 
-import bulwark
+from bulwark import _lib
+from bulwark._lib import BulwarkError
+from bulwark._runtime import _RUNTIME
 
-__all__ = ["save", "load", "CheckpointError"]
+__all__ = ["save", "async_save", "load", "LoadInfo", "Stateful", "CheckpointError"]
 
-_OBJECTS = "__bulwark_objects__"
-_TORCH_DTYPES = None
-CheckpointError = bulwark.BulwarkError
+CheckpointError = BulwarkError
+_OBJECTS = "__bulwark_objects__"  # the pickled skeleton's blob (format-stable name)
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """What save/load store through its state dict instead of pickling it."""
+
+    def state_dict(self) -> Dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """What `load` restored."""
+    step: int
+    tier: str       # "memory", "disk" or "shared"
+    seconds: float  # wall time of the load
 
 
 class _Ref:
-    """Placeholder for a tensor in the pickled skeleton."""
+    """A tensor's place in the pickled skeleton (the name pickles with older files)."""
     __slots__ = ("name",)
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name = name
 
     def __reduce__(self):
         return (_Ref, (self.name,))
 
 
-def _dtypes():
-    global _TORCH_DTYPES
-    if _TORCH_DTYPES is None:
+class _StatefulRef:
+    """A Stateful object's place in the skeleton: its state dict's skeleton."""
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __reduce__(self):
+        return (_StatefulRef, (self.inner,))
+
+
+def _torch(import_it: bool = False):
+    """torch if the program imported it (a state without torch cannot hold tensors, and
+    importing it would stall a torch-free trainer's first save for seconds); with
+    `import_it`, imported on demand (None when it is not installed)."""
+    torch = sys.modules.get("torch")
+    if torch is not None or not import_it:
+        return torch
+    try:
         import torch
-        _TORCH_DTYPES = {
+        return torch
+    except ImportError:
+        return None
+
+
+_DTYPES: Optional[Dict[Any, str]] = None
+
+
+def _dtypes() -> Dict[Any, str]:
+    global _DTYPES
+    if not _DTYPES:
+        torch = _torch()
+        if torch is None:
+            return {}
+        _DTYPES = {
             torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
             torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
             torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
         }
-    return _TORCH_DTYPES
+    return _DTYPES
 
 
-def _lib():
-    lib = bulwark._load_lib()
-    if not getattr(lib, "_bw_ckpt_sigs", False):
-        c_long, c_int, c_size, vp = ctypes.c_long, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
-        sig = {
-            "bw_ckpt_save": (c_int, [c_long, c_size, ctypes.POINTER(ctypes.c_char_p),
-                                     ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(c_int),
-                                     ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(vp),
-                                     ctypes.POINTER(c_int)]),
-            "bw_ckpt_open": (c_int, [c_long, c_int, ctypes.POINTER(vp)]),
-            "bw_load_tier": (ctypes.c_char_p, [vp]),
-            "bw_load_step": (c_long, [vp]),
-            "bw_load_count": (c_size, [vp]),
-            "bw_load_name": (ctypes.c_char_p, [vp, c_size]),
-            "bw_load_dtype": (ctypes.c_char_p, [vp, c_size]),
-            "bw_load_ndim": (c_int, [vp, c_size]),
-            "bw_load_dim": (ctypes.c_longlong, [vp, c_size, c_int]),
-            "bw_load_nbytes": (c_size, [vp, c_size]),
-            "bw_load_read": (c_int, [vp, c_size, vp, c_size]),
-            "bw_load_close": (None, [vp]),
-        }
-        for name, (res, args) in sig.items():
-            fn = getattr(lib, name)
-            fn.restype = res
-            fn.argtypes = args
-        lib._bw_ckpt_sigs = True
-    return lib
+def _is_stateful(obj: Any) -> bool:
+    return (not isinstance(obj, (dict, list, tuple)) and callable(getattr(obj, "state_dict", None))
+            and callable(getattr(obj, "load_state_dict", None)))
 
 
-def _flatten(obj, prefix, out, tensor_type):
-    """Returns the skeleton of obj with tensors replaced by _Ref; appends
-    (name, tensor) to out."""
-    if isinstance(obj, tensor_type):
+def _flatten(obj: Any, prefix: str, out: List[Tuple[str, Any]], tensor_type: Any) -> Any:
+    """The skeleton of obj: tensors replaced by _Ref (appended to out), Stateful objects
+    by _StatefulRef of their state dict's skeleton."""
+    if tensor_type is not None and isinstance(obj, tensor_type):
         name = prefix or "tensor"
         out.append((name, obj))
         return _Ref(name)
+    if _is_stateful(obj):
+        return _StatefulRef(_flatten(obj.state_dict(), prefix, out, tensor_type))
     if isinstance(obj, dict):
         return {k: _flatten(v, f"{prefix}/{k}" if prefix else str(k), out, tensor_type)
                 for k, v in obj.items()}
@@ -98,88 +143,176 @@ def _flatten(obj, prefix, out, tensor_type):
     return obj
 
 
-# The argument arrays of the last save, reused while the layout (names, dtypes,
-# shapes, flags) is unchanged: only the data pointers are refilled. Saving every
-# step, filling five ctypes arrays per tensor was half of the Python-side stall.
-_LAYOUT = {"key": None}
+class _Layout:
+    """The ctypes argument arrays of the last save, reused while names, dtypes, shapes
+    and flags are unchanged (filling them per tensor was half the Python-side stall of
+    a per-step snapshot): only the data pointers are refilled."""
+
+    def __init__(self) -> None:
+        self.key: Optional[list] = None
+        self.arrays: Dict[str, Any] = {}
+
+    def arrays_for(self, tensors: List[Tuple[str, Any]], blob_len: int, replicated: bool):
+        dts = _dtypes()
+        key = [bool(replicated), blob_len] + [(n, t.dtype, tuple(t.shape)) for n, t in tensors]
+        if key == self.key:
+            return self.arrays
+        names = [n for n, _ in tensors]
+        if len(set(names)) != len(names):
+            raise CheckpointError("bulwark.checkpoint.save: two tensors map to the same name; "
+                                  "use distinct string keys")
+        n = len(tensors) + 1
+        a = {"names": (ctypes.c_char_p * n)(), "dtypes": (ctypes.c_char_p * n)(),
+             "ndims": (ctypes.c_int * n)(), "flags": (ctypes.c_int * n)(),
+             "data": (ctypes.c_void_p * n)()}
+        dims: List[int] = []
+        for i, (name, t) in enumerate(tensors):
+            a["names"][i] = name.encode("utf-8")
+            a["dtypes"][i] = dts[t.dtype].encode()
+            a["ndims"][i] = t.dim()
+            dims.extend(t.shape)
+            a["flags"][i] = 1 if replicated else 0
+        a["names"][n - 1] = _OBJECTS.encode()
+        a["dtypes"][n - 1] = b"uint8"
+        a["ndims"][n - 1] = 1
+        dims.append(blob_len)
+        a["flags"][n - 1] = 0
+        a["shapes"] = (ctypes.c_longlong * max(1, len(dims)))(*dims)
+        self.key, self.arrays = key, a
+        return a
 
 
-def save(state, step, replicated=False):
-    """Saves `state` (nested dicts/lists of tensors and plain values) as `step`.
-    Returns once the tensors are staged (memory tier) or written (standalone)."""
-    import torch
-    tensors = []
-    skeleton = _flatten(state, "", tensors, torch.Tensor)
-    blob = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
+_LAYOUT = _Layout()
+_SAVE_LOCK = threading.Lock()  # save and async_save's background staging, one at a time
+
+
+def _host_tensors(tensors: List[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
+    """CPU, contiguous versions of `tensors` with supported dtypes (copies only when
+    needed; a CUDA tensor is copied with a blocking .cpu() here: async_save avoids it)."""
     dts = _dtypes()
-    keep = []  # keeps contiguous copies alive during the call
-    key = [bool(replicated), len(blob)]
-    for i, (name, t) in enumerate(tensors):
+    out = []
+    for name, t in tensors:
+        if t.dtype not in dts:
+            raise CheckpointError(f"bulwark.checkpoint.save: tensor '{name}' has unsupported "
+                                  f"dtype {t.dtype}")
         if t.device.type != "cpu":
             t = t.detach().cpu()
         if not t.is_contiguous():
             t = t.contiguous()
-        if t.dtype not in dts:
-            raise CheckpointError(f"bulwark.checkpoint.save: tensor '{name}' has unsupported "
-                                  f"dtype {t.dtype}")
-        keep.append(t)
-        key.append((name, t.dtype, t.shape))
-    n = len(tensors) + 1
-    lay = _LAYOUT
-    if lay["key"] != key:
-        names = [name for name, _ in tensors]
-        if len(set(names)) != len(names):
-            raise CheckpointError("bulwark.checkpoint.save: two tensors map to the same name; "
-                                  "use distinct string keys")
-        c_names = (ctypes.c_char_p * n)()
-        c_dtypes = (ctypes.c_char_p * n)()
-        c_ndims = (ctypes.c_int * n)()
-        c_flags = (ctypes.c_int * n)()
-        dims = []
-        for i, ((name, _), t) in enumerate(zip(tensors, keep)):
-            c_names[i] = name.encode("utf-8")
-            c_dtypes[i] = dts[t.dtype].encode()
-            c_ndims[i] = t.dim()
-            dims.extend(t.shape)
-            c_flags[i] = 1 if replicated else 0
-        c_names[n - 1] = _OBJECTS.encode()
-        c_dtypes[n - 1] = b"uint8"
-        c_ndims[n - 1] = 1
-        dims.append(len(blob))
-        c_flags[n - 1] = 0
-        c_shapes = (ctypes.c_longlong * max(1, len(dims)))(*dims)
-        lay.update(key=None, names=c_names, dtypes=c_dtypes, ndims=c_ndims, flags=c_flags,
-                   shapes=c_shapes, data=(ctypes.c_void_p * n)())
-        lay["key"] = key
-    c_data = lay["data"]
-    for i, t in enumerate(keep):
-        c_data[i] = t.data_ptr() if t.numel() else None
-    blob_buf = ctypes.create_string_buffer(blob, len(blob))
-    c_data[n - 1] = ctypes.cast(blob_buf, ctypes.c_void_p)
-    # c_data keeps stale pointers between saves; every one is refilled before use.
-    bulwark._check(_lib().bw_ckpt_save(int(step), n, lay["names"], lay["dtypes"], lay["ndims"],
-                                       lay["shapes"], c_data, lay["flags"]), "checkpoint.save")
-    del keep
+        out.append((name, t))
+    return out
 
 
-def _fill(skeleton, tensors, inplace):
-    """Rebuilds the structure; with `inplace`, copies into inplace's tensors."""
-    import torch
+def _stage(step: int, tensors: List[Tuple[str, Any]], blob: bytes, replicated: bool) -> None:
+    with _SAVE_LOCK:
+        a = _LAYOUT.arrays_for(tensors, len(blob), replicated)
+        data = a["data"]
+        for i, (_, t) in enumerate(tensors):
+            data[i] = t.data_ptr() if t.numel() else None
+        blob_buf = ctypes.create_string_buffer(blob, len(blob))
+        data[len(tensors)] = ctypes.cast(blob_buf, ctypes.c_void_p)
+        _lib.check(_lib.lib().bw_ckpt_save(int(step), len(tensors) + 1, a["names"], a["dtypes"],
+                                           a["ndims"], a["shapes"], data, a["flags"]),
+                   "checkpoint.save")
+
+
+def _prepare(state_dict: Any, what: str):
+    _RUNTIME.require_running(what)
+    if not isinstance(state_dict, dict):
+        raise CheckpointError(f"bulwark.{what}: state_dict must be a dict (got "
+                              f"{type(state_dict).__name__})")
+    torch = _torch()
+    tensors: List[Tuple[str, Any]] = []
+    skeleton = _flatten(state_dict, "", tensors, torch.Tensor if torch else None)
+    return tensors, pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def save(state_dict: Dict[str, Any], step: int, *, replicated: bool = False) -> None:
+    """Saves `state_dict` as `step`. Returns once the tensors are staged in memory (or,
+    without an agent, written). A safe point of bulwark.run."""
+    _RUNTIME.check()
+    tensors, blob = _prepare(state_dict, "checkpoint.save")
+    _stage(step, _host_tensors(tensors), blob, replicated)
+
+
+class _Pinned:
+    """Pinned host buffers for async_save's device-to-host copies, reused by layout."""
+
+    def __init__(self) -> None:
+        self.key: Optional[list] = None
+        self.buffers: List[Any] = []
+
+    def for_tensors(self, tensors: List[Tuple[str, Any]]) -> List[Any]:
+        torch = _torch()
+        key = [(n, t.dtype, tuple(t.shape)) for n, t in tensors]
+        if key != self.key:
+            self.buffers = [torch.empty(tuple(t.shape), dtype=t.dtype, pin_memory=True)
+                            for _, t in tensors]
+            self.key = key
+        return self.buffers
+
+
+_PINNED = _Pinned()
+_EXECUTOR: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+
+def async_save(state_dict: Dict[str, Any], step: int, *,
+               replicated: bool = False) -> "concurrent.futures.Future[None]":
+    """Like save, returning at once for device tensors: their device-to-host copies are
+    queued on the current CUDA stream into pinned memory (so later kernels that modify
+    them run after the copy) and a background thread stages the snapshot once the copies
+    are done. CPU tensors are staged before it returns (a memcpy into shared memory).
+    The future's result() raises what save would have raised."""
+    global _EXECUTOR
+    _RUNTIME.check()
+    tensors, blob = _prepare(state_dict, "checkpoint.async_save")
+    done: "concurrent.futures.Future[None]"
+    device = [(n, t) for n, t in tensors if t.device.type != "cpu"]
+    if not device:
+        done = concurrent.futures.Future()
+        try:
+            _stage(step, _host_tensors(tensors), blob, replicated)
+            done.set_result(None)
+        except BaseException as e:  # noqa: BLE001 - delivered through the future
+            done.set_exception(e)
+        return done
+    torch = _torch()
+    buffers = iter(_PINNED.for_tensors(device))
+    host: List[Tuple[str, Any]] = []
+    for name, t in tensors:
+        if t.device.type == "cpu":
+            host.append((name, t.contiguous().clone()))  # the caller may change it next
+        else:
+            buf = next(buffers)
+            buf.copy_(t.detach(), non_blocking=True)
+            host.append((name, buf))
+    event = torch.cuda.Event()
+    event.record()
+    if _EXECUTOR is None:
+        _EXECUTOR = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bulwark-ckpt")
+
+    def finish() -> None:
+        event.synchronize()
+        _stage(step, _host_tensors(host), blob, replicated)
+
+    return _EXECUTOR.submit(finish)
+
+
+def _fill(skeleton: Any, tensors: Dict[str, Any], inplace: Any) -> Any:
+    """Rebuilds the saved structure over `inplace`: tensors are the ones load filled (the
+    live targets where name, dtype and shape matched), Stateful objects get
+    load_state_dict() and stay themselves, dicts are updated in place."""
     if isinstance(skeleton, _Ref):
-        t = tensors[skeleton.name]
-        if isinstance(inplace, torch.Tensor):
-            with torch.no_grad():
-                if inplace.data_ptr() != t.data_ptr():
-                    inplace.copy_(t)
+        return tensors[skeleton.name]  # the target itself when it fit (filled by load)
+    if isinstance(skeleton, _StatefulRef):
+        if _is_stateful(inplace):
+            inplace.load_state_dict(_fill(skeleton.inner, tensors, inplace.state_dict()))
             return inplace
-        return t
+        return _fill(skeleton.inner, tensors, None)
     if isinstance(skeleton, dict):
-        out = {}
-        for k, v in skeleton.items():
-            sub = inplace.get(k) if isinstance(inplace, dict) else None
-            out[k] = _fill(v, tensors, sub)
+        out = {k: _fill(v, tensors, inplace.get(k) if isinstance(inplace, dict) else None)
+               for k, v in skeleton.items()}
         if isinstance(inplace, dict):
-            inplace.clear()
             inplace.update(out)
             return inplace
         return out
@@ -190,39 +323,43 @@ def _fill(skeleton, tensors, inplace):
     return skeleton
 
 
-def _targets(obj, prefix, out):
-    import torch
-    if isinstance(obj, torch.Tensor):
+def _targets(obj: Any, prefix: str, out: Dict[str, Any], tensor_type: Any) -> None:
+    """Where each saved tensor can be loaded in place: the live tensors of `obj`."""
+    if tensor_type is not None and isinstance(obj, tensor_type):
         out[prefix or "tensor"] = obj
+    elif _is_stateful(obj):
+        _targets(obj.state_dict(), prefix, out, tensor_type)
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            _targets(v, f"{prefix}/{k}" if prefix else str(k), out)
+            _targets(v, f"{prefix}/{k}" if prefix else str(k), out, tensor_type)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            _targets(v, f"{prefix}/{i}" if prefix else str(i), out)
+            _targets(v, f"{prefix}/{i}" if prefix else str(i), out, tensor_type)
 
 
-def load(state=None, step=None, info=None):
-    """Loads `step` (default: the resume step) from the fastest tier holding an
-    intact copy. With `state`, tensors of matching name, dtype and shape are
-    filled in place (straight into their memory) and state is updated; returns
-    the loaded structure, or None when there is nothing to resume from. `info`,
-    if a dict, receives {"tier", "step"}."""
-    import torch
-    lib = _lib()
+def load(state_dict: Dict[str, Any], step: Optional[int] = None) -> Optional[LoadInfo]:
+    """Loads `step` (default: the resume step the agent chose) into `state_dict` in
+    place: tensors of matching name, dtype and shape are filled straight into their
+    memory, Stateful objects get load_state_dict(), other values are replaced. Returns
+    what was loaded, or None when there is nothing to resume from."""
+    _RUNTIME.require_running("checkpoint.load")
+    if not isinstance(state_dict, dict):
+        raise CheckpointError("bulwark.checkpoint.load: state_dict must be a dict (got "
+                              f"{type(state_dict).__name__})")
+    t0 = time.monotonic()
+    lib = _lib.lib()
     if step is None:
         step = lib.bw_resume_step()
         if step < 0:
             return None
+    torch = _torch()
     inv = {v: k for k, v in _dtypes().items()}
-    targets = {}
-    if state is not None:
-        _targets(state, "", targets)
+    targets: Dict[str, Any] = {}
+    _targets(state_dict, "", targets, torch.Tensor if torch else None)
     min_tier, last_error = 0, None
     while min_tier <= 2:
         h = ctypes.c_void_p()
-        rc = lib.bw_ckpt_open(int(step), min_tier, ctypes.byref(h))
-        if rc < 0:
+        if lib.bw_ckpt_open(int(step), min_tier, ctypes.byref(h)) < 0:
             msg = lib.bw_last_error().decode("utf-8", "replace")
             raise CheckpointError(f"bulwark.checkpoint.load failed: {msg}" +
                                   (f" (after: {last_error})" if last_error else ""))
@@ -234,23 +371,33 @@ def load(state=None, step=None, info=None):
                 nbytes = lib.bw_load_nbytes(h, i)
                 if name == _OBJECTS:
                     buf = ctypes.create_string_buffer(max(1, nbytes))
-                    bulwark._check(lib.bw_load_read(h, i, buf, nbytes), "checkpoint.load")
+                    _lib.check(lib.bw_load_read(h, i, buf, nbytes), "checkpoint.load")
                     skeleton = pickle.loads(buf.raw[:nbytes])
                     continue
+                if torch is None:
+                    torch = _torch(import_it=True)
+                    inv = {v: k for k, v in _dtypes().items()}
+                if torch is None:
+                    raise CheckpointError(f"bulwark.checkpoint.load: step {step} holds tensor "
+                                          f"'{name}' but torch is not installed")
                 dtype = inv[lib.bw_load_dtype(h, i).decode()]
                 shape = [lib.bw_load_dim(h, i, d) for d in range(lib.bw_load_ndim(h, i))]
-                dst = targets.get(name)
-                if (dst is None or dst.dtype != dtype or list(dst.shape) != shape or
-                        dst.device.type != "cpu" or not dst.is_contiguous()):
-                    dst = torch.empty(shape, dtype=dtype)
+                target = targets.get(name)
+                fits = (target is not None and target.dtype == dtype and
+                        list(target.shape) == shape)
+                direct = fits and target.device.type == "cpu" and target.is_contiguous()
+                dst = target if direct else torch.empty(shape, dtype=dtype)
                 ptr = dst.data_ptr() if dst.numel() else None
-                bulwark._check(lib.bw_load_read(h, i, ptr, nbytes), "checkpoint.load")
+                _lib.check(lib.bw_load_read(h, i, ptr, nbytes), "checkpoint.load")
+                if fits and not direct:  # a device or strided target: one copy into it
+                    with torch.no_grad():
+                        target.copy_(dst)
+                    dst = target
                 tensors[name] = dst
-        except bulwark.BulwarkError as e:
+        except BulwarkError as e:
             if "DATA_LOSS" not in str(e):
                 raise
             last_error = f"{tier} tier: {e}"
-            import sys
             print(f"bulwark: skipping the {tier} copy of step {step}: {e}", file=sys.stderr)
             min_tier = {"memory": 1, "disk": 2}.get(tier, 3)
             continue
@@ -259,7 +406,6 @@ def load(state=None, step=None, info=None):
         if skeleton is None:
             raise CheckpointError(f"bulwark.checkpoint.load: step {step} has no "
                                   f"{_OBJECTS} blob (not saved by bulwark.checkpoint.save)")
-        if isinstance(info, dict):
-            info.update({"tier": tier, "step": int(step)})
-        return _fill(skeleton, tensors, state)
+        _fill(skeleton, tensors, state_dict)
+        return LoadInfo(step=int(step), tier=tier, seconds=time.monotonic() - t0)
     raise CheckpointError(f"bulwark.checkpoint.load: no intact copy of step {step}: {last_error}")

@@ -46,12 +46,20 @@ std::string HostName() {
 void Agent::RequestTermination(int sig) { g_term_signal = sig; }
 
 Agent::Agent(AgentOptions opts, const Clock* clock)
-    : opts_(std::move(opts)), clock_(clock), detector_(clock) {}
+    : opts_(std::move(opts)),
+      clock_(clock),
+      procs_(opts_.procs ? opts_.procs : Processes::Real()),
+      detector_(clock),
+      timers_(clock) {
+  opts_.stacks.procs = procs_;
+}
 
 Agent::~Agent() {
   catalog_.reset();  // finishes the catalog request in progress
   StopAllBlocking();
   CloseRanks();
+  KillWarm();
+  KillStore();
   if (fetch_thread_.joinable()) fetch_thread_.join();  // bounded by the fetch timeouts
   persister_.reset();
   peer_.reset();
@@ -107,7 +115,7 @@ Status Agent::Setup() {
       break;
     }
     last = fd.status();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    clock_->SleepFor(0.1);
   }
   if (!conn_) {
     return Unavailable("cannot reach the controller at " + opts_.controller_host + ":" +
@@ -201,12 +209,13 @@ void Agent::AcceptAdopters() {
   }
 }
 
-void Agent::SendStopped(long attempt, Json mem) {
+void Agent::SendStopped(long attempt, Json mem, Json parked) {
   Send({{"type", "stopped"},
         {"attempt", attempt},
         {"mem", std::move(mem)},
         {"replicas", ReplicaInventory()},
-        {"free_port", FreePort()}});
+        {"free_port", FreePort()},
+        {"parked", std::move(parked)}});
 }
 
 int Agent::FreePort() {
@@ -214,57 +223,75 @@ int Agent::FreePort() {
   return p.ok() ? *p : 0;
 }
 
+Status Agent::Start() { return Setup(); }
+
 int Agent::Run() {
-  Status st = Setup();
+  Status st = Start();
   if (!st.ok()) {
     Warn(st.ToString());
     return kAgentExitSetupFailed;
   }
   while (true) {
-    if (g_term_signal) {
-      Warn("received " + SignalName(g_term_signal) + "; stopping all ranks");
-      StopAllBlocking();
-      if (conn_) (void)conn_->Flush(1);
-      return kAgentExitOk;
-    }
-    std::vector<int> fds = {dgram_.get(), adopt_listen_.get()};
-    if (conn_) fds.push_back(conn_->fd());
-    for (const auto& a : adopters_) fds.push_back(a->fd());
-    for (const Rank& r : ranks_) {
-      if (r.out.valid()) fds.push_back(r.out.get());
-    }
-    PollReadable(fds, kPollS);
-    AcceptAdopters();
-    if (conn_) {
-      std::vector<std::string> bad;
-      for (const Json& m : conn_->Read(&bad)) HandleController(m);
-      for (const auto& b : bad) Warn("controller: dropped message: " + b);
-      if (conn_->closed() && !OnControllerLost()) {
-        Warn("controller connection closed; stopping all ranks and exiting");
-        StopAllBlocking();
-        return kAgentExitControllerLost;
-      }
-    }
-    if (!conn_ && clock_->NowMono() - orphaned_at_ > opts_.orphan_timeout_s) {
-      Warn("no controller adopted this agent within " + std::to_string(opts_.orphan_timeout_s) +
-           " s; stopping all ranks and exiting");
+    const int rc = RunOnce();
+    if (rc >= 0) return rc;
+  }
+}
+
+int Agent::RunOnce() {
+  if (g_term_signal) {
+    Warn("received " + SignalName(g_term_signal) + "; stopping all ranks");
+    StopAllBlocking();
+    if (conn_) (void)conn_->Flush(1);
+    return kAgentExitOk;
+  }
+  std::vector<int> fds = {dgram_.get(), adopt_listen_.get()};
+  if (conn_) fds.push_back(conn_->fd());
+  for (const auto& a : adopters_) fds.push_back(a->fd());
+  for (const Rank& r : ranks_) {
+    if (r.out.valid()) fds.push_back(r.out.get());
+  }
+  for (const WarmRank& w : warm_) {
+    if (w.out.valid()) fds.push_back(w.out.get());
+  }
+  if (store_.out.valid()) fds.push_back(store_.out.get());
+  clock_->WaitReadable(fds, timers_.Until(kPollS));
+  AcceptAdopters();
+  if (conn_) {
+    std::vector<std::string> bad;
+    for (const Json& m : conn_->Read(&bad)) HandleController(m);
+    for (const auto& b : bad) Warn("controller: dropped message: " + b);
+    if (conn_->closed() && !OnControllerLost()) {
+      Warn("controller connection closed; stopping all ranks and exiting");
       StopAllBlocking();
       return kAgentExitControllerLost;
     }
-    for (const auto& d : UnixDgramRecvAll(dgram_.get())) HandleDatagram(d);
-    for (Rank& r : ranks_) PumpOutput(r, false);
-    ReapRanks();
-    AdvanceStop();
-    CheckHangs();
-    MaybeHeartbeat();
-    FinishFetchIfDone();
-    DrainOutbox();
-    if (conn_ && conn_->HasPendingOutput()) (void)conn_->Flush(0);
-    if (shutdown_requested_ && ranks_.empty() && !stopping_ && !fetching_) {
-      if (conn_) (void)conn_->Flush(2);
-      return kAgentExitOk;
-    }
   }
+  if (!conn_ && clock_->NowMono() - orphaned_at_ > opts_.orphan_timeout_s) {
+    Warn("no controller adopted this agent within " + std::to_string(opts_.orphan_timeout_s) +
+         " s; stopping all ranks and exiting");
+    StopAllBlocking();
+    return kAgentExitControllerLost;
+  }
+  for (const auto& d : UnixDgramRecvAll(dgram_.get())) HandleDatagram(d);
+  for (Rank& r : ranks_) PumpOutput(r, false);
+  PumpWarm();
+  PumpStore();
+  ReapRanks();
+  AdvanceStop();
+  CheckHangs();
+  MaybeHeartbeat();
+  FinishFetchIfDone();
+  MaybeFillPool();
+  MaybeStartStore();
+  DrainOutbox();
+  if (conn_ && conn_->HasPendingOutput()) (void)conn_->Flush(0);
+  if (shutdown_requested_ && ranks_.empty() && !stopping_ && !fetching_) {
+    KillWarm();
+    KillStore();
+    if (conn_) (void)conn_->Flush(2);
+    return kAgentExitOk;
+  }
+  return -1;
 }
 
 void Agent::Send(const Json& msg) {
@@ -290,7 +317,8 @@ void Agent::MaybeHeartbeat(bool force) {
         {"t", clock_->NowWall()},
         {"attempt", spec_ ? spec_->attempt : -1},
         {"ranks_alive", RanksAlive()},
-        {"replicas", ReplicaInventory()}});
+        {"replicas", ReplicaInventory()},
+        {"store_port", store_.port}});
 }
 
 Json Agent::ReplicaInventory() {
@@ -325,6 +353,8 @@ void Agent::HandleController(const Json& msg) {
     HandleCaptureStacks(msg);
   } else if (type == "cadence") {
     HandleCadence(msg);
+  } else if (type == "prepare") {
+    HandlePrepare(msg);
   } else if (IsCatalogRequest(type)) {
     if (!catalog_) {
       catalog_ = std::make_unique<CatalogWorker>([this](Json reply) {
@@ -367,12 +397,14 @@ void Agent::HandleStart(const Json& msg) {
     fetch_cancelled_ = true;
     return;
   }
-  if (!ranks_.empty()) {  // a new start first stops the old attempt
+  bool all_parked = !stopping_;
+  for (const Rank& r : ranks_) all_parked = all_parked && (r.parked || !r.alive);
+  if (!ranks_.empty() && !all_parked) {  // a new start first stops the old attempt
     pending_start_ = std::move(spec).value();
-    if (!stopping_) BeginStop(spec_->stop_grace_s, spec_->attempt);
+    if (!stopping_) BeginStop(spec_ ? spec_->stop_grace_s : 5, spec_ ? spec_->attempt : -1);
     return;
   }
-  FetchThenLaunch(*spec);
+  FetchThenLaunch(*spec);  // parked ranks (if any) join its generation
 }
 
 void Agent::HandleCadence(const Json& msg) {
@@ -461,9 +493,35 @@ void Agent::HandleStop(const Json& msg) {
     SendStopped(*attempt, Json::object());
     return;
   }
+  const bool park = msg.contains("park") && msg["park"].is_boolean() && msg["park"].get<bool>();
   const bool ours = spec_ && (*attempt < 0 || *attempt == spec_->attempt);
   if (!ours || ranks_.empty()) {
-    SendStopped(*attempt, Json::object());
+    if (!ranks_.empty() && stopping_ && !parking_) {  // answered when that stop ends
+      stop_reply_attempt_ = *attempt;
+      return;
+    }
+    if (!ranks_.empty() && !stopping_ && !park) {  // parked ranks no generation will take
+      BeginStop(std::max(0.0, *grace), *attempt);
+      return;
+    }
+    Json parked = Json::array();  // parked earlier and still waiting (a repeated stop)
+    for (const Rank& r : ranks_) {
+      if (r.parked && r.alive) parked.push_back({{"rank", r.rank}, {"pid", r.pid}});
+    }
+    SendStopped(*attempt, Json::object(), parked);
+    return;
+  }
+  if (park && !stopping_) {
+    auto kill = JIntListOr(msg, "kill");
+    auto timeout = JNumOr(msg, "park_timeout_s", 5);
+    if (!kill.ok() || !timeout.ok()) {
+      Warn("controller: dropped stop: " +
+           (kill.ok() ? timeout.status() : kill.status()).message());
+      return;
+    }
+    std::vector<int> k;
+    for (long x : *kill) k.push_back(static_cast<int>(x));
+    BeginPark(spec_->attempt, k, std::max(0.1, *timeout));
     return;
   }
   if (stopping_) {
@@ -487,9 +545,9 @@ void Agent::HandleChaos(const Json& msg) {
     return;
   }
   if (*action == "kill_rank") {
-    ::kill(r->pid, SIGKILL);
+    (void)procs_->Signal(r->pid, SIGKILL);
   } else if (*action == "hang_rank") {
-    ::kill(r->pid, SIGSTOP);
+    (void)procs_->Signal(r->pid, SIGSTOP);
   } else if (*action == "nan_loss") {
     Status st = UnixDgramSend(dgram_.get(), RankSockPath(paths_, r->rank),
                               Json{{"type", "inject_nan"}}.dump());
@@ -513,7 +571,46 @@ void Agent::HandleDatagram(const std::string& payload) {
   }
   const Json& m = *parsed;
   const std::string type = m["type"].get<std::string>();
-  if (type == "hello") return;  // the SDK is attached; nothing to do yet
+  if (type == "warm_ready") {
+    auto pid = JInt(m, "pid");
+    for (WarmRank& w : warm_) {
+      if (pid.ok() && w.pid == *pid) {
+        w.ready = true;
+        warm_failures_ = 0;
+      }
+    }
+    return;
+  }
+  if (type == "hello" || type == "parked") {
+    auto rank = JInt(m, "rank");
+    Rank* r = rank.ok() ? FindRank(static_cast<int>(*rank)) : nullptr;
+    if (!r || !r->alive) {
+      Warn("sdk: dropped " + type + ": " +
+           (rank.ok() ? "rank " + std::to_string(*rank) + " does not run on " + opts_.node
+                      : rank.status().message()));
+      return;
+    }
+    if (type == "parked") {
+      OnParked(m, *r);
+      return;
+    }
+    const bool in_process =
+        m.contains("in_process") && m["in_process"].is_boolean() && m["in_process"].get<bool>();
+    const bool group = m.contains("process_group") && m["process_group"].is_boolean() &&
+                       m["process_group"].get<bool>();
+    // Generations that form process groups want the job's long-lived store, served by
+    // slot 0's agent once a rank asks for it (MaybeStartStore).
+    if (in_process && group && spec_ && spec_->group_rank == 0) store_wanted_ = true;
+    if (in_process && spec_ && !r->in_process) {
+      r->in_process = true;
+      Send({{"type", "rank_info"},
+            {"attempt", spec_->attempt},
+            {"rank", r->rank},
+            {"pid", r->pid},
+            {"in_process", true}});
+    }
+    return;
+  }
   if (type == "staged") {
     auto rank = JInt(m, "rank");
     if (!rank.ok()) {

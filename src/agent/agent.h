@@ -3,8 +3,18 @@
 //
 // One Agent per process; Run() is a single-threaded poll loop (<= 50 ms per turn) over
 // the controller connection, the adopt listener, the SDK datagram socket, every rank's
-// output pipe and timers. Fault decisions are delegated to FaultDetector (pure, clock-driven). The
-// agent never leaves ranks behind: every exit path stops and reaps them.
+// output pipe and timers. Fault decisions are delegated to FaultDetector (pure,
+// clock-driven). Time and processes come through the injected Clock and Processes, so
+// the whole loop runs in unit tests on a FakeClock with fake processes (Start, then
+// RunOnce). The agent never leaves a process behind: every exit path stops and reaps
+// its ranks, its warm ranks and its store server.
+//
+// In-process recovery (docs/agent.md, "Generations"): a `stop` with `park` asks the
+// ranks that run their training function in generations to leave the current one
+// (datagram `abort`) and kills only the culprits; survivors stay alive, parked, and the
+// next `start` sends them `generation` instead of spawning them again. Missing ranks
+// come from the warm pool: Python processes that already imported torch and the SDK
+// and wait on stdin for their rank's argv and environment.
 #pragma once
 
 #include <atomic>
@@ -12,7 +22,9 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +38,8 @@
 #include "ckpt/persister.h"
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/proc.h"
+#include "common/timers.h"
 
 namespace bulwark {
 
@@ -51,6 +65,8 @@ struct AgentOptions {
   // kAgentExitControllerLost. 0 = stop them at once. docs/protocol.md, "Adoption".
   double orphan_timeout_s = 60;
   int adopt_port = 0;
+  // How ranks are spawned, signalled and reaped (not owned); null = Processes::Real().
+  Processes* procs = nullptr;
 };
 
 // Exit codes of Run().
@@ -68,6 +84,11 @@ class Agent {
   // Connects, says hello, and serves until shutdown, a termination signal or loss of
   // the controller. Returns one of the kAgentExit* codes; all ranks are dead and reaped.
   int Run();
+  // The same in steps, for tests on a FakeClock: Start() connects and says hello;
+  // RunOnce() is one turn of the loop and returns an exit code once the agent is done
+  // (-1 while it runs). Run() == Start(), then RunOnce() until it returns >= 0.
+  Status Start();
+  int RunOnce();
   // Async-signal-safe: asks Run() to stop all ranks and return kAgentExitOk.
   static void RequestTermination(int sig);
 
@@ -83,6 +104,26 @@ class Agent {
     std::deque<std::string> tail;  // last kTailLines lines
     std::FILE* log = nullptr;
     std::string stack_file;
+    bool in_process = false;  // its SDK runs the training function in generations
+    bool parked = false;      // left its generation alive; waits for the next one
+    bool retired = false;     // killed: the new attempt has no place for it
+    std::string how;          // this attempt: "spawned", "warm" (from the pool) or "kept"
+    double launched_mono = 0;  // when it joined the current attempt
+  };
+  // A warm rank: a Python process that imported torch and the SDK and waits on stdin
+  // for its assignment ({"argv", "env", "cwd"}, docs/agent.md).
+  struct WarmRank {
+    pid_t pid = -1;
+    pid_t pgid = -1;
+    Fd out;
+    Fd in;
+    std::string partial;
+    bool ready = false;  // said warm_ready (imports done)
+  };
+  // What warm ranks are made for: the rank command and environment of the job.
+  struct WarmSpec {
+    StartSpec spec;  // command, env, workdir, log_dir (ranks, ports: unused)
+    int size = 0;
   };
 
   Status Setup();
@@ -107,9 +148,45 @@ class Agent {
   Json CaptureAllStacks(std::vector<int>* stopped);
   void HandleDatagram(const std::string& payload);
   void Launch(const StartSpec& spec);
+  // A process for local rank `local` of `spec`: the parked process of that rank (sent
+  // `generation`), else a warm rank (assigned), else a new one. False if none started
+  // (*why says why).
+  bool StartRank(const StartSpec& spec, int local, const std::map<std::string, std::string>& base,
+                 Rank* r, std::string* why);
+  bool SendGeneration(const StartSpec& spec, int local, Rank& r);
+  // `prepare`: the job's rank command, for the warm pool of an agent with no ranks yet.
+  void HandlePrepare(const Json& msg);
+  // Generations: a park in progress (BeginPark from a `stop` with `park`), a rank's
+  // `parked` datagram, the end of the park.
+  void BeginPark(long reply_attempt, const std::vector<int>& kill, double timeout_s);
+  void AdvancePark();
+  void FinishPark();
+  void OnParked(const Json& m, Rank& r);
+  // The warm pool (agent_warm.cc).
+  void SetWarmSpec(const StartSpec& spec, int size);
+  void MaybeFillPool();
+  std::optional<WarmRank> TakeWarm();
+  Status AssignWarm(WarmRank& w, const StartSpec& spec, const std::map<std::string, std::string>& env);
+  void PumpWarm();
+  void KillWarm();
+  // The long-lived store server (slot 0's agent): wanted once a rank of slot 0 runs
+  // generations that form process groups, started when no rank of this node is
+  // starting (its torch import would slow theirs; generation 0 does not need it).
+  void MaybeStartStore();
+  // Whether a rank of this node is still starting: it has not reported a step and has
+  // run less than kRankStartupS (a script without the SDK never reports one).
+  bool NodeRanksStarting() const;
+  void EnsureStore(const StartSpec& spec);
+  void PumpStore();
+  void KillStore();
+  // pids of live helper processes (warm ranks, store), which ReapRanks leaves to their
+  // owners; reaps those that exited.
+  void ReapHelpers(std::set<pid_t>* tracked);
   void BeginStop(double grace_s, long reply_attempt);
   void AdvanceStop();
   void FinishStop();
+  // Launches the start that waited for a stop or park to end, if any.
+  void LaunchPendingStart();
   void StopAllBlocking();
   void PumpOutput(Rank& r, bool final);
   void EmitLine(Rank& r, const std::string& line);
@@ -140,11 +217,13 @@ class Agent {
   // by nature: the port is released before a rank binds it (docs/protocol.md).
   static int FreePort();
   // `stopped` for `attempt` with this node's memory inventory `mem` (rank -> sealed
-  // steps; empty when no ranks ran), its replicas and a fresh free_port.
-  void SendStopped(long attempt, Json mem);
+  // steps; empty when no ranks ran), its replicas and a fresh free_port; `parked` lists
+  // the ranks kept alive for the next generation ([{rank, pid}]).
+  void SendStopped(long attempt, Json mem, Json parked = Json::array());
 
   AgentOptions opts_;
   const Clock* clock_;
+  Processes* procs_;
   AgentPaths paths_;
   std::optional<JsonLineConn> conn_;
   // Adoption (docs/protocol.md): identity learnt from `welcome`/`start`, the listener,
@@ -165,6 +244,21 @@ class Agent {
   double stop_deadline_ = 0;
   long stop_reply_attempt_ = -1;  // `stopped` attempt to send when the stop ends; -1 none
   std::optional<StartSpec> pending_start_;
+  bool parking_ = false;       // the stop in progress parks survivors (BeginPark)
+  bool park_killed_ = false;   // the park deadline passed and stragglers were killed
+  Timers timers_;              // "park", "park_kill", "warm_retry"
+  WarmSpec warm_spec_;
+  std::vector<WarmRank> warm_;
+  int warm_failures_ = 0;      // consecutive warm ranks that died before assignment
+  bool warm_disabled_ = false;
+  struct StoreServer {
+    pid_t pid = -1;
+    pid_t pgid = -1;
+    Fd out;
+    std::string partial;
+    int port = 0;  // once it said it listens
+  } store_;
+  bool store_wanted_ = false;
   bool shutdown_requested_ = false;
   double next_heartbeat_ = 0;
   std::unique_ptr<ckpt::Persister> persister_;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "agent/agent.h"
@@ -47,42 +48,42 @@ void Agent::Launch(const StartSpec& spec) {
   std::error_code ec;
   std::filesystem::create_directories(spec.log_dir + "/stacks", ec);
   if (ec) Warn("cannot create " + spec.log_dir + "/stacks: " + ec.message());
+  SetWarmSpec(spec, spec.warm_ranks);
   const auto base_env = CurrentEnv();
   Json started = Json::array();
   std::vector<int> monitored;
   std::vector<std::pair<int, std::string>> failures;
+  std::vector<Rank> next;
   for (int i = 0; i < spec.nproc_per_node; ++i) {
     Rank r;
-    r.rank = spec.GlobalRank(i);
-    r.local_rank = i;
-    r.stack_file = StackFilePath(spec, r.rank);
-    r.log = std::fopen(RankLogPath(spec, r.rank).c_str(), "a");
-    if (!r.log) Warn("cannot open " + RankLogPath(spec, r.rank) + ": " + std::strerror(errno));
-    if (r.log) {
-      std::fprintf(r.log, "===== bulwark attempt %d, rank %d on %s, started %s =====\n",
-                   spec.attempt, r.rank, opts_.node.c_str(), WallStamp(clock_->NowWall()).c_str());
-      std::fflush(r.log);
-    }
-    SpawnOptions so;
-    so.argv = spec.command;
-    so.env = BuildRankEnv(spec, i, paths_, base_env);
-    so.workdir = spec.workdir;
-    auto child = Spawn(so);
-    if (!child.ok()) {
-      failures.emplace_back(r.rank, child.status().message());
-      if (r.log)
-        std::fprintf(r.log, "bulwark: spawn failed: %s\n", child.status().message().c_str());
+    std::string why;
+    if (!StartRank(spec, i, base_env, &r, &why)) {
+      failures.emplace_back(spec.GlobalRank(i), why);
+      if (r.log) std::fprintf(r.log, "bulwark: spawn failed: %s\n", why.c_str());
       if (r.log) std::fclose(r.log);
       continue;
     }
-    r.pid = child->pid;
-    r.pgid = child->pgid;
-    r.out = std::move(child->output);
-    r.alive = true;
-    started.push_back({{"rank", r.rank}, {"local_rank", i}, {"pid", r.pid}, {"pgid", r.pgid}});
+    r.launched_mono = clock_->NowMono();
+    started.push_back({{"rank", r.rank},
+                       {"local_rank", i},
+                       {"pid", r.pid},
+                       {"pgid", r.pgid},
+                       {"how", r.how},
+                       {"in_process", r.in_process}});
     monitored.push_back(r.rank);
-    ranks_.push_back(std::move(r));
+    next.push_back(std::move(r));
   }
+  // Parked ranks this attempt has no place for (the world changed shape): killed.
+  for (Rank& old : ranks_) {
+    if (!old.alive) continue;
+    Warn("rank " + std::to_string(old.rank) + " (pid " + std::to_string(old.pid) +
+         ") has no place in attempt " + std::to_string(spec.attempt) + "; stopping it");
+    (void)procs_->SignalGroup(old.pgid, SIGKILL);
+    old.retired = true;
+    old.parked = false;
+    next.push_back(std::move(old));
+  }
+  ranks_ = std::move(next);
   DetectorConfig cfg;
   cfg.hang_floor_s = spec.hang_floor_s;
   cfg.hang_multiplier = spec.hang_multiplier;
@@ -103,6 +104,83 @@ void Agent::Launch(const StartSpec& spec) {
           {"log_tail", ""},
           {"node", opts_.node}});
   }
+}
+
+bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::string, std::string>& base,
+                      Rank* r, std::string* why) {
+  const int rank = spec.GlobalRank(local);
+  // The parked process of this rank joins the new generation.
+  for (auto it = ranks_.begin(); it != ranks_.end(); ++it) {
+    if (it->rank != rank || !it->alive || !it->parked || it->retired) continue;
+    Rank kept = std::move(*it);
+    ranks_.erase(it);
+    kept.local_rank = local;
+    kept.stack_file = StackFilePath(spec, rank);
+    if (SendGeneration(spec, local, kept)) {
+      kept.parked = false;
+      kept.how = "kept";
+      if (kept.log) {
+        std::fprintf(kept.log, "===== bulwark attempt %d, rank %d on %s: same process (pid %d), %s =====\n",
+                     spec.attempt, rank, opts_.node.c_str(), kept.pid,
+                     WallStamp(clock_->NowWall()).c_str());
+        std::fflush(kept.log);
+      }
+      *r = std::move(kept);
+      return true;
+    }
+    Warn("rank " + std::to_string(rank) + " (pid " + std::to_string(kept.pid) +
+         ") could not be told its generation; replacing it");
+    (void)procs_->SignalGroup(kept.pgid, SIGKILL);
+    kept.retired = true;
+    ranks_.push_back(std::move(kept));  // reaped by the loop
+    break;
+  }
+  r->rank = rank;
+  r->local_rank = local;
+  r->stack_file = StackFilePath(spec, rank);
+  r->log = std::fopen(RankLogPath(spec, rank).c_str(), "a");
+  if (!r->log) Warn("cannot open " + RankLogPath(spec, rank) + ": " + std::strerror(errno));
+  const auto env = BuildRankEnv(spec, local, paths_, base);
+  if (std::optional<WarmRank> w = TakeWarm()) {
+    const pid_t pid = w->pid;
+    Status st = AssignWarm(*w, spec, env);
+    if (st.ok()) {
+      r->pid = w->pid;
+      r->pgid = w->pgid;
+      r->out = std::move(w->out);
+      r->partial = std::move(w->partial);
+      r->alive = true;
+      r->how = "warm";
+    } else {
+      Warn("warm rank (pid " + std::to_string(pid) + ") could not take rank " +
+           std::to_string(rank) + ": " + st.ToString() + "; spawning a new process");
+      (void)procs_->SignalGroup(w->pgid, SIGKILL);
+      for (int i = 0; i < 100 && !procs_->Reap(w->pid); ++i) clock_->SleepFor(0.01);
+    }
+  }
+  if (!r->alive) {
+    SpawnOptions so;
+    so.argv = spec.command;
+    so.env = env;
+    so.workdir = spec.workdir;
+    auto child = procs_->Spawn(so);
+    if (!child.ok()) {
+      *why = child.status().message();
+      return false;
+    }
+    r->pid = child->pid;
+    r->pgid = child->pgid;
+    r->out = std::move(child->output);
+    r->alive = true;
+    r->how = "spawned";
+  }
+  if (r->log) {
+    std::fprintf(r->log, "===== bulwark attempt %d, rank %d on %s, started %s (%s, pid %d) =====\n",
+                 spec.attempt, rank, opts_.node.c_str(), WallStamp(clock_->NowWall()).c_str(),
+                 r->how.c_str(), r->pid);
+    std::fflush(r->log);
+  }
+  return true;
 }
 
 void Agent::PumpOutput(Rank& r, bool final) {
@@ -152,25 +230,19 @@ std::string Agent::LogTail(const Rank& r) const {
 }
 
 void Agent::ReapRanks() {
+  std::set<pid_t> tracked;
+  ReapHelpers(&tracked);
   for (Rank& r : ranks_) {
     if (!r.alive) continue;
-    if (auto e = Reap(r.pid)) OnRankExit(r, *e);
-  }
-  // Orphaned descendants reparented to us (we are a subreaper): reap them too. Peek
-  // with WNOWAIT so a rank's exit status is never stolen from Reap(rank pid).
-  while (true) {
-    siginfo_t si{};
-    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) break;
-    Rank* owner = nullptr;
-    for (Rank& r : ranks_) {
-      if (r.alive && r.pid == si.si_pid) owner = &r;
-    }
-    if (owner) {
-      if (auto e = Reap(owner->pid)) OnRankExit(*owner, *e);
+    if (auto e = procs_->Reap(r.pid)) {
+      OnRankExit(r, *e);
     } else {
-      (void)waitpid(si.si_pid, nullptr, WNOHANG);
+      tracked.insert(r.pid);
     }
   }
+  // Orphaned descendants reparented to us (we are a subreaper): reap them too, never
+  // a tracked rank (its owner reads its exit status).
+  procs_->ReapOrphans(tracked);
 }
 
 void Agent::OnRankExit(Rank& r, const ExitInfo& e) {
@@ -180,7 +252,7 @@ void Agent::OnRankExit(Rank& r, const ExitInfo& e) {
     std::fprintf(r.log, "===== bulwark: rank %d exited: %s =====\n", r.rank, e.Describe().c_str());
     std::fflush(r.log);
   }
-  if (stopping_ || !spec_) return;
+  if (r.retired || stopping_ || !spec_) return;
   Warn("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
        ") exited: " + e.Describe());
   if (auto f = detector_.OnExit(r.rank, e)) {
@@ -278,25 +350,29 @@ void Agent::BeginStop(double grace_s, long reply_attempt) {
   stop_killed_ = false;
   stop_reply_attempt_ = reply_attempt;
   for (Rank& r : ranks_) {
-    (void)SignalGroup(r.pgid, SIGTERM);
-    (void)SignalGroup(r.pgid, SIGCONT);  // a stopped rank must run to see SIGTERM
+    (void)procs_->SignalGroup(r.pgid, SIGTERM);
+    (void)procs_->SignalGroup(r.pgid, SIGCONT);  // a stopped rank must run to see SIGTERM
   }
   stop_deadline_ = clock_->NowMono() + grace_s;
 }
 
 void Agent::AdvanceStop() {
   if (!stopping_) return;
+  if (parking_) {
+    AdvancePark();
+    return;
+  }
   const double now = clock_->NowMono();
   if (RanksAlive() == 0 && !stop_killed_) {  // every leader is gone: no grace for stragglers
-    for (Rank& r : ranks_) (void)SignalGroup(r.pgid, SIGKILL);
+    for (Rank& r : ranks_) (void)procs_->SignalGroup(r.pgid, SIGKILL);
     stop_killed_ = true;
     stop_deadline_ = now + kKillWaitS;
   }
   bool groups_alive = false;
-  for (const Rank& r : ranks_) groups_alive = groups_alive || GroupAlive(r.pgid);
+  for (const Rank& r : ranks_) groups_alive = groups_alive || procs_->GroupAlive(r.pgid);
   if (RanksAlive() > 0 || groups_alive) {
     if (!stop_killed_ && now >= stop_deadline_) {
-      for (Rank& r : ranks_) (void)SignalGroup(r.pgid, SIGKILL);
+      for (Rank& r : ranks_) (void)procs_->SignalGroup(r.pgid, SIGKILL);
       stop_killed_ = true;
       stop_deadline_ = now + kKillWaitS;
       return;
@@ -309,7 +385,7 @@ void Agent::AdvanceStop() {
 }
 
 void Agent::FinishStop() {
-  for (Rank& r : ranks_) (void)SignalGroup(r.pgid, SIGKILL);  // stragglers in the groups
+  for (Rank& r : ranks_) (void)procs_->SignalGroup(r.pgid, SIGKILL);  // stragglers in the groups
   CloseRanks();
   stopping_ = false;
   const long reply = stop_reply_attempt_;
@@ -320,23 +396,33 @@ void Agent::FinishStop() {
   if (reply >= 0) {
     SendStopped(reply, std::move(mem));
   }
-  if (pending_start_ && !shutdown_requested_) {
-    StartSpec next = std::move(*pending_start_);
-    pending_start_.reset();
-    FetchThenLaunch(next);
-  }
+  timers_.Disarm("park");  // a park turned into a stop (shutdown) leaves none armed
+  timers_.Disarm("park_kill");
+  LaunchPendingStart();
+}
+
+void Agent::LaunchPendingStart() {
+  if (!pending_start_ || shutdown_requested_) return;
+  StartSpec next = std::move(*pending_start_);
+  pending_start_.reset();
+  FetchThenLaunch(next);
 }
 
 void Agent::StopAllBlocking() {
+  KillWarm();
   if (ranks_.empty()) return;
   pending_start_.reset();
+  if (parking_) {  // everything goes now, parked or not
+    parking_ = false;
+    stopping_ = false;
+  }
   if (!stopping_) BeginStop(spec_ ? spec_->stop_grace_s : 5, spec_ ? spec_->attempt : -1);
   while (stopping_) {
     std::vector<int> fds;
     for (const Rank& r : ranks_) {
       if (r.out.valid()) fds.push_back(r.out.get());
     }
-    PollReadable(fds, 0.02);
+    clock_->WaitReadable(fds, 0.02);
     for (Rank& r : ranks_) PumpOutput(r, false);
     ReapRanks();
     AdvanceStop();
@@ -348,7 +434,7 @@ void Agent::CloseRanks() {
   for (Rank& r : ranks_) {
     PumpOutput(r, true);
     if (r.alive) {  // only reachable if SIGKILL did not take: never block forever
-      if (auto e = Reap(r.pid)) r.alive = false;
+      if (auto e = procs_->Reap(r.pid)) r.alive = false;
     }
     if (r.log) std::fclose(r.log);
     r.log = nullptr;

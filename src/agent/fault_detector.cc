@@ -96,6 +96,11 @@ long FaultDetector::LastStep(int rank) const {
   return it == ranks_.end() ? -1 : it->second.last_step;
 }
 
+bool FaultDetector::HasStep(int rank) const {
+  auto it = ranks_.find(rank);
+  return it != ranks_.end() && it->second.has_step;
+}
+
 std::optional<DetectedFault> FaultDetector::CheckHangs() {
   if (!armed_) return std::nullopt;
   const double now = clock_->NowMono();

@@ -68,6 +68,8 @@ class FaultDetector {
   // RecoveryPolicy::HangTimeout over its recent step intervals. -1 if unknown rank.
   double HangTimeoutFor(int rank) const;
   long LastStep(int rank) const;
+  // Whether `rank` has reported a step in this attempt.
+  bool HasStep(int rank) const;
 
  private:
   struct RankState {

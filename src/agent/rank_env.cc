@@ -83,6 +83,16 @@ Result<StartSpec> ParseStartMessage(const Json& m, const std::string& default_lo
   BW_FIELD(s.hang_multiplier, JNumOr(m, "hang_multiplier", 10));
   BW_FIELD(s.startup_timeout_s, JNumOr(m, "startup_timeout_s", 300));
   BW_FIELD(s.stop_grace_s, JNumOr(m, "stop_grace_s", 5));
+  BW_FIELD(s.store_host, JStrOr(m, "store_host", ""));
+  BW_FIELD(s.store_port, JIntOr(m, "store_port", 0));
+  BW_FIELD(s.warm_ranks, JIntOr(m, "warm_ranks", 0));
+  if (s.store_port < 0 || s.store_port > 65535 || (s.store_port > 0 && s.store_host.empty())) {
+    return InvalidArgument(
+        "message 'start': field 'store_port' must be in [0, 65535], with 'store_host' set");
+  }
+  if (s.warm_ranks < 0 || s.warm_ranks > 64) {
+    return InvalidArgument("message 'start': field 'warm_ranks' must be in [0, 64]");
+  }
   if (s.command.empty()) {
     return InvalidArgument("message 'start': field 'command' is empty; give the rank's argv");
   }
@@ -163,6 +173,13 @@ std::map<std::string, std::string> BuildRankEnv(const StartSpec& spec, int local
   env["BULWARK_SKIP_FROM"] = i(spec.skip_from);
   env["BULWARK_SKIP_TO"] = i(spec.skip_to);
   env["BULWARK_STACK_FILE"] = StackFilePath(spec, rank);
+  if (spec.store_port > 0) {
+    env["BULWARK_STORE_ADDR"] = spec.store_host;
+    env["BULWARK_STORE_PORT"] = i(spec.store_port);
+  } else {
+    env["BULWARK_STORE_ADDR"] = "";
+    env["BULWARK_STORE_PORT"] = "0";
+  }
   env["PYTHONUNBUFFERED"] = "1";
   if (!paths.lib_path.empty()) env["BULWARK_LIB"] = paths.lib_path;
   if (!paths.python_dir.empty()) {

@@ -58,6 +58,13 @@ struct StartSpec {
   double hang_multiplier = 10;
   double startup_timeout_s = 300;
   double stop_grace_s = 5;
+  // In-process recovery: the job's long-lived store (a TCPStore server on the slot-0
+  // agent's host) where generations re-form their process group under a per-generation
+  // prefix; port 0 = none yet (ranks rendezvous on master_addr:master_port).
+  std::string store_host;
+  int store_port = 0;
+  // Warm rank processes this agent keeps ready (docs/agent.md, "Warm ranks").
+  int warm_ranks = 0;
 
   int GlobalRank(int local_rank) const { return group_rank * nproc_per_node + local_rank; }
 };
@@ -84,6 +91,8 @@ std::string RankLogPath(const StartSpec& spec, int global_rank);
 
 // The complete environment of local rank `local_rank`: `base` (the agent's own
 // environment), overlaid with spec.env, then the torchrun and BULWARK_* variables.
+// With an empty `base` it is exactly what changes from one generation to the next
+// (what the agent sends a kept rank in `generation`).
 std::map<std::string, std::string> BuildRankEnv(const StartSpec& spec, int local_rank,
                                                 const AgentPaths& paths,
                                                 std::map<std::string, std::string> base);

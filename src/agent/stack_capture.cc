@@ -4,10 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "common/proc.h"
 
@@ -31,9 +29,9 @@ std::string ReadFrom(const std::string& path, long offset) {
   return s;
 }
 
-void Nap(const std::function<void()>& tick) {
+void Nap(const Clock* clock, const std::function<void()>& tick) {
   if (tick) tick();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  clock->SleepFor(0.02);
 }
 
 std::string StateName(char s) {
@@ -58,12 +56,12 @@ std::string StateName(char s) {
 }
 
 // Runs gdb against `pid`, returning its output (or why there is none) by `deadline`.
-std::string RunGdb(const std::string& gdb, pid_t pid, double timeout_s, const Clock* clock,
-                   const std::function<void()>& tick) {
+std::string RunGdb(Processes* procs, const std::string& gdb, pid_t pid, double timeout_s,
+                   const Clock* clock, const std::function<void()>& tick) {
   SpawnOptions o;
   o.argv = {gdb, "-p", std::to_string(pid), "-batch", "-nx", "-ex", "thread apply all bt"};
   o.env = CurrentEnv();
-  auto child = Spawn(o);
+  auto child = procs->Spawn(o);
   if (!child.ok()) return "gdb failed to start: " + child.status().message() + "\n";
   std::string out;
   bool eof = false;
@@ -71,11 +69,14 @@ std::string RunGdb(const std::string& gdb, pid_t pid, double timeout_s, const Cl
   while (!eof && clock->NowMono() < deadline) {
     out += ReadAvailable(child->output.get(), &eof);
     if (out.size() > kMaxStackBytes) break;
-    if (!eof) Nap(tick);
+    if (!eof) Nap(clock, tick);
   }
   bool timed_out = !eof;
-  (void)SignalGroup(child->pgid, SIGKILL);
-  (void)WaitExit(child->pid, 2);
+  (void)procs->SignalGroup(child->pgid, SIGKILL);
+  for (const double until = clock->NowMono() + 2;
+       !procs->Reap(child->pid) && clock->NowMono() < until;) {
+    clock->SleepFor(0.01);
+  }
   if (out.size() > kMaxStackBytes) out.resize(kMaxStackBytes);
   if (timed_out) out += "\n[gdb killed after " + std::to_string(timeout_s) + " s]\n";
   return out;
@@ -104,6 +105,7 @@ std::string ReadWchan(pid_t pid) {
 std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
                                        const StackCaptureOptions& opts, const Clock* clock,
                                        const std::function<void()>& tick) {
+  Processes* procs = opts.procs ? opts.procs : Processes::Real();
   const double start = clock->NowMono();
   struct Work {
     StackTarget t;
@@ -118,7 +120,7 @@ std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
     Work w;
     w.t = t;
     RankStack& rs = out[t.rank];
-    rs.state = ProcState(t.pid);
+    rs.state = procs->State(t.pid);
     std::ostringstream h;
     h << "pid " << t.pid << ", state " << StateName(rs.state);
     std::string wchan = ReadWchan(t.pid);
@@ -126,9 +128,9 @@ std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
     h << "\n";
     w.offset = FileSize(t.stack_file);
     if (rs.state != '?' && rs.state != 'Z' && CatchesSignal(t.pid, SIGUSR1)) {
-      w.signalled = ::kill(t.pid, SIGUSR1) == 0;
+      w.signalled = procs->Signal(t.pid, SIGUSR1).ok();
       if (rs.state == 'T') {
-        ::kill(t.pid, SIGCONT);
+        (void)procs->Signal(t.pid, SIGCONT);
         h << "process was stopped (SIGSTOP); resumed to dump its stack, then stopped again\n";
       }
     } else if (rs.state == 'T') {
@@ -148,17 +150,17 @@ std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
       bool done = size > w.offset && last_size[w.t.rank] == size;
       last_size[w.t.rank] = size;
       if (done && out[w.t.rank].state == 'T' && !w.restopped) {
-        ::kill(w.t.pid, SIGSTOP);
+        (void)procs->Signal(w.t.pid, SIGSTOP);
         w.restopped = true;
       }
       pending = pending || !done;
     }
     if (!pending) break;
-    Nap(tick);
+    Nap(clock, tick);
   }
   for (auto& w : work) {
     RankStack& rs = out[w.t.rank];
-    if (rs.state == 'T' && w.signalled && !w.restopped) ::kill(w.t.pid, SIGSTOP);
+    if (rs.state == 'T' && w.signalled && !w.restopped) (void)procs->Signal(w.t.pid, SIGSTOP);
     std::string py = w.signalled ? ReadFrom(w.t.stack_file, w.offset) : "";
     rs.python_dump = !py.empty();
     rs.text = w.header;
@@ -176,7 +178,8 @@ std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
       rs.text += "native stacks skipped: no time left in the capture budget\n";
     } else {
       rs.text += "--- native stacks (gdb) ---\n" +
-                 RunGdb(opts.gdb_path, w.t.pid, std::min(opts.gdb_timeout_s, left), clock, tick);
+                 RunGdb(procs, opts.gdb_path, w.t.pid, std::min(opts.gdb_timeout_s, left), clock,
+                        tick);
     }
   }
   return out;

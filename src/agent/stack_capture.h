@@ -6,7 +6,8 @@
 // stopped process (state T) gets SIGCONT so the handler runs and SIGSTOP afterwards so
 // it is left as found; and, for a rank that produced no Python dump, native stacks via
 // `gdb -batch` when gdb is installed and budget remains. Blocks the caller at most
-// `budget_s` (+ one gdb kill). Not thread-safe with respect to the ranks' signals.
+// `budget_s` (+ one gdb kill). Waits through the clock, signals and spawns through
+// opts.procs. Not thread-safe with respect to the ranks' signals.
 #pragma once
 
 #include <sys/types.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/proc.h"
 
 namespace bulwark {
 
@@ -31,6 +33,7 @@ struct StackCaptureOptions {
   double python_wait_s = 1.0;             // of which: waiting for faulthandler dumps
   double gdb_timeout_s = 5;               // per gdb run, further bounded by the remaining budget
   std::string gdb_path = "/usr/bin/gdb";  // "" disables gdb
+  Processes* procs = nullptr;             // signals, states, gdb; null = Processes::Real()
 };
 
 struct RankStack {

@@ -68,6 +68,18 @@ Result<std::vector<std::string>> JStrList(const Json& j, const char* field) {
   return out;
 }
 
+Result<std::vector<long>> JIntListOr(const Json& j, const char* field) {
+  std::vector<long> out;
+  if (!Has(j, field)) return out;
+  const Json& v = j[field];
+  if (!v.is_array()) return Mistyped(j, field, "a list of integers");
+  for (const auto& e : v) {
+    if (!e.is_number_integer()) return Mistyped(j, field, "a list of integers");
+    out.push_back(e.get<long>());
+  }
+  return out;
+}
+
 Result<std::map<std::string, std::string>> JStrMap(const Json& j, const char* field) {
   if (!Has(j, field)) return Missing(j, field);
   const Json& v = j[field];

@@ -21,5 +21,7 @@ Result<std::map<std::string, std::string>> JStrMap(const Json& j, const char* fi
 Result<long> JIntOr(const Json& j, const char* field, long def);
 Result<double> JNumOr(const Json& j, const char* field, double def);
 Result<std::string> JStrOr(const Json& j, const char* field, const std::string& def);
+// A list of integers; an absent field is an empty list.
+Result<std::vector<long>> JIntListOr(const Json& j, const char* field);
 
 }  // namespace bulwark

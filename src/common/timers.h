@@ -3,7 +3,9 @@
 // (Clock::WaitReadable), then handles TakeExpired(). With a FakeClock the whole loop
 // runs without a real wait.
 //
-// Not thread-safe: one loop owns a Timers. The clock is not owned.
+// An expired timer stays armed (and Until() stays 0) until it is taken: a loop must
+// take or disarm every timer it arms. Not thread-safe: one loop owns a Timers. The
+// clock is not owned.
 #pragma once
 
 #include <map>

@@ -41,6 +41,7 @@ Controller::Controller(JobSpec spec, ControllerOptions opts, Backend* backend, S
 Controller::~Controller() = default;
 bulwark::Status Controller::Start() { return impl_->Start(); }
 Result<RunResult> Controller::Run() { return impl_->Run(); }
+bool Controller::RunOnce() { return impl_->RunOnce(); }
 void Controller::Cancel() { impl_->Cancel(); }
 void Controller::Detach() { impl_->Detach(); }
 ControllerStatus Controller::Status() const { return impl_->Snapshot(); }
@@ -313,6 +314,8 @@ void ControllerImpl::Reconcile() {
       break;
     case Stage::kRunning:
       MaybeAnnounceCadence(now);
+      CheckSpontaneousPark(now);
+      PrepareSpares();
       MaybeSucceed();
       break;
     case Stage::kDiagnosing:
@@ -350,7 +353,7 @@ void ControllerImpl::PollOnce(double timeout_s) {
   for (auto& [id, n] : nodes_) {
     if (n->adopt_conn) fds.push_back(n->adopt_conn->fd());
   }
-  PollReadable(fds, timeout_s);
+  clock_->WaitReadable(fds, timeout_s);
   AcceptAndGreet();
   PumpAdoptions();
   for (auto& [id, n] : nodes_) {
@@ -389,39 +392,45 @@ double ControllerImpl::PollTimeout() const {
   return t;
 }
 
+bool ControllerImpl::RunOnce() {
+  if (!started_ || !start_status_.ok() || stage_ == Stage::kDone || detached_) return false;
+  if (detach_.load()) {
+    // Let go without stopping anything: the agents keep their ranks running until a
+    // new controller adopts them (or their orphan timeout ends).
+    detached_ = true;
+    Event("Detached",
+          "the controller let go of the job; its agents keep " +
+              std::string(attempt_ >= 0 ? "attempt " + std::to_string(attempt_) + " running"
+                                        : "waiting") +
+              " for the next controller to adopt them");
+    for (auto& [id, n] : nodes_) {
+      if (n->conn) (void)n->conn->Flush(0.5);
+      n->conn.reset();
+      n->adopt_conn.reset();
+    }
+    pending_.clear();
+    listen_.Reset();
+    Persist();
+    PublishStatus(true);
+    return false;
+  }
+  PollOnce(PollTimeout());
+  if (stage_ != Stage::kDone) {
+    CheckHeartbeats();
+    RunChaos();
+    DrainCatalog();
+    Reconcile();
+  }
+  PublishStatus(stage_ == Stage::kDone);
+  return stage_ != Stage::kDone;
+}
+
 Result<RunResult> ControllerImpl::Run() {
   if (!started_) (void)Start();
   if (!start_status_.ok()) return start_status_;
-  while (stage_ != Stage::kDone) {
-    if (detach_.load()) {
-      // Let go without stopping anything: the agents keep their ranks running until a
-      // new controller adopts them (or their orphan timeout ends).
-      detached_ = true;
-      Event("Detached",
-            "the controller let go of the job; its agents keep " +
-                std::string(attempt_ >= 0 ? "attempt " + std::to_string(attempt_) + " running"
-                                          : "waiting") +
-                " for the next controller to adopt them");
-      for (auto& [id, n] : nodes_) {
-        if (n->conn) (void)n->conn->Flush(0.5);
-        n->conn.reset();
-        n->adopt_conn.reset();
-      }
-      pending_.clear();
-      listen_.Reset();
-      Persist();
-      PublishStatus(true);
-      return Aborted("detached: job " + spec_.name + " left to its agents for adoption");
-    }
-    PollOnce(PollTimeout());
-    if (stage_ != Stage::kDone) {
-      CheckHeartbeats();
-      RunChaos();
-      DrainCatalog();
-      Reconcile();
-    }
-    PublishStatus(stage_ == Stage::kDone);
+  while (RunOnce()) {
   }
+  if (detached_) return Aborted("detached: job " + spec_.name + " left to its agents for adoption");
   Shutdown();
   return result_;
 }

@@ -125,6 +125,10 @@ class Controller {
   bulwark::Status Start();
   // Runs the job until Succeeded, Failed or Cancelled. Every wait inside is bounded.
   Result<RunResult> Run();
+  // Run in steps, for tests on a FakeClock (the clock's WaitReadable paces it): one
+  // turn of Run's loop; false once the job is done (then Run() returns the result at
+  // once). Call Start() first.
+  bool RunOnce();
 
   // Asks this controller to cancel its job; any thread; returns at once.
   void Cancel();

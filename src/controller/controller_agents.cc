@@ -179,10 +179,38 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
   if ((type == "heartbeat" || type == "stopped") && m.contains("replicas")) {
     n.replicas = StepsByRank(m["replicas"]);
   }
-  if (type == "heartbeat" || type == "hello") return;
+  if (type == "heartbeat" || type == "store") {  // the long-lived store its agent serves
+    if (m.contains("store_port") || type == "store") {
+      n.store_port = PortField(m, type == "store" ? "port" : "store_port");
+    }
+  }
+  if (type == "heartbeat" || type == "hello" || type == "store") return;
   if (type == "started") {
-    if (current)
-      Event("RanksStarted", n.id + " started its ranks for attempt " + std::to_string(attempt_));
+    if (!current) return;
+    RecordProcesses(m);
+    int kept = 0, warm = 0, fresh = 0;
+    if (m.contains("ranks") && m["ranks"].is_array()) {
+      for (const Json& r : m["ranks"]) {
+        auto how = JStrOr(r, "how", "spawned");
+        const std::string h = how.ok() ? *how : "spawned";
+        (h == "kept" ? kept : h == "warm" ? warm : fresh)++;
+      }
+    }
+    Event("RanksStarted", n.id + " started its ranks for attempt " + std::to_string(attempt_) +
+                              " (" + std::to_string(kept) + " kept, " + std::to_string(warm) +
+                              " from the warm pool, " + std::to_string(fresh) + " new)");
+    return;
+  }
+  if (type == "rank_info") {
+    auto rank = JIntOr(m, "rank", -1);
+    if (current && rank.ok() && *rank >= 0 && m.contains("in_process") &&
+        m["in_process"] == true) {
+      in_process_ranks_.insert(static_cast<int>(*rank));
+    }
+    return;
+  }
+  if (type == "parked") {  // a rank left its generation on its own
+    if (current) OnSpontaneousPark(n, m);
     return;
   }
   if (type == "stopped") {
@@ -283,6 +311,7 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       return;
     }
     inc->node = n.slot;
+    if (inc->kind == FaultKind::kCrash && inc->rank >= 0) dead_ranks_.insert(inc->rank);
     if (inc->detect_time <= 0) inc->detect_time = now;
     if (inc->fault_time <= 0 || inc->fault_time > inc->detect_time)
       inc->fault_time = inc->detect_time;
@@ -303,6 +332,7 @@ void ControllerImpl::OnNodeGone(Node& n, const std::string& subtype, const std::
     return;
   }
   if (n.retire) return;  // we are releasing it ourselves
+  for (int l = 0; l < spec_.procs_per_node; ++l) dead_ranks_.insert(n.slot * spec_.procs_per_node + l);
   Event("NodeLost", n.id + " (slot " + std::to_string(n.slot) + "): " + reason);
   Incident inc;
   inc.kind = FaultKind::kNodeLost;

@@ -1,13 +1,22 @@
 // Controller: incidents, hang diagnosis and the recovery decision.
 #include <fstream>
 
+#include "common/json_util.h"
 #include "controller/controller_impl.h"
 #include "controller/hang_localiser.h"
 #include "controller/incident_json.h"
 
 namespace bulwark {
+namespace {
+
+// How long a rank that parked on its own (a collective failed) waits for the incident
+// that explains it (the crash or node loss of a peer) before it is one itself.
+constexpr double kParkGraceS = 1.0;
+
+}  // namespace
 
 void ControllerImpl::OnFault(const Incident& inc, Json extra) {
+  spontaneous_park_at_ = -1;  // this incident explains any rank that parked on its own
   if (stage_ == Stage::kDiagnosing) {
     MergeDiagnosis(inc.node, extra);  // another node's report of the same hang
     Json j = IncidentToJson(inc);
@@ -115,8 +124,17 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
     return;
   }
   history_.spares_available = SparesReady();
+  history_.memory_tier = spec_.checkpoint.memory_slots > 0;
   history_.restarts_used = rec_.restarts;
   Decision d = policy_.Decide(inc, history_, now);
+  RegroupInput ri;
+  ri.enabled = spec_.fault_policy.in_process_restart;
+  ri.world_size = spec_.world_size();
+  ri.procs_per_node = spec_.procs_per_node;
+  ri.capable = in_process_ranks_;
+  ri.dead = dead_ranks_;
+  if (inc.kind == FaultKind::kHang) ri.stopped = diag_stopped_;
+  regroup_ = PlanRegroup(inc, d, ri);
   ledger_.OnFault(inc, ActionName(d.action));
   history_.incidents.push_back(inc);
   history_.progress_at_incident.push_back(high_water_);
@@ -126,6 +144,12 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
                    {"resume_step_max", d.resume_step_max},
                    {"reason", d.reason}};
   j["detection_s"] = inc.detect_time - inc.fault_time;
+  if (d.action != Action::kGiveUp) {
+    j["processes"] = {{"in_process", regroup_.in_process},
+                      {"keep", regroup_.keep},
+                      {"replace", regroup_.replace},
+                      {"reason", regroup_.reason}};
+  }
   incidents_.push_back(j);
   (void)store_->AddIncident(spec_.name, attempt_, j.dump());
   std::string what = std::string(FaultKindName(inc.kind)) +
@@ -133,7 +157,8 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
                      (inc.rank >= 0 ? " on rank " + std::to_string(inc.rank) : "") +
                      (inc.node >= 0 ? " on node slot " + std::to_string(inc.node) : "");
   Event("FaultDetected", what + ": " + inc.detail);
-  Event("Decision", std::string(ActionName(d.action)) + ": " + d.reason);
+  Event("Decision", std::string(ActionName(d.action)) + ": " + d.reason +
+                        (d.action == Action::kGiveUp ? "" : "; " + regroup_.reason));
   decision_ = d;
   if (d.action == Action::kGiveUp) {
     finish_after_stop_ = true;
@@ -149,20 +174,94 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
   }
   rec_.message = d.reason;
   backoff_until_ = inc.detect_time + d.backoff_seconds;
-  StopAll();
+  StopAll(d.action != Action::kGiveUp && regroup_.in_process);
   Persist();
 }
 
-void ControllerImpl::StopAll() {
+void ControllerImpl::StopAll(bool park) {
+  Json stop = {{"type", "stop"},
+               {"attempt", attempt_},
+               {"grace_s", spec_.fault_policy.stop_grace_seconds}};
+  if (park) {
+    stop["park"] = true;
+    stop["kill"] = regroup_.replace;
+    stop["park_timeout_s"] = spec_.fault_policy.park_timeout_seconds;
+  }
   for (auto& [id, n] : nodes_) {
-    if (n->slot >= 0 && n->connected()) {
-      (void)n->conn->Send(Json{{"type", "stop"},
-                               {"attempt", attempt_},
-                               {"grace_s", spec_.fault_policy.stop_grace_seconds}});
-    }
+    if (n->slot >= 0 && n->connected()) (void)n->conn->Send(stop);
   }
   stage_ = Stage::kStopping;
-  stage_deadline_ = clock_->NowWall() + spec_.fault_policy.stop_grace_seconds + 10;
+  const double wait = park ? spec_.fault_policy.park_timeout_seconds
+                           : spec_.fault_policy.stop_grace_seconds;
+  stage_deadline_ = clock_->NowWall() + wait + 10;
+}
+
+void ControllerImpl::OnSpontaneousPark(const Node& n, const Json& m) {
+  if (stage_ != Stage::kRunning || spontaneous_park_at_ >= 0) return;
+  auto rank = JIntOr(m, "rank", -1);
+  auto error = JStrOr(m, "error", "");
+  spontaneous_park_at_ = clock_->NowWall();
+  spontaneous_park_rank_ = rank.ok() ? static_cast<int>(*rank) : -1;
+  spontaneous_park_node_ = n.slot;
+  spontaneous_park_error_ = error.ok() ? *error : "";
+}
+
+void ControllerImpl::CheckSpontaneousPark(double now) {
+  if (spontaneous_park_at_ < 0 || stage_ != Stage::kRunning) return;
+  if (now - spontaneous_park_at_ < kParkGraceS) return;
+  Incident inc;
+  inc.kind = FaultKind::kCrash;
+  inc.subtype = kCollectiveErrorSubtype;
+  inc.rank = spontaneous_park_rank_;
+  inc.node = spontaneous_park_node_;
+  inc.step = last_step_;
+  inc.fault_time = spontaneous_park_at_;
+  inc.detect_time = now;
+  inc.detail = "rank " + std::to_string(inc.rank) +
+               " left its generation on its own (" + spontaneous_park_error_ +
+               ") and no other fault was reported within 1 s";
+  OnFault(inc, Json::object());
+}
+
+void ControllerImpl::RecordProcesses(const Json& started) {
+  if (!started.contains("ranks") || !started["ranks"].is_array()) return;
+  for (const Json& r : started["ranks"]) {
+    auto rank = JIntOr(r, "rank", -1);
+    auto pid = JIntOr(r, "pid", 0);
+    auto how = JStrOr(r, "how", "spawned");
+    if (!rank.ok() || !pid.ok() || *rank < 0) continue;
+    rank_pids_[static_cast<int>(*rank)] = static_cast<int>(*pid);
+    if (r.contains("in_process") && r["in_process"] == true) {
+      in_process_ranks_.insert(static_cast<int>(*rank));
+    }
+    if (regroup_attempt_ != attempt_ || incidents_.empty()) continue;
+    Json& procs = incidents_.back()["processes"];
+    if (!procs.is_object()) continue;
+    const int old = prev_pids_.count(*rank) ? prev_pids_[static_cast<int>(*rank)] : 0;
+    Json entry = {{"rank", *rank}, {"pid", *pid}, {"how", how.ok() ? *how : "spawned"}};
+    if (how.ok() && *how == "kept") {
+      procs["kept_pids"].push_back(entry);
+    } else {
+      entry["old_pid"] = old;
+      procs["replaced_pids"].push_back(entry);
+    }
+  }
+}
+
+void ControllerImpl::PrepareSpares() {
+  const int warm = spec_.fault_policy.WarmRanks(spec_.procs_per_node);
+  if (warm <= 0 || high_water_ < 0) return;  // the job has not run a step yet
+  for (auto& [id, n] : nodes_) {
+    if (n->slot != -1 || n->prepared || !n->connected()) continue;
+    std::vector<std::string> command = spec_.command;
+    command.insert(command.end(), spec_.args.begin(), spec_.args.end());
+    (void)n->conn->Send(Json{{"type", "prepare"},
+                             {"command", command},
+                             {"env", spec_.env},
+                             {"workdir", spec_.workdir},
+                             {"warm_ranks", warm}});
+    n->prepared = true;
+  }
 }
 
 }  // namespace bulwark

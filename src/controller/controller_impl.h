@@ -24,6 +24,7 @@
 #include "controller/cadence_tracker.h"
 #include "controller/ckpt_catalog.h"
 #include "controller/controller.h"
+#include "policy/regroup.h"
 
 namespace bulwark {
 
@@ -66,6 +67,10 @@ struct ControllerNode {
   int adopted_ranks = 0;
   std::string adopted_state;   // running, stopping, idle
   std::vector<Json> deferred;  // its reports while adopting, handled once it settles
+  // In-process recovery: the port of the long-lived store its agent serves (slot 0's;
+  // from `store` and heartbeats; 0 = none), and whether it was sent `prepare`.
+  int store_port = 0;
+  bool prepared = false;
   bool connected() const { return conn && !conn->closed() && !lost; }
 };
 
@@ -86,6 +91,7 @@ class ControllerImpl {
 
   Status Start();
   Result<RunResult> Run();
+  bool RunOnce();
   void Cancel() { cancel_.store(true); }
   void Detach() { detach_.store(true); }
   ControllerStatus Snapshot() const;
@@ -147,7 +153,19 @@ class ControllerImpl {
   void BeginDiagnosis(const Incident& inc, const Json& extra);
   void MergeDiagnosis(int slot, const Json& msg);
   void FinishDiagnosis();
-  void StopAll();
+  // Stops the attempt's ranks: all of them, or with `park` only regroup_.replace (the
+  // survivors leave their generation alive, docs/protocol.md §1).
+  void StopAll(bool park = false);
+  // In-process recovery (controller_faults.cc). A rank that left its generation on its
+  // own (a collective failed) is a fault only if no other incident explains it within
+  // kParkGraceS; then it becomes a `collective_error` incident.
+  void OnSpontaneousPark(const Node& n, const Json& m);
+  void CheckSpontaneousPark(double now);
+  // The kept and replaced processes of the attempt that followed an in-process
+  // recovery, from the agents' `started` reports, into the incident's report row.
+  void RecordProcesses(const Json& started);
+  // Warm ranks for standbys: `prepare` (the job's command) once the job runs.
+  void PrepareSpares();
   // Nodes (controller_nodes.cc).
   bool EnsureSlotsFilled();
   void ReplenishSpares();
@@ -243,6 +261,17 @@ class ControllerImpl {
   long object_restored_ = -1;                    // step restored from the object tier
   std::set<std::pair<int, long>> bad_replicas_;  // (rank, step) a peer failed to serve
   std::optional<CadenceTracker> cadence_;        // checkpoint.intervalSteps: auto
+  // In-process recovery (policy/regroup.h).
+  std::map<int, int> rank_pids_;     // rank -> pid in the current attempt (`started`)
+  std::map<int, int> prev_pids_;     // ... in the attempt before it
+  std::set<int> in_process_ranks_;   // ranks that declared in-process recovery (this attempt)
+  std::set<int> dead_ranks_;         // ranks known dead in this attempt
+  RegroupPlan regroup_;              // the plan of the last fault handled
+  int regroup_attempt_ = -1;         // the attempt that plan launched (its `started` fill it)
+  double spontaneous_park_at_ = -1;  // wall time a rank parked on its own; -1 = none
+  int spontaneous_park_rank_ = -1;
+  int spontaneous_park_node_ = -1;
+  std::string spontaneous_park_error_;
   Json cadence_log_ = Json::array();             // the intervals announced, for the report
 
   std::atomic<bool> cancel_{false};  // any thread: Cancel()

@@ -215,6 +215,29 @@ Status ControllerImpl::Launch() {
   }
   exited_ok_.clear();
   shards_.clear();
+  // The next generation: its ranks report their processes anew; a launch that follows
+  // a recovery fills that incident's kept and replaced processes.
+  prev_pids_ = std::move(rank_pids_);
+  rank_pids_.clear();
+  in_process_ranks_.clear();
+  dead_ranks_.clear();
+  spontaneous_park_at_ = -1;
+  regroup_attempt_ = !incidents_.empty() && incidents_.back()["resumed_from"].is_null() &&
+                             incidents_.back().contains("processes")
+                         ? attempt_
+                         : -1;
+  // The long-lived store of slot 0's agent, once it serves (until then the ranks
+  // rendezvous on master_addr:master_port).
+  std::string store_host;
+  int store_port = 0;
+  {
+    const Node& n0 = *nodes_.at(slots_[0]);
+    if (n0.store_port > 0 && !n0.peer_host.empty()) {
+      store_host = n0.peer_host;
+      store_port = n0.store_port;
+    }
+  }
+  const int warm_ranks = spec_.fault_policy.WarmRanks(spec_.procs_per_node);
   for (int s = 0; s < spec_.nodes; ++s) {
     Node& n = *nodes_.at(slots_[s]);
     Json start = {{"type", "start"},
@@ -258,8 +281,12 @@ Status ControllerImpl::Launch() {
                   {"hang_floor_s", spec_.fault_policy.hang_timeout_floor_seconds},
                   {"hang_multiplier", spec_.fault_policy.hang_timeout_multiplier},
                   {"startup_timeout_s", spec_.fault_policy.startup_timeout_seconds},
-                  {"stop_grace_s", spec_.fault_policy.stop_grace_seconds}};
+                  {"stop_grace_s", spec_.fault_policy.stop_grace_seconds},
+                  {"store_host", store_host},
+                  {"store_port", store_port},
+                  {"warm_ranks", warm_ranks}};
     BW_RETURN_IF_ERROR(n.conn->Send(start).Annotate("start on " + n.id));
+    n.prepared = true;
   }
   double now = clock_->NowWall();
   attempt_launched_at_ = now;

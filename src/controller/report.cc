@@ -19,6 +19,29 @@ double Num(const Json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
 }
 
+// "in process: kept ranks 0 (pid 11), 2 (pid 13); replaced rank 1 (pid 12 -> 40, warm)".
+std::string ProcessesLine(const Json& p) {
+  auto pids = [&](const char* key, bool replaced) {
+    std::string s;
+    if (!p.contains(key) || !p[key].is_array()) return s;
+    for (const Json& e : p[key]) {
+      s += (s.empty() ? "" : ", ") + std::to_string(e.value("rank", -1)) + " (pid ";
+      if (replaced) s += std::to_string(e.value("old_pid", 0)) + " -> ";
+      s += std::to_string(e.value("pid", 0));
+      if (replaced) s += ", " + e.value("how", std::string("spawned"));
+      s += ")";
+    }
+    return s;
+  };
+  const std::string kept = pids("kept_pids", false);
+  const std::string replaced = pids("replaced_pids", true);
+  std::string out = p.value("in_process", false) ? "in process: " : "every rank restarted: ";
+  if (!kept.empty()) out += "kept rank(s) " + kept;
+  if (!replaced.empty()) out += (kept.empty() ? "" : "; ") + std::string("new process for rank(s) ") + replaced;
+  if (kept.empty() && replaced.empty()) out += p.value("reason", std::string());
+  return out;
+}
+
 }  // namespace
 
 std::string FormatReport(const Json& r) {
@@ -56,6 +79,9 @@ std::string FormatReport(const Json& r) {
       o << line;
       if (x.contains("decision") && x["decision"].contains("reason")) {
         o << "      " << x["decision"]["reason"].get<std::string>() << "\n";
+      }
+      if (x.contains("processes") && x["processes"].is_object()) {
+        o << "      " << ProcessesLine(x["processes"]) << "\n";
       }
     }
   }

@@ -97,6 +97,13 @@ std::string Hint(const Incident& in) {
 }
 
 std::string ResumeNewest(const JobHistory& h) {
+  if (h.memory_tier) {
+    // The launch takes the newest step every rank holds in memory when it is newer.
+    if (h.committed_steps.empty()) {
+      return "from the newest step in memory (no committed checkpoint on disk)";
+    }
+    return Fmt("from the newest step in memory (on disk: step %ld)", h.committed_steps.back());
+  }
   if (h.committed_steps.empty()) return "from scratch (no committed checkpoint)";
   return Fmt("from step %ld", h.committed_steps.back());
 }
@@ -240,7 +247,14 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
     }
     d.action = Action::kRollback;
     std::string target;
-    if (below.empty()) {
+    if (repeats == 0 && history.memory_tier && nan_step > 0) {
+      // The snapshot of the step before the NaN was taken before the poisoned update;
+      // the launch takes the newest step <= this on any tier (memory first).
+      d.resume_step_max = nan_step - 1;
+      target = Fmt("to step %ld (the step before the NaN; memory tier, else the newest "
+                   "committed step below it)",
+                   d.resume_step_max);
+    } else if (below.empty()) {
       d.resume_step_max = -1;
       d.resume_from_scratch = true;
       target = "from scratch (no committed checkpoint before the NaN)";

@@ -49,6 +49,9 @@ struct JobHistory {
   std::vector<long> progress_at_incident;  // high_water_step at each earlier incident
                                            // (same length as incidents; missing = no progress)
   int spares_available = 0;                // idle standby nodes right now
+  // Every step is snapshotted to the memory tier (checkpoint.memorySlots > 0): a first
+  // NaN rolls back to the step just before it, not to the last disk checkpoint.
+  bool memory_tier = false;
   // Earlier incidents since the last >= 1 new step of progress, NOT counting the current
   // one: the current incident is failure number consecutive_failures + 1 and gets
   // Backoff(consecutive_failures + 1).

@@ -136,6 +136,17 @@ TEST(RecoveryPolicyTest, NodeLostWithSpareReplaces) {
                                   "node 2 with a standby and restarting from step 40"));
 }
 
+TEST(RecoveryPolicyTest, WithTheMemoryTierTheReasonSaysWhereTheResumeComesFrom) {
+  RecoveryPolicy p(Spec(), 1);
+  JobHistory h = History(154, {150});
+  h.memory_tier = true;
+  EXPECT_THAT(p.Decide(Crash(1, 154), h, 0).reason,
+              HasSubstr("restarting in place from the newest step in memory (on disk: step 150)"));
+  h.committed_steps.clear();
+  EXPECT_THAT(p.Decide(Crash(1, 154), h, 0).reason,
+              HasSubstr("from the newest step in memory (no committed checkpoint on disk)"));
+}
+
 TEST(RecoveryPolicyTest, NodeLostWithoutSpareRestartsInPlace) {
   RecoveryPolicy p(Spec(), 1);
   JobHistory h = History(50, {});
@@ -179,6 +190,23 @@ TEST(RecoveryPolicyTest, NanRollsBackToNewestCommittedStrictlyBelow) {
 
   d = p.Decide(Nan(450), History(449, {300, 400, 500}), 0);
   EXPECT_EQ(d.resume_step_max, 400);
+}
+
+TEST(RecoveryPolicyTest, FirstNanWithTheMemoryTierRollsBackOneStep) {
+  RecoveryPolicy p(Spec(), 1);
+  JobHistory h = History(854, {840, 850});
+  h.memory_tier = true;
+  Decision d = p.Decide(Nan(855), h, 0);
+  EXPECT_EQ(d.action, Action::kRollback);
+  EXPECT_EQ(d.resume_step_max, 854);
+  EXPECT_FALSE(d.resume_from_scratch);
+  EXPECT_THAT(d.reason, HasSubstr("rolling back to step 854 (the step before the NaN"));
+  // A recurrence within the window goes back through the committed steps, skipping data.
+  AddEarlier(h, Nan(855), 854);
+  d = p.Decide(Nan(856), h, 0);
+  EXPECT_EQ(d.resume_step_max, 840);
+  EXPECT_EQ(d.skip_batches_from, 841);
+  EXPECT_EQ(d.skip_batches_to, 857);
 }
 
 TEST(RecoveryPolicyTest, NanWithNoCommittedStepBelowStartsFromScratch) {

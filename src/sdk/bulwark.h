@@ -14,12 +14,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/staging.h"
 #include "common/clock.h"
+#include "common/net.h"
 #include "common/status.h"
 
 namespace bulwark::sdk {
@@ -42,6 +44,7 @@ struct Config {
   std::string staging_dir;  // BULWARK_STAGING_DIR ("" = no memory tier: saves write disk)
   long memory_slots = 3;    // BULWARK_MEMORY_SLOTS (staging ring size K)
   std::string shared_dir;   // BULWARK_CKPT_SHARED_DIR (second file tier, "" = none)
+  long attempt = -1;        // BULWARK_ATTEMPT: the generation this rank serves (-1 = unknown)
 };
 
 // An open checkpoint of one step on one tier, for reading this rank's tensors.
@@ -87,6 +90,10 @@ class Client {
   // null. Never fails because the agent is absent.
   Status ReportStep(long step, double loss, long long tokens);
   long ResumeStep() const;
+  // The training loop starts its first step now: the next ReportStep's step_time is
+  // measured from here, not from Init (so building the model and loading the
+  // checkpoint count as the generation's start-up, not as a step).
+  void MarkStepStart();
   // interval > 0 && step % interval == 0.
   bool ShouldCheckpoint(long step) const;
   // Saves this rank's state of `step`. With a memory tier (BULWARK_STAGING_DIR)
@@ -121,6 +128,24 @@ class Client {
   static int TierNumber(const std::string& tier);
   // True once per `inject_nan` datagram received on the rank socket.
   bool PollInjectedNan();
+
+  // In-process recovery (docs/sdk.md, "Generations"; docs/protocol.md section 2).
+  // Declares that this rank runs its training function in generations: on a fault
+  // elsewhere in the job it parks and re-enters instead of dying; `process_group`: each
+  // generation forms a process group (the agent then starts the job's store). Re-sent
+  // with every (re)Init.
+  Status DeclareInProcess(bool process_group = true);
+  bool in_process() const;
+  // True once the agent asked this rank to abandon the current generation (an `abort`
+  // for this attempt or a later one). Drains the rank socket: one recv per call.
+  bool AbortRequested();
+  // The rank left its generation, after an abort or on its own (`error`, e.g. a
+  // collective that failed because a peer died): sends `parked` and forgets the abort.
+  Status Park(const std::string& error);
+  // Waits up to timeout_s for the agent's `generation` message and returns it
+  // ({"type": "generation", "attempt", "env": {...}}); DEADLINE_EXCEEDED if none came.
+  // The caller applies `env` to the process environment and calls Init again.
+  Result<Json> WaitGeneration(double timeout_s);
   long SkipFrom() const;
   long SkipTo() const;
   // True if `step`'s data batch falls in the skip range [SkipFrom, SkipTo).
@@ -129,6 +154,9 @@ class Client {
  private:
   void SendLocked(const std::string& payload);
   void ResetLocked();
+  // Reads every pending datagram from the agent into the flags below.
+  void DrainLocked();
+  void SendHelloLocked();
 
   const Clock* clock_;
   mutable std::mutex mu_;
@@ -138,6 +166,10 @@ class Client {
   double last_mark_ = 0.0;
   double stall_s_ = 0.0;
   bool nan_pending_ = false;
+  bool in_process_ = false;       // DeclareInProcess was called
+  bool process_group_ = false;    // ... for generations that form a process group
+  bool abort_pending_ = false;    // an abort for this attempt arrived
+  std::optional<Json> next_gen_;  // the newest `generation` not yet taken
   std::unique_ptr<ckpt::Stager> stager_;  // lazily opened memory tier
   long skipped_ = 0;                      // snapshots skipped: ring full
   double next_skip_warning_ = 0;

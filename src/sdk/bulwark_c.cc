@@ -1,5 +1,6 @@
 #include "sdk/bulwark_c.h"
 
+#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -89,6 +90,49 @@ long bw_skip_to(void) {
 int bw_poll_injected_nan(void) {
   if (int rc = Ensure(); rc != BW_OK) return rc;
   return TheClient().PollInjectedNan() ? 1 : 0;
+}
+
+int bw_mark_step_start(void) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  TheClient().MarkStepStart();
+  return BW_OK;
+}
+
+int bw_declare_in_process(int process_group) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  Status st = TheClient().DeclareInProcess(process_group != 0);
+  return st.ok() ? BW_OK : Fail(st);
+}
+
+int bw_abort_requested(void) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  return TheClient().AbortRequested() ? 1 : 0;
+}
+
+int bw_park(const char* error) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  Status st = TheClient().Park(error ? error : "");
+  return st.ok() ? BW_OK : Fail(st);
+}
+
+int bw_wait_generation(double timeout_s, char* buf, size_t cap) {
+  static thread_local std::string held;  // a message that did not fit the last buffer
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  if (held.empty()) {
+    auto g = TheClient().WaitGeneration(timeout_s);
+    if (!g.ok()) return Fail(g.status());
+    held = g->dump(-1, ' ', false, bulwark::Json::error_handler_t::replace);
+  }
+  if (buf == nullptr || cap <= held.size()) {
+    return Fail(bulwark::InvalidArgument("bw_wait_generation: buffer of " + std::to_string(cap) +
+                                         " bytes is too small for " +
+                                         std::to_string(held.size() + 1)));
+  }
+  std::memcpy(buf, held.data(), held.size());
+  buf[held.size()] = '\0';
+  const int n = static_cast<int>(held.size());
+  held.clear();
+  return n;
 }
 
 int bw_report_step(long step, double loss, long long tokens) {

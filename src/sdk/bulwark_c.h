@@ -46,6 +46,22 @@ long bw_skip_to(void);
 int bw_poll_injected_nan(void);
 
 int bw_report_step(long step, double loss, long long tokens);
+/* The training loop's first step starts now (its step_time is measured from here). */
+int bw_mark_step_start(void);
+
+/* In-process recovery (python bulwark.run). bw_declare_in_process: this rank runs
+ * its training function in generations (process_group != 0: each generation forms a
+ * torch.distributed process group, which wants the job's long-lived store). bw_abort_requested: 1 once the agent asked
+ * this rank to abandon its generation (drains the rank socket). bw_park: the rank
+ * left its generation (`error`: why, "" after an abort). bw_wait_generation: waits up
+ * to timeout_s for the next generation and copies its JSON ({"attempt", "env"}) into
+ * buf (NUL-terminated); returns its length, BW_ERR_DEADLINE_EXCEEDED on timeout, or
+ * BW_ERR_INVALID_ARGUMENT if buf is too small (the message is kept for the next call
+ * with a larger buffer). After applying env, call bw_init. */
+int bw_declare_in_process(int process_group);
+int bw_abort_requested(void);
+int bw_park(const char* error);
+int bw_wait_generation(double timeout_s, char* buf, size_t cap);
 
 /* Saves `n` blobs (names[i], data[i], sizes[i]) as this rank's shard of `step`. */
 int bw_save(long step, size_t n, const char* const* names, const void* const* data,

@@ -26,7 +26,8 @@ const char* const kVars[] = {"RANK",
                              "BULWARK_SKIP_TO",
                              "BULWARK_STAGING_DIR",
                              "BULWARK_MEMORY_SLOTS",
-                             "BULWARK_CKPT_SHARED_DIR"};
+                             "BULWARK_CKPT_SHARED_DIR",
+                             "BULWARK_ATTEMPT"};
 
 // Parses env[name] as an integer in [lo, hi]; leaves *out untouched if unset/empty.
 Status ParseInt(const EnvMap& env, const char* name, long lo, long hi, long* out) {
@@ -80,6 +81,7 @@ Result<Config> ConfigFromEnv(const EnvMap& env) {
   c.staging_dir = Get(env, "BULWARK_STAGING_DIR");
   c.shared_dir = Get(env, "BULWARK_CKPT_SHARED_DIR");
   BW_RETURN_IF_ERROR(ParseInt(env, "BULWARK_MEMORY_SLOTS", 2, 62, &c.memory_slots));
+  BW_RETURN_IF_ERROR(ParseInt(env, "BULWARK_ATTEMPT", 0, 999999999L, &c.attempt));
   return c;
 }
 
@@ -106,6 +108,8 @@ void Client::ResetLocked() {
   fd_ = -1;
   initialized_ = false;
   nan_pending_ = false;
+  abort_pending_ = false;
+  next_gen_.reset();
   stall_s_ = 0.0;
   stager_.reset();
 }
@@ -113,21 +117,43 @@ void Client::ResetLocked() {
 Status Client::Init(const EnvMap& env) {
   BW_ASSIGN_OR_RETURN(Config cfg, ConfigFromEnv(env));
   std::lock_guard<std::mutex> l(mu_);
-  ResetLocked();
-  if (!cfg.rank_sock.empty()) {
-    Result<Fd> fd = UnixDgramBind(cfg.rank_sock);
-    if (!fd.ok()) return fd.status().Annotate("BULWARK_RANK_SOCK");
-    fd_ = fd->Release();
-  } else if (!cfg.agent_sock.empty()) {
-    Result<Fd> fd = UnixDgramSocket();
-    if (!fd.ok()) return fd.status();
-    fd_ = fd->Release();
+  // A new generation of the same rank keeps its socket (the agent may already be
+  // writing to it) and its staging ring; anything else starts over.
+  const bool same_rank = initialized_ && fd_ >= 0 && cfg.rank_sock == cfg_.rank_sock &&
+                         cfg.agent_sock == cfg_.agent_sock && cfg.rank == cfg_.rank;
+  const bool same_ring = same_rank && stager_ && cfg.staging_dir == cfg_.staging_dir &&
+                         cfg.world_size == cfg_.world_size &&
+                         cfg.memory_slots == cfg_.memory_slots;
+  if (!same_rank) {
+    ResetLocked();
+    if (!cfg.rank_sock.empty()) {
+      Result<Fd> fd = UnixDgramBind(cfg.rank_sock);
+      if (!fd.ok()) return fd.status().Annotate("BULWARK_RANK_SOCK");
+      fd_ = fd->Release();
+    } else if (!cfg.agent_sock.empty()) {
+      Result<Fd> fd = UnixDgramSocket();
+      if (!fd.ok()) return fd.status();
+      fd_ = fd->Release();
+    }
+  } else {
+    if (!same_ring) stager_.reset();
+    stall_s_ = 0.0;
+    nan_pending_ = false;
+    if (cfg.attempt != cfg_.attempt) abort_pending_ = false;  // that abort ended its generation
   }
   cfg_ = std::move(cfg);
   initialized_ = true;
   last_mark_ = clock_->NowMono();
-  SendLocked(Json{{"type", "hello"}, {"rank", cfg_.rank}, {"pid", ::getpid()}}.dump());
+  SendHelloLocked();
   return Status::Ok();
+}
+
+void Client::SendHelloLocked() {
+  Json hello = {{"type", "hello"}, {"rank", cfg_.rank}, {"pid", ::getpid()}};
+  if (in_process_) hello["in_process"] = true;
+  if (in_process_ && process_group_) hello["process_group"] = true;
+  if (cfg_.attempt >= 0) hello["attempt"] = cfg_.attempt;
+  SendLocked(hello.dump());
 }
 
 bool Client::initialized() const {
@@ -167,6 +193,12 @@ Status Client::ReportStep(long step, double loss, long long tokens) {
   stall_s_ = 0.0;
   SendLocked(msg.dump());
   return Status::Ok();
+}
+
+void Client::MarkStepStart() {
+  std::lock_guard<std::mutex> l(mu_);
+  last_mark_ = clock_->NowMono();
+  stall_s_ = 0.0;
 }
 
 long Client::ResumeStep() const {
@@ -400,17 +432,93 @@ Result<std::vector<ckpt::OwnedBlob>> Client::Load(long step) {
   return DataLoss("step " + std::to_string(step) + ": no intact copy on any tier");
 }
 
-bool Client::PollInjectedNan() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (fd_ >= 0 && !cfg_.rank_sock.empty()) {
-    for (const std::string& d : UnixDgramRecvAll(fd_)) {
-      Json j = Json::parse(d, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("type") && j["type"] == "inject_nan") nan_pending_ = true;
+void Client::DrainLocked() {
+  if (fd_ < 0 || cfg_.rank_sock.empty()) return;
+  for (const std::string& d : UnixDgramRecvAll(fd_)) {
+    Json j = Json::parse(d, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) continue;
+    const std::string type = j["type"].get<std::string>();
+    if (type == "inject_nan") {
+      nan_pending_ = true;
+    } else if (type == "abort") {
+      // An abort of an earlier generation (delivered late) does not end this one.
+      const long attempt = j.contains("attempt") && j["attempt"].is_number_integer()
+                               ? j["attempt"].get<long>()
+                               : -1;
+      if (attempt < 0 || cfg_.attempt < 0 || attempt >= cfg_.attempt) abort_pending_ = true;
+    } else if (type == "generation") {
+      next_gen_ = std::move(j);
     }
   }
+}
+
+bool Client::PollInjectedNan() {
+  std::lock_guard<std::mutex> l(mu_);
+  DrainLocked();
   bool r = nan_pending_;
   nan_pending_ = false;
   return r;
+}
+
+Status Client::DeclareInProcess(bool process_group) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!initialized_) return FailedPrecondition("declare_in_process called before init()");
+  in_process_ = true;
+  process_group_ = process_group;
+  SendHelloLocked();
+  return Status::Ok();
+}
+
+bool Client::in_process() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return in_process_;
+}
+
+bool Client::AbortRequested() {
+  std::lock_guard<std::mutex> l(mu_);
+  DrainLocked();
+  return abort_pending_;
+}
+
+Status Client::Park(const std::string& error) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!initialized_) return FailedPrecondition("park called before init()");
+  DrainLocked();
+  Json msg = {{"type", "parked"},
+              {"rank", cfg_.rank},
+              {"pid", ::getpid()},
+              {"attempt", cfg_.attempt},
+              {"aborted", abort_pending_},
+              {"error", error.size() > 2000 ? error.substr(0, 2000) + "..." : error}};
+  abort_pending_ = false;
+  SendLocked(msg.dump(-1, ' ', false, Json::error_handler_t::replace));
+  return Status::Ok();
+}
+
+Result<Json> Client::WaitGeneration(double timeout_s) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (!initialized_) return FailedPrecondition("wait_generation called before init()");
+  if (fd_ < 0 || cfg_.rank_sock.empty()) {
+    return FailedPrecondition("no agent: a rank without BULWARK_RANK_SOCK has no next generation");
+  }
+  const double deadline = clock_->NowMono() + std::max(0.0, timeout_s);
+  while (true) {
+    DrainLocked();
+    if (next_gen_) {
+      Json g = std::move(*next_gen_);
+      next_gen_.reset();
+      return g;
+    }
+    const double left = deadline - clock_->NowMono();
+    if (left <= 0) break;
+    const int fd = fd_;
+    l.unlock();  // reports from other threads may go on meanwhile
+    clock_->WaitReadable({fd}, std::min(left, 0.5));
+    l.lock();
+    if (fd_ != fd) return Aborted("the client was re-initialised while waiting for a generation");
+  }
+  return DeadlineExceeded("no next generation from the agent within " +
+                          std::to_string(timeout_s) + " s");
 }
 
 long Client::SkipFrom() const {

@@ -244,21 +244,23 @@ class Parser {
     if (auto it = f.find("objectIntervalSteps"); it != f.end()) {
       r_.ReadInt(it->second, &c.object_interval_steps);
     }
-    if (auto it = f.find("peerReplication"); it != f.end()) {
-      std::string s;
-      if (r_.ReadString(it->second, &s)) {
-        if (s == "true" || s == "false") {
-          c.peer_replication = s == "true";
-        } else {
-          r_.Error(it->second.line, it->second.path, "must be true or false", s,
-                   "write peerReplication: true or peerReplication: false");
-        }
-      }
-    }
+    ReadBoolField(f, "peerReplication", &c.peer_replication);
   }
 
   // `auto` as a plain scalar (quoted "auto" too: it cannot be a number either way).
   static bool IsAuto(const Entry& e) { return e.value.IsScalar() && e.value.Scalar() == "auto"; }
+
+  void ReadBoolField(std::map<std::string, Entry>& f, const char* key, bool* out) {
+    auto it = f.find(key);
+    std::string s;
+    if (it == f.end() || !r_.ReadString(it->second, &s)) return;
+    if (s == "true" || s == "false") {
+      *out = s == "true";
+    } else {
+      r_.Error(it->second.line, it->second.path, "must be true or false", s,
+               std::string("write ") + key + ": true or " + key + ": false");
+    }
+  }
 
   void ReadIntField(std::map<std::string, Entry>& f, const char* key, int* out) {
     long v = 0;
@@ -315,6 +317,16 @@ class Parser {
     }
     ReadNumberField(f, "stopGraceSeconds", &p.stop_grace_seconds);
     ReadIntField(f, "maxSameFaultWithoutProgress", &p.max_same_fault_without_progress);
+    ReadBoolField(f, "inProcessRestart", &p.in_process_restart);
+    ReadNumberField(f, "parkTimeoutSeconds", &p.park_timeout_seconds);
+    if (auto it = f.find("warmRanks"); it != f.end()) {
+      long v = 0;
+      if (IsAuto(it->second)) {
+        p.warm_ranks = -1;
+      } else if (r_.ReadInt(it->second, &v)) {
+        p.warm_ranks = static_cast<int>(v);
+      }
+    }
   }
 
   void ParseChaos(const Entry& e) {

@@ -69,6 +69,17 @@ struct FaultPolicySpec {
   int heartbeat_misses = 3;                 // node lost after this many missed beats
   double stop_grace_seconds = 5;            // SIGTERM -> SIGKILL
   int max_same_fault_without_progress = 3;  // give up when the same fault recurs this often
+  // In-process recovery (docs/recovery-policy.md, "Which processes restart"): ranks that
+  // run under bulwark.run survive a fault elsewhere and re-form their process group;
+  // only the culprits get new processes. false = every fault restarts every rank.
+  bool in_process_restart = true;
+  // How long survivors may take to leave their generation before they are killed and
+  // replaced too.
+  double park_timeout_seconds = 5;
+  // Warm rank processes (torch and the SDK imported, waiting) each agent keeps for
+  // replacements; -1 = auto (procsPerNode), 0 = none.
+  int warm_ranks = -1;
+  int WarmRanks(int procs_per_node) const { return warm_ranks < 0 ? procs_per_node : warm_ranks; }
 };
 
 struct JobSpec {

@@ -194,6 +194,23 @@ inline constexpr FieldDef kFaultFields[] = {
      .type = FieldType::kInt,
      .min = 1,
      .max = INT_MAX},
+    {.key = "inProcessRestart",
+     .hint = "set faultPolicy.inProcessRestart to true (ranks under bulwark.run survive a fault "
+             "elsewhere; only the culprits restart) or false (every fault restarts every rank)",
+     .type = FieldType::kBool},
+    {.key = "parkTimeoutSeconds",
+     .hint = "set faultPolicy.parkTimeoutSeconds to the seconds surviving ranks get to leave "
+             "their generation before they are replaced too, > 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds,
+     .min_exclusive = true},
+    {.key = "warmRanks",
+     .hint = "set faultPolicy.warmRanks to the warm rank processes each agent keeps ready, 0 to "
+             "64, or auto (procsPerNode)",
+     .type = FieldType::kIntOrAuto,
+     .min = 0,
+     .max = 64},
 };
 
 inline constexpr const char* kChaosKindNames[] = {"kill_rank", "hang_rank", "nan_loss",
@@ -288,7 +305,8 @@ inline constexpr FieldDef kJobFields[] = {
     {.key = "faultPolicy",
      .hint = "set faultPolicy to a mapping with any of: restartBudget, backoff, hangTimeout, "
              "spareNodes, failureRatePerNodeDay, replacementLeadSeconds, heartbeat, "
-             "stopGraceSeconds, maxSameFaultWithoutProgress",
+             "stopGraceSeconds, maxSameFaultWithoutProgress, inProcessRestart, "
+             "parkTimeoutSeconds, warmRanks",
      .type = FieldType::kObject,
      .children = kFaultFields},
     {.key = "chaos",

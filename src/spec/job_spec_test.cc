@@ -70,6 +70,9 @@ TEST(JobSpecTest, FullSpecRoundTrips) {
   EXPECT_EQ(s.fault_policy.heartbeat_misses, 3);
   EXPECT_EQ(s.fault_policy.stop_grace_seconds, 5);
   EXPECT_EQ(s.fault_policy.max_same_fault_without_progress, 3);
+  EXPECT_TRUE(s.fault_policy.in_process_restart);
+  EXPECT_EQ(s.fault_policy.park_timeout_seconds, 5);
+  EXPECT_EQ(s.fault_policy.WarmRanks(s.procs_per_node), s.procs_per_node);
   ASSERT_EQ(s.chaos.size(), 4u);
   EXPECT_EQ(s.chaos[0].kind, ChaosKind::kKillRank);
   EXPECT_EQ(s.chaos[0].at_seconds, 30);
@@ -89,7 +92,8 @@ TEST(JobSpecTest, NonDefaultValuesAreRead) {
   auto r = ParseJobSpec(
       "name: j\ncommand: [x]\nfaultPolicy:\n  restartBudget: 0\n  spareNodes: 2\n"
       "  backoff: {baseSeconds: 0.5, capSeconds: 0.5}\n  hangTimeout: {multiplier: 2.5}\n"
-      "  stopGraceSeconds: 0\ncheckpoint: {intervalSeconds: 12.5, keep: 7, objectStore: "
+      "  stopGraceSeconds: 0\n  inProcessRestart: false\n  parkTimeoutSeconds: 2.5\n"
+      "  warmRanks: 0\ncheckpoint: {intervalSeconds: 12.5, keep: 7, objectStore: "
       "\"s3://b/p?endpoint=http://127.0.0.1:9\", objectIntervalSteps: 50, peerReplication: "
       "false}\n",
       "s", "/b");
@@ -106,6 +110,28 @@ TEST(JobSpecTest, NonDefaultValuesAreRead) {
   EXPECT_EQ(r->checkpoint.object_store, "s3://b/p?endpoint=http://127.0.0.1:9");
   EXPECT_EQ(r->checkpoint.object_interval_steps, 50);
   EXPECT_FALSE(r->checkpoint.peer_replication);
+  EXPECT_FALSE(r->fault_policy.in_process_restart);
+  EXPECT_EQ(r->fault_policy.park_timeout_seconds, 2.5);
+  EXPECT_EQ(r->fault_policy.WarmRanks(8), 0);
+}
+
+TEST(JobSpecTest, InProcessFieldsNameTheFieldAndTheFix) {
+  auto r = ParseJobSpec(
+      "name: j\ncommand: [x]\nfaultPolicy:\n  inProcessRestart: maybe\n"
+      "  parkTimeoutSeconds: 0\n  warmRanks: 65\n",
+      "job.yaml", "/b");
+  ASSERT_FALSE(r.ok());
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("job.yaml:4: faultPolicy.inProcessRestart: must be true or false (got maybe); "
+                   "write inProcessRestart: true or inProcessRestart: false"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("job.yaml:5: faultPolicy.parkTimeoutSeconds"), std::string::npos) << m;
+  EXPECT_NE(m.find("job.yaml:6: faultPolicy.warmRanks"), std::string::npos) << m;
+  auto ok = ParseJobSpec("name: j\ncommand: [x]\nprocsPerNode: 3\nfaultPolicy: {warmRanks: auto}\n",
+                         "s", "/b");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->fault_policy.WarmRanks(ok->procs_per_node), 3);
 }
 
 TEST(JobSpecTest, AutoCadenceAndStandby) {

@@ -21,7 +21,7 @@ import bulwark  # noqa: E402
 
 _VARS = ["RANK", "WORLD_SIZE", "BULWARK_AGENT_SOCK", "BULWARK_RANK_SOCK",
          "BULWARK_RESUME_STEP", "BULWARK_CKPT_DIR", "BULWARK_CKPT_INTERVAL_STEPS",
-         "BULWARK_SKIP_FROM", "BULWARK_SKIP_TO", "BULWARK_STACK_FILE"]
+         "BULWARK_SKIP_FROM", "BULWARK_SKIP_TO", "BULWARK_STACK_FILE", "BULWARK_ATTEMPT"]
 
 
 class BulwarkTest(unittest.TestCase):
@@ -50,56 +50,12 @@ class BulwarkTest(unittest.TestCase):
     def recv(self):
         return json.loads(self.agent.recv(65536).decode())
 
-    def test_torch_state_round_trip(self):
-        import torch
-        torch.manual_seed(0)
-        os.environ["BULWARK_CKPT_DIR"] = os.path.join(self.dir, "ckpt")
-        bulwark.init()
-        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
-                                    torch.nn.Linear(16, 1))
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        for _ in range(3):
-            opt.zero_grad()
-            model(torch.randn(4, 8)).pow(2).mean().backward()
-            opt.step()
-        bulwark.save(3, {"model": model.state_dict(), "optim": opt.state_dict(), "step": 3})
-        bulwark.commit(3)  # already committed by the standalone save; idempotent
-
-        os.environ["BULWARK_RESUME_STEP"] = "3"
-        bulwark.init()
-        self.assertEqual(bulwark.resume_step(), 3)
-        state = bulwark.load()
-        self.assertEqual(state["step"], 3)
-        model2 = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
-                                     torch.nn.Linear(16, 1))
-        opt2 = torch.optim.Adam(model2.parameters(), lr=1e-2)
-        model2.load_state_dict(state["model"])
-        opt2.load_state_dict(state["optim"])
-        for a, b in zip(model.parameters(), model2.parameters()):
-            self.assertTrue(torch.equal(a, b))
-        s1, s2 = opt.state_dict()["state"], opt2.state_dict()["state"]
-        self.assertEqual(sorted(s1), sorted(s2))
-        for k in s1:
-            self.assertTrue(torch.equal(s1[k]["exp_avg"], s2[k]["exp_avg"]))
-            self.assertTrue(torch.equal(s1[k]["exp_avg_sq"], s2[k]["exp_avg_sq"]))
-
-        with self.assertRaises(bulwark.BulwarkError) as cm:
-            bulwark.load(4)
-        self.assertIn("step 4", str(cm.exception))
-
-    def test_fresh_start_loads_none(self):
+    def test_fresh_start_and_skip_range(self):
         bulwark.init()
         self.assertEqual(bulwark.resume_step(), -1)
-        self.assertIsNone(bulwark.load())
         self.assertIsNone(bulwark.skip_range())
         self.assertFalse(bulwark.should_checkpoint(10))
         bulwark.report_step(1, 0.5)  # goes nowhere, never fails
-        with self.assertRaises(bulwark.BulwarkError) as cm:
-            bulwark.save(1, {"a": b"x"})
-        self.assertIn("BULWARK_CKPT_DIR", str(cm.exception))
-
-    def test_bytes_dict_round_trip_and_skip_range(self):
-        os.environ["BULWARK_CKPT_DIR"] = os.path.join(self.dir, "ckpt")
         os.environ["BULWARK_SKIP_FROM"] = "40"
         os.environ["BULWARK_SKIP_TO"] = "45"
         os.environ["BULWARK_CKPT_INTERVAL_STEPS"] = "10"
@@ -109,9 +65,12 @@ class BulwarkTest(unittest.TestCase):
         self.assertFalse(bulwark.should_skip(45))
         self.assertTrue(bulwark.should_checkpoint(20))
         self.assertFalse(bulwark.should_checkpoint(21))
-        data = {"a": b"\x00\x01\x02" * 1000, "empty": b"", "b": bytearray(b"hello")}
-        bulwark.save(20, data)
-        self.assertEqual(bulwark.load(20), {"a": data["a"], "empty": b"", "b": b"hello"})
+
+    def test_one_checkpoint_api(self):
+        # The blob API of earlier versions is gone: bulwark.checkpoint is the only one.
+        for old in ("save", "load", "commit"):
+            self.assertFalse(hasattr(bulwark, old), old)
+        self.assertIs(bulwark.checkpoint.save, __import__("bulwark.checkpoint").checkpoint.save)
 
     def test_datagram_reports(self):
         self.bind_agent()
@@ -121,6 +80,10 @@ class BulwarkTest(unittest.TestCase):
         bulwark.init()
         hello = self.recv()
         self.assertEqual(hello, {"type": "hello", "rank": 1, "pid": os.getpid()})
+        os.environ["BULWARK_ATTEMPT"] = "2"
+        bulwark.init()  # a new generation of the same rank: same socket, a new hello
+        self.assertEqual(self.recv(), {"type": "hello", "rank": 1, "pid": os.getpid(),
+                                       "attempt": 2})
         self.assertEqual(bulwark.rank(), 1)
         self.assertEqual(bulwark.world_size(), 2)
 
@@ -132,7 +95,7 @@ class BulwarkTest(unittest.TestCase):
         self.assertEqual(m["ckpt_stall"], 0.0)
         self.assertGreater(m["t"], 1.6e9)
 
-        bulwark.save(6, {"w": b"x" * 100000})
+        bulwark.checkpoint.save({"w": b"x" * 100000}, 6)
         c = self.recv()
         self.assertEqual((c["type"], c["rank"], c["step"]), ("ckpt", 1, 6))
         self.assertGreater(c["bytes"], 100000)

@@ -55,22 +55,36 @@ class CheckpointTest(unittest.TestCase):
             else:
                 self.assertEqual(a[k], b[k], k)
 
-    def test_nested_state_round_trips_in_place(self):
+    def test_stateful_objects_round_trip_in_place(self):
         m, opt = model_and_optimizer(1)
-        ckpt.save({"model": m.state_dict(), "optim": opt.state_dict(), "step": 7,
-                   "note": "hello"}, 7)
+        ckpt.save({"model": m, "optim": opt, "progress": {"step": 7, "note": "hello"}}, 7)
         m2, opt2 = model_and_optimizer(2)  # different weights and moments
-        target = {"model": m2.state_dict(), "optim": opt2.state_dict(), "step": 0}
-        info = {}
-        out = ckpt.load(target, step=7, info=info)
-        self.assertEqual(info, {"tier": "disk", "step": 7})
-        self.assertEqual(out["step"], 7)
-        self.assertEqual(out["note"], "hello")
-        m2.load_state_dict(out["model"])
-        opt2.load_state_dict(out["optim"])
+        weight = m2[0].weight
+        target = {"model": m2, "optim": opt2, "progress": {"step": 0}}
+        info = ckpt.load(target, 7)
+        self.assertEqual((info.step, info.tier), (7, "disk"))
+        self.assertGreaterEqual(info.seconds, 0)
+        self.assertIs(target["model"], m2)  # the objects stay; their state is loaded
+        self.assertIs(m2[0].weight, weight)  # ... into the same parameter tensors
+        self.assertEqual(target["progress"], {"step": 7, "note": "hello"})
         self.assert_state_equal(m.state_dict(), m2.state_dict())
         self.assertTrue(torch.equal(opt.state_dict()["state"][0]["exp_avg"],
                                     opt2.state_dict()["state"][0]["exp_avg"]))
+        # A module is stored as its state dict, never pickled whole.
+        out = {}
+        ckpt.load(out, 7)
+        self.assertIsInstance(out["model"], dict)
+        self.assertIn("0.weight", out["model"])
+
+    def test_fresh_optimizer_state_is_created(self):
+        m, opt = model_and_optimizer(3)
+        ckpt.save({"model": m, "optim": opt}, 8)
+        torch.manual_seed(3)
+        m2 = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+        opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-2)  # no state yet
+        ckpt.load({"model": m2, "optim": opt2}, 8)
+        self.assertTrue(torch.equal(opt.state_dict()["state"][0]["exp_avg_sq"],
+                                    opt2.state_dict()["state"][0]["exp_avg_sq"]))
 
     def test_repeated_saves_reuse_the_layout_and_a_changed_layout_is_rebuilt(self):
         # Same layout twice (the argument arrays are reused; only data pointers change),
@@ -82,13 +96,16 @@ class CheckpointTest(unittest.TestCase):
         ckpt.save({"a": a2, "b": b2}, 2)
         c = torch.full((2,), 9.0, dtype=torch.float64)
         ckpt.save({"a": a2[:2].clone(), "b": b2, "c": c}, 3)
-        one = ckpt.load(step=1)
+        one = {}
+        ckpt.load(one, 1)
         self.assertTrue(torch.equal(one["a"], a))
         self.assertTrue(torch.equal(one["b"], b))
-        two = ckpt.load(step=2)
+        two = {}
+        ckpt.load(two, 2)
         self.assertTrue(torch.equal(two["a"], a2))
         self.assertTrue(torch.equal(two["b"], b2))
-        three = ckpt.load(step=3)
+        three = {}
+        ckpt.load(three, 3)
         self.assertEqual(tuple(three["a"].shape), (2, 4))
         self.assertTrue(torch.equal(three["a"], a2[:2]))
         self.assertTrue(torch.equal(three["c"], c))
@@ -97,11 +114,31 @@ class CheckpointTest(unittest.TestCase):
         t = torch.arange(20, dtype=torch.float32).reshape(4, 5).t()  # not contiguous
         e = torch.zeros(0, 3)
         ckpt.save({"t": t, "e": e, "nested": [t[0], (e,)]}, 4)
-        out = ckpt.load(step=4)
+        out = {}
+        ckpt.load(out, 4)
         self.assertTrue(torch.equal(out["t"], t))
         self.assertEqual(tuple(out["e"].shape), (0, 3))
         self.assertTrue(torch.equal(out["nested"][0], t[0]))
         self.assertIsInstance(out["nested"][1], tuple)
+        # A strided target is filled through a copy.
+        strided = torch.zeros(4, 5).t()
+        target = {"t": strided, "e": torch.zeros(0, 3), "nested": None}
+        ckpt.load(target, 4)
+        self.assertIs(target["t"], strided)
+        self.assertTrue(torch.equal(strided, t))
+        # A target of another shape is replaced, not written into.
+        other = {"t": torch.zeros(3), "e": None, "nested": None}
+        ckpt.load(other, 4)
+        self.assertEqual(tuple(other["t"].shape), (5, 4))
+
+    def test_async_save_of_cpu_tensors_is_staged_before_it_returns(self):
+        a = torch.arange(6, dtype=torch.float32)
+        fut = ckpt.async_save({"a": a}, 9)
+        a.add_(100)  # after the call: the snapshot must hold the values at the call
+        self.assertIsNone(fut.result(timeout=30))
+        out = {}
+        ckpt.load(out, 9)
+        self.assertTrue(torch.equal(out["a"], torch.arange(6, dtype=torch.float32)))
 
     def test_bad_input_is_a_clear_error(self):
         with self.assertRaises(ckpt.CheckpointError) as cm:
@@ -111,7 +148,11 @@ class CheckpointTest(unittest.TestCase):
             ckpt.save({"a": {"b": torch.zeros(1)}, "a/b": torch.zeros(1)}, 5)
         self.assertIn("same name", str(cm.exception))
         with self.assertRaises(ckpt.CheckpointError):
-            ckpt.load(step=99)
+            ckpt.load({}, 99)
+        with self.assertRaises(ckpt.CheckpointError) as cm:
+            ckpt.load(None)
+        self.assertIn("must be a dict", str(cm.exception))
+        self.assertIsNone(ckpt.load({}))  # no resume step: a fresh start
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""A warm rank: a Python process that has already imported what a rank needs.
+
+The node agent starts `python -m bulwark.warm` with the job's environment (docs/agent.md,
+"Warm ranks"). It imports this SDK, the top-level imports of the rank's script
+(`$BULWARK_WARM_TARGET`: a script path or `-m module`) and, for a script that imports
+torch (or a module), torch.distributed and DDP, says
+`warm_ready` on the agent socket, and blocks on stdin. It starts no thread, store or
+process group, and runs no tensor operation, so it is as fresh as a new interpreter.
+
+When a rank needs a process, the agent writes one JSON line to stdin,
+{"argv": [...], "env": {...}, "cwd": "..."}, and closes it. The process then takes that
+environment (replacing its own), changes to `cwd`, and runs the command's script or
+module as `__main__`, exactly as `python SCRIPT ARGS` would: sys.argv, sys.path[0] and
+`__file__` are the script's. Its exit status is the script's.
+"""
+import ast
+import importlib
+import json
+import os
+import runpy
+import socket
+import sys
+
+
+def _top_level_imports(path):
+    """Module names a script imports at its top level (absolute imports only)."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def _preimport(target):
+    wanted = ["bulwark", "bulwark.checkpoint"]
+    if target.startswith("-m "):
+        wanted = ["torch", "torch.distributed"] + wanted  # a module: assume a torch trainer
+    elif target:
+        script = _top_level_imports(target)
+        if any(m == "torch" or m.startswith("torch.") for m in script):
+            wanted = ["torch", "torch.distributed", "torch.nn.parallel"] + wanted
+        wanted += script
+    for name in wanted:
+        try:
+            importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - a module that fails here fails later, visibly
+            pass
+
+
+def _say_ready():
+    path = os.environ.get("BULWARK_AGENT_SOCK")
+    if not path:
+        return
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.sendto(json.dumps({"type": "warm_ready", "pid": os.getpid()}).encode(), path)
+        s.close()
+    except OSError:
+        pass
+
+
+def _split(argv):
+    """(script, module, args) from `python [options] SCRIPT|-m MODULE args`."""
+    with_arg = {"-X", "-W"}
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m":
+            return None, argv[i + 1], argv[i + 2:]
+        if a in with_arg:
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        return a, None, argv[i + 1:]
+    raise SystemExit(f"bulwark.warm: cannot run {argv!r}: no script or -m module")
+
+
+def main():
+    _preimport(os.environ.get("BULWARK_WARM_TARGET", ""))
+    _say_ready()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # the agent let us go without a rank
+    job = json.loads(line)
+    argv, env, cwd = job["argv"], job["env"], job.get("cwd") or os.getcwd()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    from bulwark import _stacks
+    _stacks.register_stack_dump()
+    script, module, args = _split(argv)
+    if module is not None:
+        sys.argv = [module] + list(args)
+        sys.path[0] = cwd
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        path = os.path.abspath(script)
+        sys.argv = [script] + list(args)
+        sys.path[0] = os.path.dirname(path)
+        runpy.run_path(path, run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+// The agent's generation protocol (agent_generations.cc, agent_warm.cc) on a FakeClock
+// with fake processes: the test plays the controller (a TCP connection on loopback)
+// and the ranks' SDK (datagrams), and steps the agent's loop with RunOnce. No real
+// process runs and no real time passes, so every deadline is exact.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <functional>
+
+#include "agent/agent.h"
+#include "agent/python_command.h"
+#include "common/json_util.h"
+#include "common/testing/fake_processes.h"
+
+namespace bulwark {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FakeProcesses;
+
+class AgentGenerationsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    signal(SIGPIPE, SIG_IGN);
+    char tmpl[] = "/tmp/bw_agent_gen.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto l = TcpListen("127.0.0.1", 0);
+    ASSERT_TRUE(l.ok());
+    listen_ = std::move(*l);
+    AgentOptions o;
+    o.controller_port = *LocalPort(listen_.get());
+    o.node = "node-0";
+    o.run_dir = dir_ + "/run";
+    o.orphan_timeout_s = 0;
+    o.heartbeat_interval_s = 1000;  // no heartbeats in the way
+    o.procs = &procs_;
+    o.stacks.gdb_path = "";
+    agent_ = std::make_unique<Agent>(o, &clock_);
+    ASSERT_TRUE(agent_->Start().ok());
+    for (int i = 0; i < 100 && !ctl_; ++i) {
+      Fd c = TcpAcceptNonBlocking(listen_.get());
+      if (c.valid()) ctl_.emplace(std::move(c));
+      PollReadable({listen_.get()}, 0.05);
+    }
+    ASSERT_TRUE(ctl_);
+    ASSERT_EQ(Expect("hello")["node"], "node-0");
+  }
+
+  void TearDown() override {
+    agent_.reset();
+    fs::remove_all(dir_);
+  }
+
+  // Runs the agent's loop until `pred` holds (at most `turns` turns; each advances the
+  // fake clock by at most 50 ms when nothing is readable).
+  bool RunUntil(const std::function<bool()>& pred, int turns = 200) {
+    for (int i = 0; i < turns; ++i) {
+      if (pred()) return true;
+      EXPECT_EQ(agent_->RunOnce(), -1);
+    }
+    return pred();
+  }
+
+  // The next controller message of `type` (others are kept for later).
+  Json Expect(const std::string& type) {
+    Json found;
+    RunUntil([&] {
+      for (const Json& m : ctl_->Read()) inbox_.push_back(m);
+      for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+        if ((*it)["type"] == type) {
+          found = *it;
+          inbox_.erase(it);
+          return true;
+        }
+      }
+      return false;
+    });
+    EXPECT_FALSE(found.is_null()) << "no '" << type << "' from the agent";
+    return found;
+  }
+
+  void Send(const Json& m) {
+    ASSERT_TRUE(ctl_->Send(m).ok());
+    ASSERT_TRUE(ctl_->Flush(1).ok());
+  }
+
+  std::string NodeDir() const { return dir_ + "/run/node-0"; }
+
+  // A rank's SDK: its datagram socket (what the agent sends it) and its reports.
+  struct Sdk {
+    Fd sock;
+    std::string path;
+  };
+  Sdk BindRank(int rank) {
+    Sdk s;
+    s.path = NodeDir() + "/rank-" + std::to_string(rank) + ".sock";
+    auto fd = UnixDgramBind(s.path);
+    EXPECT_TRUE(fd.ok());
+    s.sock = std::move(*fd);
+    return s;
+  }
+  void FromRank(const Json& m) {
+    auto fd = UnixDgramSocket();
+    ASSERT_TRUE(fd.ok());
+    ASSERT_TRUE(UnixDgramSend(fd->get(), NodeDir() + "/agent.sock", m.dump()).ok());
+  }
+  // The next datagram the agent sent `s`.
+  Json ToRank(Sdk& s) {
+    Json got;
+    RunUntil([&] {
+      auto d = UnixDgramRecvAll(s.sock.get());
+      if (d.empty()) return false;
+      got = Json::parse(d.front());
+      return true;
+    });
+    return got;
+  }
+
+  Json Start(int attempt, int warm_ranks = 0) {
+    return {{"type", "start"},
+            {"attempt", attempt},
+            {"run_id", "job-1"},
+            {"job", "job"},
+            {"command", {"/usr/bin/python3", "train.py", "--steps", "9"}},
+            {"env", Json::object()},
+            {"workdir", dir_},
+            {"log_dir", dir_ + "/logs"},
+            {"master_addr", "127.0.0.1"},
+            {"master_port", 29500 + attempt},
+            {"nnodes", 1},
+            {"group_rank", 0},
+            {"nproc_per_node", 2},
+            {"world_size", 2},
+            {"resume_step", attempt == 0 ? -1 : 7},
+            {"hang_floor_s", 30},
+            {"startup_timeout_s", 300},
+            {"warm_ranks", warm_ranks}};
+  }
+
+  // pid of `rank` in a `started` message, and how it got its process.
+  static std::pair<pid_t, std::string> Of(const Json& started, int rank) {
+    for (const Json& r : started["ranks"]) {
+      if (r["rank"] == rank) return {r["pid"].get<pid_t>(), r["how"].get<std::string>()};
+    }
+    return {-1, ""};
+  }
+
+  // Starts attempt 0 with two ranks that declare in-process recovery (`group`: with
+  // generations that form process groups, which want the store).
+  void StartTwoRanks(int warm_ranks = 0, bool group = false) {
+    for (int r : {0, 1}) {
+      if (!sdk_.count(r)) sdk_[r] = BindRank(r);
+    }
+    Send(Start(0, warm_ranks));
+    started0_ = Expect("started");
+    for (int r : {0, 1}) {
+      FromRank({{"type", "hello"}, {"rank", r}, {"pid", Of(started0_, r).first},
+                {"in_process", true}, {"process_group", group}});
+      EXPECT_EQ(Expect("rank_info")["rank"], r);
+    }
+  }
+
+  std::string dir_;
+  FakeClock clock_{100};
+  FakeProcesses procs_;
+  Fd listen_;
+  std::optional<JsonLineConn> ctl_;
+  std::vector<Json> inbox_;
+  std::unique_ptr<Agent> agent_;
+  Json started0_;
+  std::map<int, Sdk> sdk_;  // the ranks' sockets (an agent that cannot reach a rank kills it)
+};
+
+TEST_F(AgentGenerationsTest, ACrashReplacesOnlyTheCrashedRankTheSurvivorJoinsTheNextGeneration) {
+  StartTwoRanks(0, /*group=*/true);
+  Sdk& r0 = sdk_[0];
+  const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;
+  // A rank with process-group generations made slot 0's agent want the store; it
+  // starts once the node's ranks have stepped (their start-up has the cores first).
+  RunUntil([] { return false; }, 10);
+  EXPECT_EQ(procs_.Spawned().size(), 2u);
+  for (int r : {0, 1}) {
+    FromRank({{"type", "step"}, {"rank", r}, {"step", 1}, {"loss", 1.0}, {"t", 1.0}});
+  }
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 3u; }));
+  const auto spawned = procs_.Spawned();
+  ASSERT_EQ(spawned.size(), 3u);
+  EXPECT_EQ(procs_.Options(spawned[2]).argv,
+            (std::vector<std::string>{"/usr/bin/python3", "-m", "bulwark.store_server"}));
+  ASSERT_TRUE(procs_.Print(spawned[2], "bulwark-store: listening on port 41234\n"));
+  EXPECT_EQ(Expect("store")["port"], 41234);
+
+  ASSERT_TRUE(procs_.Signal(p1, SIGKILL).ok());  // rank 1 crashes
+  Json inc = Expect("incident");
+  EXPECT_EQ(inc["rank"], 1);
+  EXPECT_EQ(inc["subtype"], "SIGKILL");
+
+  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"kill", {1}}, {"park_timeout_s", 5}});
+  Json abort = ToRank(r0);
+  EXPECT_EQ(abort, (Json{{"type", "abort"}, {"attempt", 0}}));
+  EXPECT_TRUE(procs_.Alive(p0));
+  FromRank({{"type", "parked"}, {"rank", 0}, {"pid", p0}, {"attempt", 0}, {"error", ""}});
+  Json stopped = Expect("stopped");
+  EXPECT_EQ(stopped["parked"], (Json::array({{{"rank", 0}, {"pid", p0}}})));
+
+  Json start1 = Start(1);
+  start1["store_host"] = "127.0.0.1";
+  start1["store_port"] = 41234;
+  Send(start1);
+  Json started1 = Expect("started");
+  EXPECT_EQ(Of(started1, 0), std::make_pair(p0, std::string("kept")));  // same process
+  const auto [new1, how1] = Of(started1, 1);
+  EXPECT_EQ(how1, "spawned");
+  EXPECT_NE(new1, p1);
+  Json gen = ToRank(r0);
+  EXPECT_EQ(gen["type"], "generation");
+  EXPECT_EQ(gen["attempt"], 1);
+  EXPECT_EQ(gen["env"]["BULWARK_ATTEMPT"], "1");
+  EXPECT_EQ(gen["env"]["BULWARK_RESUME_STEP"], "7");
+  EXPECT_EQ(gen["env"]["MASTER_PORT"], "29501");
+  EXPECT_EQ(gen["env"]["BULWARK_STORE_PORT"], "41234");
+  EXPECT_FALSE(gen["env"].contains("PYTHONPATH"));
+  EXPECT_EQ(procs_.Options(new1).env.at("BULWARK_STORE_ADDR"), "127.0.0.1");
+  EXPECT_EQ(procs_.Spawned().size(), 4u);  // only the crashed rank got a new process
+}
+
+TEST_F(AgentGenerationsTest, ARankThatDoesNotParkInTimeIsKilledAndReplaced) {
+  StartTwoRanks();
+  const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;
+  procs_.IgnoreTerm(p1);
+  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"kill", Json::array()},
+        {"park_timeout_s", 2}});
+  FromRank({{"type", "parked"}, {"rank", 0}, {"pid", p0}, {"attempt", 0}, {"error", ""}});
+  const double t0 = clock_.NowMono();
+  Json stopped = Expect("stopped");
+  // Rank 1 never parked: killed at the deadline, not before.
+  EXPECT_GE(clock_.NowMono() - t0, 2.0);
+  EXPECT_LT(clock_.NowMono() - t0, 2.5);
+  EXPECT_EQ(procs_.Signals(p1).front(), SIGKILL);
+  EXPECT_EQ(stopped["parked"], (Json::array({{{"rank", 0}, {"pid", p0}}})));
+  Send(Start(1));
+  Json started1 = Expect("started");
+  EXPECT_EQ(Of(started1, 0).second, "kept");
+  EXPECT_EQ(Of(started1, 1).second, "spawned");
+}
+
+TEST_F(AgentGenerationsTest, CulpritsAndRanksWithoutInProcessRecoveryAreKilledNotAsked) {
+  Send(Start(0));
+  Json started = Expect("started");
+  const pid_t p0 = Of(started, 0).first, p1 = Of(started, 1).first;
+  // Only rank 0 runs under bulwark.run; rank 1 is a plain script.
+  FromRank({{"type", "hello"}, {"rank", 0}, {"pid", p0}, {"in_process", true}});
+  Expect("rank_info");
+  ASSERT_TRUE(procs_.Signal(p0, SIGSTOP).ok());  // rank 0 hangs: the controller's culprit
+  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"kill", {0}}, {"park_timeout_s", 5}});
+  Json stopped = Expect("stopped");
+  EXPECT_TRUE(stopped["parked"].empty());
+  EXPECT_FALSE(procs_.Alive(p0));
+  EXPECT_FALSE(procs_.Alive(p1));
+  EXPECT_EQ(procs_.Signals(p0), (std::vector<int>{SIGSTOP, SIGKILL}));
+}
+
+TEST_F(AgentGenerationsTest, ARankThatParksOnItsOwnIsReportedAndAPlainStopEndsParkedRanks) {
+  StartTwoRanks();
+  const pid_t p1 = Of(started0_, 1).first;
+  FromRank({{"type", "parked"}, {"rank", 1}, {"pid", p1}, {"attempt", 0},
+            {"error", "RuntimeError: Connection closed by peer"}});
+  Json parked = Expect("parked");
+  EXPECT_EQ(parked["rank"], 1);
+  EXPECT_EQ(parked["error"], "RuntimeError: Connection closed by peer");
+  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"park_timeout_s", 5}});
+  Json abort_wait = Expect("stopped");  // rank 0 does not park: killed at the deadline
+  EXPECT_EQ(abort_wait["parked"], (Json::array({{{"rank", 1}, {"pid", p1}}})));
+  // The controller gives up instead: a plain stop takes the parked rank too.
+  Send({{"type", "stop"}, {"attempt", 0}});
+  Expect("stopped");
+  EXPECT_FALSE(procs_.Alive(p1));
+}
+
+TEST_F(AgentGenerationsTest, AWarmRankBecomesTheReplacementAndThePoolRefills) {
+  StartTwoRanks(/*warm_ranks=*/1);
+  const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;
+  // No warm rank while the ranks start: they would compete for the cores.
+  RunUntil([] { return false; }, 10);
+  EXPECT_EQ(procs_.Spawned().size(), 2u);
+  EXPECT_LT(clock_.NowMono() - 100, 5);  // (rank start-up counts for 5 s at most)
+  for (int r : {0, 1}) {
+    FromRank({{"type", "step"}, {"rank", r}, {"step", 1}, {"loss", 1.0}, {"t", 1.0}});
+  }
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 3u; }));
+  const pid_t warm = procs_.Spawned().back();
+  const SpawnOptions wo = procs_.Options(warm);
+  EXPECT_EQ(wo.argv, (std::vector<std::string>{"/usr/bin/python3", "-m", "bulwark.warm"}));
+  EXPECT_TRUE(wo.stdin_pipe);
+  EXPECT_EQ(wo.env.at("BULWARK_WARM_TARGET"), "train.py");
+  FromRank({{"type", "warm_ready"}, {"pid", warm}});
+  RunUntil([] { return false; }, 5);
+  EXPECT_EQ(procs_.Spawned().size(), 3u);  // the pool holds one
+
+  ASSERT_TRUE(procs_.Signal(p1, SIGKILL).ok());
+  Expect("incident");
+  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"kill", {1}}, {"park_timeout_s", 5}});
+  FromRank({{"type", "parked"}, {"rank", 0}, {"pid", p0}, {"attempt", 0}, {"error", ""}});
+  Expect("stopped");
+  Send(Start(1, 1));
+  Json started1 = Expect("started");
+  EXPECT_EQ(Of(started1, 1), std::make_pair(warm, std::string("warm")));
+  const Json job = Json::parse(procs_.ReadStdin(warm));
+  EXPECT_EQ(job["argv"], (Json{"/usr/bin/python3", "train.py", "--steps", "9"}));
+  EXPECT_EQ(job["env"]["RANK"], "1");
+  EXPECT_EQ(job["env"]["BULWARK_ATTEMPT"], "1");
+  EXPECT_EQ(job["cwd"], dir_);
+  // The pool refills once the new generation's ranks have stepped.
+  for (int r : {0, 1}) {
+    FromRank({{"type", "step"}, {"rank", r}, {"step", 8}, {"loss", 1.0}, {"t", 2.0}});
+  }
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 4u; }));
+}
+
+TEST_F(AgentGenerationsTest, RanksThatNeverReportAStepDelayThePoolOnlyFiveSeconds) {
+  // A script without the SDK reports no steps: its start-up counts for 5 s.
+  const double t0 = clock_.NowMono();
+  Send(Start(0, 1));
+  Expect("started");
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 3u; }, 400));
+  EXPECT_GE(clock_.NowMono() - t0, 5.0);
+  EXPECT_LT(clock_.NowMono() - t0, 5.5);
+}
+
+TEST_F(AgentGenerationsTest, WarmRanksThatKeepDyingTurnThePoolOff) {
+  Json s = Start(0, 1);
+  s["nproc_per_node"] = 1;
+  s["world_size"] = 1;
+  Send(s);
+  Json started = Expect("started");
+  FromRank({{"type", "step"}, {"rank", 0}, {"step", 1}, {"loss", 1.0}, {"t", 1.0}});
+  for (int round = 0; round < 3; ++round) {
+    const size_t before = procs_.Spawned().size();
+    ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == before + 1; }, 2000))
+        << "round " << round;
+    ASSERT_TRUE(procs_.Exit(procs_.Spawned().back(), 1));  // e.g. an import error
+  }
+  const size_t spawned = procs_.Spawned().size();
+  RunUntil([] { return false; }, 2000);  // 100 s of fake time: no further attempt
+  EXPECT_EQ(procs_.Spawned().size(), spawned);
+}
+
+TEST(PythonCommand, RecognisesPythonScriptsAndModules) {
+  auto c = ParsePythonCommand({"/usr/bin/python3", "-u", "-X", "dev", "train.py", "--a", "1"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->interpreter, "/usr/bin/python3");
+  EXPECT_EQ(c->options, (std::vector<std::string>{"-u", "-X", "dev"}));
+  EXPECT_EQ(c->script, "train.py");
+  EXPECT_EQ(c->args, (std::vector<std::string>{"--a", "1"}));
+  EXPECT_EQ(PythonModuleArgv(*c, "bulwark.warm"),
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "-X", "dev", "-m", "bulwark.warm"}));
+  c = ParsePythonCommand({"python3.11", "-m", "pkg.train", "x"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->module, "pkg.train");
+  EXPECT_EQ(c->args, std::vector<std::string>{"x"});
+  EXPECT_TRUE(ParsePythonCommand({"python", "t.py"}));
+  EXPECT_FALSE(ParsePythonCommand({"torchrun", "t.py"}));
+  EXPECT_FALSE(ParsePythonCommand({"python3", "-c", "print(1)"}));
+  EXPECT_FALSE(ParsePythonCommand({"python3", "-m"}));
+  EXPECT_FALSE(ParsePythonCommand({"python3"}));
+  EXPECT_FALSE(ParsePythonCommand({"/opt/bin/pythonic", "t.py"}));
+  EXPECT_FALSE(ParsePythonCommand({}));
+}
+
+}  // namespace
+}  // namespace bulwark

@@ -1,0 +1,269 @@
+// Agent: the warm rank pool and the job's long-lived store server.
+//
+// Warm ranks (docs/agent.md, "Warm ranks"): for a rank command that starts Python
+// (python_command.h), the agent keeps up to `warm_ranks` processes running
+// `python -m bulwark.warm`: they import torch, the SDK and the script's top-level
+// imports, say `warm_ready` on the agent socket, and block on stdin. A rank that needs a
+// new process takes one: the agent writes {"argv", "env", "cwd"} as one line and closes
+// stdin; the process becomes that rank (docs/protocol.md section 2). The pool refills
+// one process at a time, and only while no rank of this node is starting (its imports
+// would compete with the ranks' on the same cores). A warm rank that dies before use is
+// replaced after a backoff; three in a row turn the pool off with a warning.
+//
+// The store server (slot 0's agent): `python -m bulwark.store_server`, a TCPStore on an
+// ephemeral port that outlives every generation, so kept ranks re-form their process
+// group under a new prefix instead of a new port. Started once a rank of slot 0
+// declares generations that form process groups and no rank of the node is starting
+// (until it serves, generations rendezvous on the attempt's master port); its port goes
+// to the controller in `store` and in heartbeats.
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "agent/agent.h"
+#include "agent/agent_internal.h"
+#include "agent/python_command.h"
+
+namespace bulwark {
+namespace {
+
+using agent_internal::Warn;
+
+constexpr int kMaxWarmFailures = 3;
+constexpr double kRankStartupS = 5;
+constexpr double kHelperKillWaitS = 2;
+
+// Splits complete lines off `partial` after appending `data`.
+std::vector<std::string> TakeLines(std::string* partial, const std::string& data) {
+  *partial += data;
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  for (size_t nl; (nl = partial->find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    lines.push_back(partial->substr(pos, nl - pos));
+  }
+  partial->erase(0, pos);
+  return lines;
+}
+
+}  // namespace
+
+void Agent::SetWarmSpec(const StartSpec& spec, int size) {
+  const StartSpec& old = warm_spec_.spec;
+  if (!warm_.empty() &&
+      (old.command != spec.command || old.env != spec.env || old.workdir != spec.workdir)) {
+    KillWarm();  // made for another command (a hot update): not usable any more
+  }
+  warm_spec_.spec = spec;
+  warm_spec_.size = size;
+  while (static_cast<int>(warm_.size()) > std::max(0, size)) {
+    WarmRank& w = warm_.back();
+    (void)procs_->SignalGroup(w.pgid, SIGKILL);
+    for (double t = 0; t < kHelperKillWaitS && !procs_->Reap(w.pid); t += 0.01) {
+      clock_->SleepFor(0.01);
+    }
+    warm_.pop_back();
+  }
+}
+
+void Agent::MaybeFillPool() {
+  // The retry backoff first: an expired timer left armed would keep the loop from
+  // sleeping (Timers::Until would be 0).
+  if (timers_.Armed("warm_retry") && !timers_.TakeIfExpired("warm_retry")) return;
+  if (warm_disabled_ || warm_spec_.size <= 0 || shutdown_requested_ || stopping_ || fetching_) {
+    return;
+  }
+  if (static_cast<int>(warm_.size()) >= warm_spec_.size) return;
+  for (const WarmRank& w : warm_) {
+    if (!w.ready) return;  // one at a time
+  }
+  if (NodeRanksStarting()) return;
+  const std::optional<PythonCommand> cmd = ParsePythonCommand(warm_spec_.spec.command);
+  if (!cmd) {
+    warm_disabled_ = true;
+    Warn("warm ranks off: the rank command is not `python [options] SCRIPT|-m MODULE ...`");
+    return;
+  }
+  SpawnOptions so;
+  so.argv = PythonModuleArgv(*cmd, "bulwark.warm");
+  so.env = BuildRankEnv(warm_spec_.spec, 0, paths_, CurrentEnv());
+  so.env["BULWARK_STACK_FILE"] = "";  // not a rank yet: no stack dumps
+  so.env["BULWARK_WARM_TARGET"] = cmd->module.empty() ? cmd->script : "-m " + cmd->module;
+  so.workdir = warm_spec_.spec.workdir;
+  so.stdin_pipe = true;
+  auto child = procs_->Spawn(so);
+  if (!child.ok()) {
+    ++warm_failures_;
+    Warn("warm rank could not start: " + child.status().ToString());
+    timers_.Arm("warm_retry", 1 << std::min(warm_failures_, 6));
+    return;
+  }
+  WarmRank w;
+  w.pid = child->pid;
+  w.pgid = child->pgid;
+  w.out = std::move(child->output);
+  w.in = std::move(child->input);
+  warm_.push_back(std::move(w));
+}
+
+std::optional<Agent::WarmRank> Agent::TakeWarm() {
+  if (warm_.empty()) return std::nullopt;
+  auto it = std::find_if(warm_.begin(), warm_.end(), [](const WarmRank& w) { return w.ready; });
+  if (it == warm_.end()) it = warm_.begin();  // still importing: sooner than a new process
+  WarmRank w = std::move(*it);
+  warm_.erase(it);
+  return w;
+}
+
+Status Agent::AssignWarm(WarmRank& w, const StartSpec& spec,
+                         const std::map<std::string, std::string>& env) {
+  std::string cwd = spec.workdir;
+  if (cwd.empty()) {
+    char buf[4096];
+    if (::getcwd(buf, sizeof buf)) cwd = buf;
+  }
+  const std::string line =
+      Json{{"argv", spec.command}, {"env", env}, {"cwd", cwd}}.dump(
+          -1, ' ', false, Json::error_handler_t::replace) +
+      "\n";
+  size_t off = 0;
+  for (int tries = 0; off < line.size() && tries < 400; ++tries) {
+    const ssize_t n = ::write(w.in.get(), line.data() + off, line.size() - off);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      return ErrnoStatus("write to the warm rank's stdin", errno);
+    } else {
+      clock_->SleepFor(0.005);  // the pipe is full until it reads
+    }
+  }
+  if (off < line.size()) return DeadlineExceeded("the warm rank did not read its assignment");
+  w.in.Reset();  // EOF: the assignment is complete
+  return Status::Ok();
+}
+
+void Agent::PumpWarm() {
+  for (WarmRank& w : warm_) {
+    if (!w.out.valid()) continue;
+    bool eof = false;
+    for (const std::string& l : TakeLines(&w.partial, ReadAvailable(w.out.get(), &eof))) {
+      std::cout << "[" << opts_.node << "/warm " << w.pid << "] " << l << "\n";
+    }
+    if (eof) w.out.Reset();
+  }
+  std::cout.flush();
+}
+
+void Agent::KillWarm() {
+  for (WarmRank& w : warm_) (void)procs_->SignalGroup(w.pgid, SIGKILL);
+  const double until = clock_->NowMono() + kHelperKillWaitS;
+  for (WarmRank& w : warm_) {
+    while (!procs_->Reap(w.pid) && clock_->NowMono() < until) clock_->SleepFor(0.01);
+  }
+  warm_.clear();
+}
+
+void Agent::ReapHelpers(std::set<pid_t>* tracked) {
+  for (auto it = warm_.begin(); it != warm_.end();) {
+    auto e = procs_->Reap(it->pid);
+    if (!e) {
+      tracked->insert(it->pid);
+      ++it;
+      continue;
+    }
+    PumpWarm();
+    ++warm_failures_;
+    if (warm_failures_ >= kMaxWarmFailures) {
+      warm_disabled_ = true;
+      Warn("warm rank (pid " + std::to_string(it->pid) + ") exited before use (" + e->Describe() +
+           "), " + std::to_string(warm_failures_) +
+           " in a row: warm ranks off; replacement ranks start as new processes");
+    } else {
+      Warn("warm rank (pid " + std::to_string(it->pid) + ") exited before use (" + e->Describe() +
+           "); another in " + std::to_string(1 << warm_failures_) + " s");
+      timers_.Arm("warm_retry", 1 << warm_failures_);
+    }
+    it = warm_.erase(it);
+  }
+  if (store_.pid > 0) {
+    if (auto e = procs_->Reap(store_.pid)) {
+      PumpStore();
+      Warn("store server (pid " + std::to_string(store_.pid) + ") exited: " + e->Describe() +
+           "; generations rendezvous on the attempt's master port until it is restarted");
+      store_ = StoreServer{};
+      Send({{"type", "store"}, {"port", 0}, {"host", opts_.peer_host}});
+    } else {
+      tracked->insert(store_.pid);
+    }
+  }
+}
+
+bool Agent::NodeRanksStarting() const {
+  const double now = clock_->NowMono();
+  for (const Rank& r : ranks_) {
+    if (r.alive && !r.parked && !r.retired && spec_ && !detector_.HasStep(r.rank) &&
+        now - r.launched_mono < kRankStartupS) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Agent::MaybeStartStore() {
+  if (!store_wanted_ || store_.pid > 0 || !spec_ || stopping_ || NodeRanksStarting()) return;
+  store_wanted_ = false;
+  EnsureStore(*spec_);
+}
+
+void Agent::EnsureStore(const StartSpec& spec) {
+  if (store_.pid > 0) return;
+  const std::optional<PythonCommand> cmd = ParsePythonCommand(spec.command);
+  if (!cmd) return;  // not Python: no generations to serve
+  SpawnOptions so;
+  so.argv = PythonModuleArgv(*cmd, "bulwark.store_server");
+  so.env = BuildRankEnv(spec, 0, paths_, CurrentEnv());
+  so.env["BULWARK_STACK_FILE"] = "";
+  so.workdir = spec.workdir;
+  auto child = procs_->Spawn(so);
+  if (!child.ok()) {
+    Warn("store server could not start: " + child.status().ToString() +
+         "; generations rendezvous on the attempt's master port");
+    return;
+  }
+  store_.pid = child->pid;
+  store_.pgid = child->pgid;
+  store_.out = std::move(child->output);
+  store_.partial.clear();
+  store_.port = 0;
+}
+
+void Agent::PumpStore() {
+  if (!store_.out.valid()) return;
+  bool eof = false;
+  static const std::string kListening = "bulwark-store: listening on port ";
+  for (const std::string& l : TakeLines(&store_.partial, ReadAvailable(store_.out.get(), &eof))) {
+    if (l.rfind(kListening, 0) == 0 && store_.port == 0) {
+      const int port = std::atoi(l.c_str() + kListening.size());
+      if (port > 0 && port < 65536) {
+        store_.port = port;
+        Send({{"type", "store"}, {"port", port}, {"host", opts_.peer_host}});
+        continue;
+      }
+    }
+    std::cout << "[" << opts_.node << "/store] " << l << "\n";
+  }
+  std::cout.flush();
+  if (eof) store_.out.Reset();
+}
+
+void Agent::KillStore() {
+  if (store_.pid <= 0) return;
+  (void)procs_->SignalGroup(store_.pgid, SIGKILL);
+  const double until = clock_->NowMono() + kHelperKillWaitS;
+  while (!procs_->Reap(store_.pid) && clock_->NowMono() < until) clock_->SleepFor(0.01);
+  store_ = StoreServer{};
+}
+
+}  // namespace bulwark

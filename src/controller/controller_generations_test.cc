@@ -1,0 +1,266 @@
+// The controller's side of in-process recovery on a FakeClock: the test plays the
+// backend and every agent (TCP connections on loopback) and steps the controller with
+// RunOnce. Checks which `stop` each fault gets (park or not, which ranks are killed),
+// the backoff on the fake clock, the `start` of the next generation (store, warm
+// ranks) and the processes the report says were kept and replaced.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <functional>
+
+#include "common/json_util.h"
+#include "controller/controller.h"
+#include "spec/job_spec.h"
+#include "store/store.h"
+
+namespace bulwark {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FakeBackend : public Backend {
+ public:
+  const char* Name() const override { return "fake"; }
+  Status StartNode(const NodeRequest& req) override {
+    started.push_back(req);
+    return Status::Ok();
+  }
+  Status KillNode(const std::string& id) override {
+    killed.push_back(id);
+    return Status::Ok();
+  }
+  Status ReleaseNode(const std::string&, double) override { return Status::Ok(); }
+  std::vector<NodeLoss> Poll() override { return {}; }
+  Status Teardown(double) override { return Status::Ok(); }
+  std::vector<NodeRequest> started;
+  std::vector<std::string> killed;
+};
+
+const char* kSpec = R"(
+name: gen
+nodes: 2
+procsPerNode: 2
+command: ["/usr/bin/python3", "train.py"]
+checkpoint: {intervalSteps: 10, memorySlots: 4}
+faultPolicy:
+  backoff: {baseSeconds: 2, capSeconds: 4}
+  parkTimeoutSeconds: 3
+  heartbeat: {intervalSeconds: 1000, misses: 3}
+)";
+
+class ControllerGenerationsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/bw_ctl_gen.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    ctl_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void Begin(const std::string& spec_text) {
+    auto spec = ParseJobSpec(spec_text, "test.yaml", dir_);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto st = Store::Open(dir_ + "/bulwark.db");
+    ASSERT_TRUE(st.ok());
+    store_ = std::move(*st);
+    ControllerOptions o;
+    o.run_dir = dir_ + "/run";
+    o.echo_events = false;
+    ctl_ = std::make_unique<Controller>(*spec, o, &backend_, store_.get(), &clock_);
+    ASSERT_TRUE(ctl_->Start().ok());
+    const std::string addr = ctl_->Address();
+    const int port = std::stoi(addr.substr(addr.rfind(':') + 1));
+    for (int i = 0; i < 2; ++i) {
+      auto fd = TcpConnect("127.0.0.1", port, 5);
+      ASSERT_TRUE(fd.ok());
+      agents_.emplace_back(std::move(*fd));
+      Send(i, {{"type", "hello"}, {"node", "node-" + std::to_string(i)}, {"pid", 100 + i},
+               {"peer_host", "127.0.0.1"}, {"peer_port", 7000 + i}, {"free_port", 0}});
+    }
+  }
+
+  void Send(int node, const Json& m) {
+    ASSERT_TRUE(agents_[node].Send(m).ok());
+    ASSERT_TRUE(agents_[node].Flush(1).ok());
+  }
+
+  // Steps the controller until `node` received a message of `type`; returns it.
+  Json Expect(int node, const std::string& type, int turns = 400) {
+    for (int i = 0; i < turns; ++i) {
+      for (const Json& m : agents_[node].Read()) inbox_[node].push_back(m);
+      for (auto it = inbox_[node].begin(); it != inbox_[node].end(); ++it) {
+        if ((*it)["type"] == type) {
+          Json m = *it;
+          inbox_[node].erase(it);
+          return m;
+        }
+      }
+      if (!ctl_->RunOnce()) break;
+    }
+    ADD_FAILURE() << "node " << node << " got no '" << type << "'";
+    return Json();
+  }
+
+  // Both agents start attempt `attempt`: pids 1000 * (attempt + 1) + rank, or `pids`.
+  void Started(int attempt, std::map<int, std::pair<int, std::string>> how = {}) {
+    for (int n = 0; n < 2; ++n) {
+      Json ranks = Json::array();
+      for (int l = 0; l < 2; ++l) {
+        const int r = n * 2 + l;
+        auto it = how.find(r);
+        const int pid = it != how.end() ? it->second.first : 1000 * (attempt + 1) + r;
+        const std::string h = it != how.end() ? it->second.second : "spawned";
+        ranks.push_back({{"rank", r}, {"local_rank", l}, {"pid", pid}, {"pgid", pid},
+                         {"how", h}, {"in_process", h == "kept"}});
+      }
+      Send(n, {{"type", "started"}, {"attempt", attempt}, {"ranks", ranks}});
+    }
+  }
+  // Ranks declare in-process recovery (as their agents report right after they start,
+  // long before a fault); the controller reads every report before the test goes on.
+  void InProcess(int attempt, std::vector<int> ranks) {
+    for (int r : ranks) {
+      Send(r / 2, {{"type", "rank_info"}, {"attempt", attempt}, {"rank", r}, {"pid", 0},
+                   {"in_process", true}});
+    }
+    for (int i = 0; i < 5; ++i) ctl_->RunOnce();
+  }
+  void Step(int attempt, long step) {
+    Send(0, {{"type", "step"}, {"attempt", attempt}, {"rank", 0}, {"step", step},
+             {"loss", 1.0}, {"step_time", 0.1}, {"t", clock_.NowWall()}});
+  }
+  void Crash(int attempt, int rank) {
+    const double t = clock_.NowWall();
+    Send(rank / 2, {{"type", "incident"}, {"attempt", attempt}, {"kind", "crash"},
+                    {"subtype", "SIGKILL"}, {"rank", rank}, {"step", 5}, {"fault_time", t},
+                    {"detect_time", t}, {"detail", "rank crashed"}, {"node", "x"}});
+  }
+  void Stopped(int attempt, std::vector<std::pair<int, int>> parked) {
+    for (int n = 0; n < 2; ++n) {
+      Json p = Json::array();
+      for (auto [rank, pid] : parked) {
+        if (rank / 2 == n) p.push_back({{"rank", rank}, {"pid", pid}});
+      }
+      Send(n, {{"type", "stopped"}, {"attempt", attempt}, {"mem", Json::object()}, {"parked", p}});
+    }
+  }
+
+  std::string dir_;
+  FakeClock clock_{1000};
+  FakeBackend backend_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Controller> ctl_;
+  std::vector<JsonLineConn> agents_;
+  std::map<int, std::vector<Json>> inbox_;
+};
+
+TEST_F(ControllerGenerationsTest, ACrashParksTheSurvivorsAndReportsKeptAndReplacedProcesses) {
+  Begin(kSpec);
+  Json start0 = Expect(0, "start");
+  EXPECT_EQ(start0["warm_ranks"], 2);  // auto: procsPerNode
+  EXPECT_EQ(start0["store_port"], 0);  // no store yet: rendezvous on the master port
+  Expect(1, "start");
+  Send(0, {{"type", "store"}, {"port", 45000}, {"host", "127.0.0.1"}});
+  Started(0);
+  InProcess(0, {0, 1, 2, 3});
+  Step(0, 5);
+  Crash(0, 1);
+  Json stop = Expect(0, "stop");
+  EXPECT_EQ(stop["park"], true);
+  EXPECT_EQ(stop["kill"], Json::array({1}));
+  EXPECT_EQ(stop["park_timeout_s"], 3);
+  EXPECT_EQ(Expect(1, "stop")["park"], true);
+  const double stopped_at = clock_.NowWall();
+  Stopped(0, {{0, 1000}, {2, 1002}, {3, 1003}});
+  Json start1 = Expect(0, "start");
+  // The backoff (base 2 s, jittered to [1, 2) s) passed on the fake clock, no more.
+  EXPECT_GE(clock_.NowWall() - stopped_at, 0.9);
+  EXPECT_LT(clock_.NowWall() - stopped_at, 2.5);
+  EXPECT_EQ(start1["attempt"], 1);
+  EXPECT_EQ(start1["store_host"], "127.0.0.1");
+  EXPECT_EQ(start1["store_port"], 45000);
+  Expect(1, "start");
+  Started(1, {{0, {1000, "kept"}}, {1, {2001, "warm"}}, {2, {1002, "kept"}}, {3, {1003, "kept"}}});
+  Step(1, 6);
+  for (int i = 0; i < 20; ++i) ctl_->RunOnce();
+  ctl_->Cancel();
+  for (int n = 0; n < 2; ++n) Expect(n, "stop");
+  Stopped(1, {});
+  while (ctl_->RunOnce()) {
+  }
+  auto result = ctl_->Run();
+  ASSERT_TRUE(result.ok());
+  const Json& inc = result->report["incidents"][0];
+  const Json& p = inc["processes"];
+  EXPECT_EQ(p["in_process"], true);
+  EXPECT_EQ(p["keep"], Json::array({0, 2, 3}));
+  EXPECT_EQ(p["replace"], Json::array({1}));
+  ASSERT_EQ(p["replaced_pids"].size(), 1u);
+  EXPECT_EQ(p["replaced_pids"][0],
+            (Json{{"rank", 1}, {"pid", 2001}, {"how", "warm"}, {"old_pid", 1001}}));
+  EXPECT_EQ(p["kept_pids"].size(), 3u);
+  const std::string text = FormatReport(result->report);
+  EXPECT_NE(text.find("in process: kept rank(s) 0 (pid 1000), 2 (pid 1002), 3 (pid 1003); "
+                      "new process for rank(s) 1 (pid 1001 -> 2001, warm)"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(ControllerGenerationsTest, ASurvivorWithoutInProcessRecoveryMeansEveryRankRestarts) {
+  Begin(kSpec);
+  Expect(0, "start");
+  Started(0);
+  InProcess(0, {0, 1, 2});  // rank 3 is a plain script
+  Step(0, 5);
+  Crash(0, 1);
+  Json stop = Expect(0, "stop");
+  EXPECT_FALSE(stop.contains("park"));
+}
+
+TEST_F(ControllerGenerationsTest, ARankThatParksOnItsOwnBecomesAnIncidentAfterTheGrace) {
+  Begin(kSpec);
+  Expect(0, "start");
+  Started(0);
+  InProcess(0, {0, 1, 2, 3});
+  Step(0, 5);
+  const double at = clock_.NowWall();
+  Send(1, {{"type", "parked"}, {"attempt", 0}, {"rank", 2}, {"pid", 1002},
+           {"error", "RuntimeError: Connection reset by peer"}});
+  Json stop = Expect(0, "stop");
+  EXPECT_GE(clock_.NowWall() - at, 1.0);  // nothing explained it within the grace
+  EXPECT_EQ(stop["park"], true);
+  EXPECT_EQ(stop["kill"], Json::array());  // a failed collective blames nobody
+}
+
+TEST_F(ControllerGenerationsTest, AnIncidentWithinTheGraceExplainsARankThatParkedOnItsOwn) {
+  Begin(kSpec);
+  Expect(0, "start");
+  Started(0);
+  InProcess(0, {0, 1, 2, 3});
+  Step(0, 5);
+  Send(1, {{"type", "parked"}, {"attempt", 0}, {"rank", 2}, {"pid", 1002},
+           {"error", "RuntimeError: Connection closed by peer"}});
+  Crash(0, 1);  // the peer that left, reported by its own agent
+  Json stop = Expect(0, "stop");
+  EXPECT_EQ(stop["kill"], Json::array({1}));
+  ctl_->Cancel();
+}
+
+TEST_F(ControllerGenerationsTest, InProcessRestartOffStopsEveryRank) {
+  std::string spec = kSpec;
+  spec += "  inProcessRestart: false\n";
+  Begin(spec);
+  Expect(0, "start");
+  Started(0);
+  InProcess(0, {0, 1, 2, 3});
+  Crash(0, 1);
+  EXPECT_FALSE(Expect(0, "stop").contains("park"));
+}
+
+}  // namespace
+}  // namespace bulwark

@@ -1,0 +1,60 @@
+// End-to-end: in-process recovery of the PyTorch example (DDP over gloo) with the real
+// `bulwark` binary. Survivors leave a blocked allreduce when a peer dies (or is killed:
+// the hung rank), destroy the group, re-form it on the long-lived store and restore from
+// memory. Not run under ASan: gloo's C++ exceptions abort a Python rank that has the ASan
+// runtime preloaded (needed there to load the instrumented libbulwark.so).
+#include <gtest/gtest.h>
+
+#include "e2e_inprocess_util.h"
+
+namespace bulwark {
+namespace {
+
+using e2e::InProcessE2E;
+
+TEST_F(InProcessE2E, ThePyTorchExampleRegroupsItsGlooProcessGroupInProcess) {
+  // The real thing: examples/pytorch-ddp/train.py, DDP over gloo, 2 nodes x 2 ranks.
+  // Survivors leave a blocked allreduce when a peer dies (or is killed: the hung rank),
+  // destroy the group, re-form it on the long-lived store and restore from memory.
+  std::ostringstream y;
+  y << "name: torchgen\nnodes: 2\nprocsPerNode: 2\n"
+    << "command: [\"/usr/bin/python3\", \"" << src_ << "/examples/pytorch-ddp/train.py\"]\n"
+    << "args: [\"--steps\", \"320\", \"--log-every\", \"40\", \"--val-every\", \"0\"]\n"
+    << "env: {BW_E2E_TAG: \"" << tag_ << "\""
+    << (std::string(BW_TEST_PRELOAD).empty()
+            ? std::string()
+            : ", LD_PRELOAD: \"" + std::string(BW_TEST_PRELOAD) +
+                  "\", ASAN_OPTIONS: \"detect_leaks=0:verify_asan_link_order=0\"")
+    << "}\n"
+    << "checkpoint: {dir: " << dir_ << "/ckpt, intervalSteps: 10, keep: 3, memorySlots: 4}\n"
+    << "faultPolicy: {restartBudget: 6, backoff: {baseSeconds: 0.2, capSeconds: 2}, "
+       "hangTimeout: {floorSeconds: 3, multiplier: 10, startupSeconds: 180}, spareNodes: 1, "
+       "heartbeat: {intervalSeconds: 1, misses: 3}, stopGraceSeconds: 3}\n"
+    << "chaos:\n"
+       "  - {kind: kill_rank, atStep: 40, rank: 1}\n"
+       "  - {kind: hang_rank, atStep: 110, rank: 2}\n"
+       "  - {kind: nan_loss, atStep: 190, rank: 0}\n"
+       "  - {kind: kill_agent, atStep: 260, node: 1}\n";
+  const std::string spec = dir_ + "/job.yaml";
+  std::ofstream(spec) << y.str();
+  auto [code, out, report] = Run(spec, 600);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(report["last_step"], 320);
+  const Json& incs = report["incidents"];
+  ASSERT_EQ(incs.size(), 4u) << report.dump(2);
+  const std::vector<std::set<int>> replaced = {{1}, {2}, {}, {2, 3}};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(incs[i]["processes"]["in_process"], true) << incs[i].dump(2);
+    EXPECT_EQ(Ranks(incs[i], "replaced_pids"), replaced[i]) << incs[i].dump(2);
+    EXPECT_EQ(Ranks(incs[i], "kept_pids").size(), 4 - replaced[i].size()) << incs[i].dump(2);
+  }
+  EXPECT_EQ(incs[2]["kind"], "nan");
+  EXPECT_EQ(incs[2]["resumed_from_step"].get<long>() + 1, incs[2]["step"].get<long>());
+  EXPECT_NE(out.find("from the memory tier"), std::string::npos) << out;
+  EXPECT_NE(out.find("(same process)"), std::string::npos) << out;
+  EXPECT_NE(out.find("done: steps=320 final_loss="), std::string::npos) << out;
+  ExpectNoLeftovers();
+}
+
+}  // namespace
+}  // namespace bulwark
