@@ -15,6 +15,7 @@ namespace bulwark {
 namespace {
 
 using e2e::InProcessE2E;
+using e2e::RunProcess;
 
 TEST_F(InProcessE2E, EveryFaultKindKeepsTheSurvivingRanksProcesses) {
   // 2 nodes x 2 ranks of the tiny trainer under bulwark.run, a memory snapshot every
@@ -97,6 +98,131 @@ TEST_F(InProcessE2E, AnUnmodifiedScriptRestartsThroughTheWarmPool) {
   for (const Json& e : p["replaced_pids"]) EXPECT_EQ(e["how"], "warm") << p.dump(2);
   EXPECT_NE(out.find("0 kept, 2 from the warm pool, 0 new"), std::string::npos) << out;
   ExpectNoLeftovers();
+}
+
+// The spec of the hot-update tests: 2 nodes x 2 ranks of the tiny trainer under
+// bulwark.run, memory snapshots every step, `env_extra` added to its environment.
+std::string UpdateSpecText(const std::string& src, const std::string& dir, const std::string& tag,
+                           const std::string& env_extra) {
+  std::ostringstream y;
+  y << "name: hotupd\nnodes: 2\nprocsPerNode: 2\n"
+    << "command: [\"/usr/bin/python3\", \"" << src << "/tests/trainers/tiny_trainer.py\"]\n"
+    << "args: [\"--steps\", \"400\"]\n"
+    << "env: {BW_E2E_TAG: \"" << tag << "\", TINY_IN_PROCESS: \"1\", TINY_SAVE_EVERY_STEP: \"1\", "
+    << "TINY_STEP_TIME: \"0.03\", TINY_STEP_LOG: \"" << dir << "/steps.log\""
+    << (std::string(BW_TEST_PRELOAD).empty()
+            ? std::string()
+            : ", LD_PRELOAD: \"" + std::string(BW_TEST_PRELOAD) +
+                  "\", ASAN_OPTIONS: \"detect_leaks=0:verify_asan_link_order=0\"")
+    << env_extra << "}\n"
+    << "checkpoint: {dir: " << dir << "/ckpt, intervalSteps: 10, keep: 3, memorySlots: 4}\n"
+    << "faultPolicy: {restartBudget: 4, backoff: {baseSeconds: 0.1, capSeconds: 1}, "
+       "hangTimeout: {floorSeconds: 3, multiplier: 5, startupSeconds: 60}, "
+       "heartbeat: {intervalSeconds: 0.5, misses: 10}, stopGraceSeconds: 1, spareNodes: 1}\n";
+  return y.str();
+}
+
+TEST_F(InProcessE2E, HotUpdateSwitchesCodeAtAStepBoundary) {
+  const std::string spec = dir_ + "/job.yaml";
+  std::ofstream(spec) << UpdateSpecText(src_, dir_, tag_, ", TINY_CODE: \"v1\"");
+  Background job = Start(spec);
+  ASSERT_TRUE(WaitForStep(job, 100, 120)) << job.out;
+  const std::string next = dir_ + "/job-v2.yaml";
+  std::ofstream(next) << UpdateSpecText(src_, dir_, tag_, ", TINY_CODE: \"v2\"");
+  auto [rc, text] = RunProcess({build_ + "/bin/bulwark", "update", next, "--run-dir",
+                                dir_ + "/run", "--verify-steps", "30"},
+                               {}, 30);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("update 1 accepted (env)"), std::string::npos) << text;
+  auto [code, out, report] = Finish(job);
+  ASSERT_EQ(code, 0) << out;
+  ASSERT_TRUE(report.contains("updates")) << report.dump(2);
+  const Json& u = report["updates"][0];
+  EXPECT_EQ(u["result"], "succeeded") << u.dump(2);
+  EXPECT_EQ(u["fields"], "env");
+  EXPECT_EQ(report["incidents"].size(), 0u) << report.dump(2);  // no fault, no restart charged
+  EXPECT_EQ(report["restarts"], 0);
+  EXPECT_NE(out.find("UpdateApplied"), std::string::npos) << out;
+  EXPECT_NE(out.find("UpdateSucceeded"), std::string::npos) << out;
+  // No agent was replaced: no node was lost or started after the first ones.
+  EXPECT_EQ(out.find("NodeLost"), std::string::npos) << out;
+  EXPECT_EQ(out.find("node-3"), std::string::npos) << out;
+  // Every rank ran v1, then v2 from the newest step every rank held in memory (the step
+  // continues: the tiny trainer's ranks drift apart by a step or two, DDP ranks would not),
+  // each version in one process.
+  std::map<int, long> last_v1, first_v2;
+  std::map<int, std::set<long>> pids_v1, pids_v2;
+  for (const StepRun& r : ReadStepLog(dir_ + "/steps.log")) {
+    if (r.code == "v1") {
+      last_v1[r.rank] = std::max(last_v1[r.rank], r.step);
+      pids_v1[r.rank].insert(r.pid);
+    } else {
+      ASSERT_EQ(r.code, "v2");
+      if (!first_v2.count(r.rank)) first_v2[r.rank] = r.step;
+      pids_v2[r.rank].insert(r.pid);
+    }
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(first_v2.count(rank)) << "rank " << rank << " never ran v2";
+    EXPECT_GE(first_v2[rank], last_v1[rank] - 3) << "rank " << rank;
+    EXPECT_LE(first_v2[rank], last_v1[rank] + 1) << "rank " << rank;
+    EXPECT_EQ(pids_v1[rank].size(), 1u);
+    EXPECT_EQ(pids_v2[rank].size(), 1u);
+  }
+  EXPECT_EQ(report["last_step"], 400);
+  ExpectNoLeftovers();
+}
+
+TEST_F(InProcessE2E, CrashingUpdateIsRolledBack) {
+  const std::string spec = dir_ + "/job.yaml";
+  std::ofstream(spec) << UpdateSpecText(src_, dir_, tag_, ", TINY_CODE: \"v1\"");
+  Background job = Start(spec);
+  ASSERT_TRUE(WaitForStep(job, 100, 120)) << job.out;
+  // Bad input first: a change that cannot be applied in place names the field and why.
+  std::string bad = UpdateSpecText(src_, dir_, tag_, ", TINY_CODE: \"v1\"");
+  bad.replace(bad.find("nodes: 2"), 8, "nodes: 3");
+  std::ofstream(dir_ + "/job-bad.yaml") << bad;
+  auto [rc_bad, text_bad] = RunProcess(
+      {build_ + "/bin/bulwark", "update", dir_ + "/job-bad.yaml", "--run-dir", dir_ + "/run"}, {}, 30);
+  EXPECT_EQ(rc_bad, 2) << text_bad;
+  EXPECT_NE(text_bad.find("nodes: 2 -> 3 cannot change in place"), std::string::npos) << text_bad;
+  auto [rc_same, text_same] =
+      RunProcess({build_ + "/bin/bulwark", "update", spec, "--run-dir", dir_ + "/run"}, {}, 30);
+  EXPECT_EQ(rc_same, 1) << text_same;
+  EXPECT_NE(text_same.find("nothing to update"), std::string::npos) << text_same;
+  // The new code dies at start-up: the update is rolled back, the job is not failed.
+  std::ofstream(dir_ + "/job-v2.yaml")
+      << UpdateSpecText(src_, dir_, tag_, ", TINY_CODE: \"v2\", TINY_CRASH_AT_START: \"1\"");
+  auto [rc, text] = RunProcess(
+      {build_ + "/bin/bulwark", "update", dir_ + "/job-v2.yaml", "--run-dir", dir_ + "/run"}, {}, 30);
+  EXPECT_EQ(rc, 0) << text;
+  auto [code, out, report] = Finish(job);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(report["phase"], "Succeeded");
+  const Json& u = report["updates"][0];
+  EXPECT_EQ(u["result"], "rolled back") << u.dump(2);
+  EXPECT_NE(u["failure"].get<std::string>().find("simulated startup failure"), std::string::npos)
+      << u.dump(2);
+  EXPECT_EQ(report["restarts"], 0);  // a failed update costs no restart of the budget
+  const size_t failed = out.find("UpdateFailed: update 1 (env) failed after 0 new step(s)");
+  ASSERT_NE(failed, std::string::npos) << out;
+  EXPECT_NE(out.find("simulated startup failure", failed), std::string::npos) << out;
+  EXPECT_NE(out.find("UpdateRolledBack"), std::string::npos) << out;
+  EXPECT_NE(out.find("UpdateRefused: update refused: nodes: 2 -> 3"), std::string::npos) << out;
+  bool v2_ran = false;
+  for (const StepRun& r : ReadStepLog(dir_ + "/steps.log")) v2_ran = v2_ran || r.code == "v2";
+  EXPECT_FALSE(v2_ran);
+  EXPECT_EQ(report["last_step"], 400);
+  ExpectNoLeftovers();
+}
+
+TEST_F(InProcessE2E, UpdatingAJobThatIsNotRunningSaysSo) {
+  const std::string spec = dir_ + "/job.yaml";
+  std::ofstream(spec) << UpdateSpecText(src_, dir_, tag_, "");
+  auto [rc, text] =
+      RunProcess({build_ + "/bin/bulwark", "update", spec, "--run-dir", dir_ + "/run"}, {}, 30);
+  EXPECT_EQ(rc, 2) << text;
+  EXPECT_NE(text.find("job 'hotupd' is not running"), std::string::npos) << text;
 }
 
 }  // namespace

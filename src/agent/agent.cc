@@ -277,11 +277,13 @@ int Agent::RunOnce() {
   PumpWarm();
   PumpStore();
   ReapRanks();
+  ReportExits();
   AdvanceStop();
   CheckHangs();
   MaybeHeartbeat();
   FinishFetchIfDone();
   MaybeFillPool();
+  if (warm_spec_.size > 0) ReportWarm();
   MaybeStartStore();
   DrainOutbox();
   if (conn_ && conn_->HasPendingOutput()) (void)conn_->Flush(0);
@@ -579,6 +581,7 @@ void Agent::HandleDatagram(const std::string& payload) {
         warm_failures_ = 0;
       }
     }
+    ReportWarm();
     return;
   }
   if (type == "hello" || type == "parked") {

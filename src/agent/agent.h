@@ -109,6 +109,9 @@ class Agent {
     bool retired = false;     // killed: the new attempt has no place for it
     std::string how;          // this attempt: "spawned", "warm" (from the pool) or "kept"
     double launched_mono = 0;  // when it joined the current attempt
+    bool exit_pending = false;  // exited 0; `exited` waits for its last persists
+    double exit_deadline = 0;
+    std::string version;       // the code version it runs (StartSpec::version)
   };
   // A warm rank: a Python process that imported torch and the SDK and waits on stdin
   // for its assignment ({"argv", "env", "cwd"}, docs/agent.md).
@@ -122,7 +125,7 @@ class Agent {
   };
   // What warm ranks are made for: the rank command and environment of the job.
   struct WarmSpec {
-    StartSpec spec;  // command, env, workdir, log_dir (ranks, ports: unused)
+    StartSpec spec;  // command, env, workdir, log_dir, version (ranks, ports: unused)
     int size = 0;
   };
 
@@ -169,6 +172,9 @@ class Agent {
   Status AssignWarm(WarmRank& w, const StartSpec& spec, const std::map<std::string, std::string>& env);
   void PumpWarm();
   void KillWarm();
+  // Tells the controller how many warm ranks of which code version are ready, when it
+  // changed since the last report.
+  void ReportWarm();
   // The long-lived store server (slot 0's agent): wanted once a rank of slot 0 runs
   // generations that form process groups, started when no rank of this node is
   // starting (its torch import would slow theirs; generation 0 does not need it).
@@ -192,6 +198,9 @@ class Agent {
   void EmitLine(Rank& r, const std::string& line);
   void ReapRanks();
   void OnRankExit(Rank& r, const ExitInfo& e);
+  // Sends `exited` for ranks that exited 0 once the persister is idle (or after
+  // kFinalPersistTimeoutS).
+  void ReportExits();
   void CheckHangs();
   void SendIncident(const DetectedFault& f, const Json& stacks);
   void MaybeHeartbeat(bool force = false);
@@ -250,6 +259,7 @@ class Agent {
   WarmSpec warm_spec_;
   std::vector<WarmRank> warm_;
   int warm_failures_ = 0;      // consecutive warm ranks that died before assignment
+  std::string warm_reported_;  // "<version>/<ready>" last sent in `warm`
   bool warm_disabled_ = false;
   struct StoreServer {
     pid_t pid = -1;

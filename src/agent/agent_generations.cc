@@ -172,9 +172,11 @@ void Agent::HandlePrepare(const Json& msg) {
   auto env = JStrMap(msg, "env");
   auto workdir = JStrOr(msg, "workdir", "");
   auto size = JIntOr(msg, "warm_ranks", 0);
-  Status bad = !command.ok() ? command.status()
-               : !env.ok()   ? env.status()
+  auto version = JStrOr(msg, "version", "");
+  Status bad = !command.ok()   ? command.status()
+               : !env.ok()     ? env.status()
                : !workdir.ok() ? workdir.status()
+               : !version.ok() ? version.status()
                                : size.status();
   if (bad.ok() && (*size < 0 || *size > 64)) {
     bad = InvalidArgument("message 'prepare': field 'warm_ranks' must be in [0, 64]");
@@ -189,8 +191,10 @@ void Agent::HandlePrepare(const Json& msg) {
   s.command = *command;
   s.env = *env;
   s.workdir = *workdir;
+  s.version = *version;
   s.log_dir = opts_.run_dir + "/logs";
   SetWarmSpec(s, static_cast<int>(*size));
+  ReportWarm();
 }
 
 }  // namespace bulwark

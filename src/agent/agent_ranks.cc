@@ -114,6 +114,12 @@ bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::stri
     if (it->rank != rank || !it->alive || !it->parked || it->retired) continue;
     Rank kept = std::move(*it);
     ranks_.erase(it);
+    if (kept.version != spec.version) {  // it runs the code before an update: replaced
+      (void)procs_->SignalGroup(kept.pgid, SIGKILL);
+      kept.retired = true;
+      ranks_.push_back(std::move(kept));
+      break;
+    }
     kept.local_rank = local;
     kept.stack_file = StackFilePath(spec, rank);
     if (SendGeneration(spec, local, kept)) {
@@ -137,6 +143,7 @@ bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::stri
   }
   r->rank = rank;
   r->local_rank = local;
+  r->version = spec.version;
   r->stack_file = StackFilePath(spec, rank);
   r->log = std::fopen(RankLogPath(spec, rank).c_str(), "a");
   if (!r->log) Warn("cannot open " + RankLogPath(spec, rank) + ": " + std::strerror(errno));
@@ -260,12 +267,34 @@ void Agent::OnRankExit(Rank& r, const ExitInfo& e) {
   } else if (e.ok()) {
     // The rank's last checkpoints must be durable (and reported) before the
     // controller can call the job done; its last `staged` report may still be queued.
+    // `exited` goes out once the persister is idle (ReportExits), while the loop keeps
+    // heartbeating: a final persist may take long, and blocking here once cost the
+    // node its heartbeats.
     for (const auto& d : UnixDgramRecvAll(dgram_.get())) HandleDatagram(d);
-    if (persister_ && !persister_->Drain(kFinalPersistTimeoutS)) {
-      Warn("checkpoint persist still running after " + std::to_string(kFinalPersistTimeoutS) +
-           " s at rank exit; the last checkpoint may not commit");
+    r.exit_pending = true;
+    r.exit_deadline = clock_->NowMono() + kFinalPersistTimeoutS;
+  }
+}
+
+void Agent::ReportExits() {
+  if (!spec_) return;
+  bool idle = true;
+  bool asked = false;
+  for (Rank& r : ranks_) {
+    if (!r.exit_pending) continue;
+    if (!asked) {
+      idle = !persister_ || persister_->Drain(0);
+      asked = true;
+    }
+    const bool late = clock_->NowMono() >= r.exit_deadline;
+    if (!idle && !late) continue;
+    if (!idle) {
+      Warn("checkpoint persist still running " + std::to_string(kFinalPersistTimeoutS) +
+           " s after rank " + std::to_string(r.rank) +
+           " exited; its last checkpoint may not commit");
     }
     DrainOutbox();
+    r.exit_pending = false;
     Send({{"type", "exited"}, {"attempt", spec_->attempt}, {"rank", r.rank}, {"code", 0}});
   }
 }

@@ -52,9 +52,9 @@ std::vector<std::string> TakeLines(std::string* partial, const std::string& data
 
 void Agent::SetWarmSpec(const StartSpec& spec, int size) {
   const StartSpec& old = warm_spec_.spec;
-  if (!warm_.empty() &&
-      (old.command != spec.command || old.env != spec.env || old.workdir != spec.workdir)) {
-    KillWarm();  // made for another command (a hot update): not usable any more
+  if (!warm_.empty() && (old.command != spec.command || old.env != spec.env ||
+                         old.workdir != spec.workdir || old.version != spec.version)) {
+    KillWarm();  // made for other code (a hot update): not usable any more
   }
   warm_spec_.spec = spec;
   warm_spec_.size = size;
@@ -154,6 +154,15 @@ void Agent::PumpWarm() {
     if (eof) w.out.Reset();
   }
   std::cout.flush();
+}
+
+void Agent::ReportWarm() {
+  int ready = 0;
+  for (const WarmRank& w : warm_) ready += w.ready ? 1 : 0;
+  const std::string now = warm_spec_.spec.version + "/" + std::to_string(ready);
+  if (now == warm_reported_) return;
+  warm_reported_ = now;
+  Send({{"type", "warm"}, {"version", warm_spec_.spec.version}, {"ready", ready}});
 }
 
 void Agent::KillWarm() {

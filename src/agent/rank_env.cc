@@ -86,6 +86,7 @@ Result<StartSpec> ParseStartMessage(const Json& m, const std::string& default_lo
   BW_FIELD(s.store_host, JStrOr(m, "store_host", ""));
   BW_FIELD(s.store_port, JIntOr(m, "store_port", 0));
   BW_FIELD(s.warm_ranks, JIntOr(m, "warm_ranks", 0));
+  BW_FIELD(s.version, JStrOr(m, "version", ""));
   if (s.store_port < 0 || s.store_port > 65535 || (s.store_port > 0 && s.store_host.empty())) {
     return InvalidArgument(
         "message 'start': field 'store_port' must be in [0, 65535], with 'store_host' set");

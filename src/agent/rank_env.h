@@ -65,6 +65,9 @@ struct StartSpec {
   int store_port = 0;
   // Warm rank processes this agent keeps ready (docs/agent.md, "Warm ranks").
   int warm_ranks = 0;
+  // The code version (`bulwark update`): a parked rank or a warm rank made for another
+  // version is not reused.
+  std::string version;
 
   int GlobalRank(int local_rank) const { return group_rank * nproc_per_node + local_rank; }
 };

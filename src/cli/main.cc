@@ -4,6 +4,8 @@
 //   validate SPEC   parse and validate a job spec, TrainJob or PyTorchJob
 //   render SPEC     the Kubernetes objects the operator would create (render_cmd.h)
 //   chaos ACTION    inject a fault into a running job (talks to its controller)
+//   update SPEC     apply a changed command, args, env or workdir to a running job in
+//                   place (talks to its controller)
 //   get / describe  read jobs, events and incidents from a store
 //   ckpt ls|inspect|verify|gc   inspect and maintain a checkpoint dir (ckpt_cmd.h)
 //   operator        run the Kubernetes operator; submit SPEC: create its TrainJob on a
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
@@ -201,6 +204,48 @@ int CmdChaos(const std::string& addr_in, const std::string& job, const std::stri
   return 0;
 }
 
+// `update`: the spec file (a job spec) holds the running job's new command, args, env or
+// workdir; its controller validates and applies it (controller_update.cc).
+int CmdUpdate(const std::string& spec_path, const std::string& addr_in,
+              const std::string& run_dir_in, int verify_steps) {
+  auto manifest = trainjob::LoadManifest(spec_path, trainjob::Target::kLocal);
+  if (!manifest.ok()) return Fail(manifest.status());
+  if (manifest->kind != trainjob::ManifestKind::kJobSpec) {
+    std::fprintf(stderr,
+                 "bulwark update: %s is a %s; update a job of `bulwark run` with its job spec, "
+                 "and a TrainJob on Kubernetes by editing it (kubectl edit/apply: the operator "
+                 "applies command, args and env changes in place)\n",
+                 spec_path.c_str(), trainjob::ManifestKindName(manifest->kind));
+    return 2;
+  }
+  const JobSpec& spec = manifest->job.job;
+  std::string addr = addr_in;
+  if (addr.empty()) {
+    const std::string run_dir =
+        run_dir_in.empty() ? EnvOr("BULWARK_HOME", spec.workdir + "/.bulwark") + "/" + spec.name
+                           : run_dir_in;
+    std::ifstream f(run_dir + "/controller.addr");
+    if (!(f >> addr)) {
+      std::fprintf(stderr,
+                   "bulwark update: job '%s' is not running (%s/controller.addr missing); start "
+                   "it with `bulwark run`, or pass --run-dir or --controller HOST:PORT\n",
+                   spec.name.c_str(), run_dir.c_str());
+      return 2;
+    }
+  }
+  std::ifstream in(spec_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string base = fs::absolute(spec_path).parent_path().string();
+  auto r = SendUpdateRequest(addr, text.str(), base, verify_steps, 10);
+  if (!r.ok()) {
+    std::fprintf(stderr, "bulwark update: %s\n", r.status().message().c_str());
+    return r.status().code() == Code::kInvalidArgument ? 2 : 1;
+  }
+  std::printf("%s\n", r->c_str());
+  return 0;
+}
+
 int CmdDescribe(const std::string& store_path, const std::string& job, bool list_only) {
   auto store = Store::Open(store_path);
   if (!store.ok()) return Fail(store.status());
@@ -279,6 +324,21 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   chaos->add_option("--node", node, "node slot (kill_agent)")->check(CLI::NonNegativeNumber);
 
+  std::string uspec, ucontroller, urun_dir;
+  int uverify = 20;
+  auto* update = app.add_subcommand(
+      "update", "apply a changed command, args, env or workdir to a running job in place");
+  update->add_option("spec", uspec, "the job spec with the new command, args, env or workdir")
+      ->required()
+      ->check(CLI::ExistingFile);
+  update->add_option("--controller", ucontroller, "controller HOST:PORT (default: from the run dir)");
+  update->add_option("--run-dir", urun_dir, "the job's run dir (default <workdir>/.bulwark/<job>)");
+  update
+      ->add_option("--verify-steps", uverify,
+                   "new steps the new code must make before it is kept; a fault before that "
+                   "rolls it back")
+      ->check(CLI::PositiveNumber);
+
   std::string store_path = ".bulwark/bulwark.db", djob;
   auto* get = app.add_subcommand("get", "list jobs in a store");
   get->add_option("--store", store_path, "SQLite store")->check(CLI::ExistingFile);
@@ -311,6 +371,7 @@ int main(int argc, char** argv) {
     }
     return CmdChaos(addr, job, run_root, action, rank, node);
   }
+  if (*update) return CmdUpdate(uspec, ucontroller, urun_dir, uverify);
   if (*get) return CmdDescribe(store_path, "", true);
   if (*describe) return CmdDescribe(store_path, djob, false);
   return 2;

@@ -43,6 +43,9 @@ bulwark::Status Controller::Start() { return impl_->Start(); }
 Result<RunResult> Controller::Run() { return impl_->Run(); }
 bool Controller::RunOnce() { return impl_->RunOnce(); }
 void Controller::Cancel() { impl_->Cancel(); }
+void Controller::RequestUpdate(JobSpec next, int verify_steps) {
+  impl_->RequestUpdate(std::move(next), verify_steps);
+}
 void Controller::Detach() { impl_->Detach(); }
 ControllerStatus Controller::Status() const { return impl_->Snapshot(); }
 std::string Controller::Address() const { return impl_->Address(); }
@@ -316,6 +319,7 @@ void ControllerImpl::Reconcile() {
       MaybeAnnounceCadence(now);
       CheckSpontaneousPark(now);
       PrepareSpares();
+      AdvanceUpdate(now);
       MaybeSucceed();
       break;
     case Stage::kDiagnosing:

@@ -137,6 +137,12 @@ class Controller {
   // kAborted. The agents keep their ranks running for their orphan timeout, for a new
   // controller to adopt (an operator handing over leadership). Any thread.
   void Detach();
+  // Asks the controller to apply `next`'s command, args, env and workdir to the running
+  // job (docs/job-spec.md, "Updating a running job"): validated and applied on the
+  // controller's thread; the outcome is in Events (UpdateRequested, UpdateRefused,
+  // UpdateApplied, UpdateSucceeded, UpdateFailed). The new code is kept once it made
+  // `verify_steps` new steps, rolled back if it fails before. Any thread.
+  void RequestUpdate(JobSpec next, int verify_steps);
   // A snapshot, updated by the loop at least once per iteration; any thread.
   ControllerStatus Status() const;
   // "host:port" agents dial (advertise_host or bind_host); "" until Start() succeeded.
@@ -154,6 +160,12 @@ class Controller {
 // the controller's reply message. Used by `bulwark chaos`.
 Result<std::string> SendChaosRequest(const std::string& addr, const std::string& action, int rank,
                                      int node, double timeout_s);
+// Sends a code update (the spec's YAML text, parsed by the controller with relative
+// paths against `base_dir`) to the controller at addr; returns its reply message
+// (FailedPrecondition / InvalidArgument with the reason when it refused). `bulwark update`.
+Result<std::string> SendUpdateRequest(const std::string& addr, const std::string& spec_yaml,
+                                      const std::string& base_dir, int verify_steps,
+                                      double timeout_s);
 
 // Renders the ETTR report as the table printed at the end of `bulwark run`.
 std::string FormatReport(const Json& report);

@@ -150,6 +150,9 @@ void ControllerImpl::HandleClientRequest(JsonLineConn& c, const Json& m) {
         reply["message"] = "injected " + a + " into job " + spec_.name;
       }
     }
+  } else if (type == "update_request") {
+    HandleUpdateRequest(c, m);
+    return;
   } else if (type == "status_request") {
     reply["ok"] = true;
     reply["message"] = std::string(JobPhaseName(rec_.phase)) + " attempt " +
@@ -183,6 +186,15 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
     if (m.contains("store_port") || type == "store") {
       n.store_port = PortField(m, type == "store" ? "port" : "store_port");
     }
+  }
+  if (type == "warm") {  // its warm ranks: how many are ready, for which code
+    auto version = JStrOr(m, "version", "");
+    auto ready = JIntOr(m, "ready", 0);
+    if (version.ok() && ready.ok()) {
+      n.warm_version = *version;
+      n.warm_ready = static_cast<int>(*ready);
+    }
+    return;
   }
   if (type == "heartbeat" || type == "hello" || type == "store") return;
   if (type == "started") {

@@ -86,6 +86,7 @@ void ControllerImpl::FinishDiagnosis() {
 }
 
 void ControllerImpl::Act(const Incident& inc, Json extra) {
+  if (stage_ == Stage::kRunning && RollBackFailedUpdate(inc, extra)) return;
   double now = clock_->NowWall();
   Json j = IncidentToJson(inc);
   j["attempt"] = attempt_;
@@ -249,19 +250,23 @@ void ControllerImpl::RecordProcesses(const Json& started) {
 }
 
 void ControllerImpl::PrepareSpares() {
-  const int warm = spec_.fault_policy.WarmRanks(spec_.procs_per_node);
-  if (warm <= 0 || high_water_ < 0) return;  // the job has not run a step yet
+  if (spec_.fault_policy.WarmRanks(spec_.procs_per_node) <= 0 || high_water_ < 0) return;
   for (auto& [id, n] : nodes_) {
     if (n->slot != -1 || n->prepared || !n->connected()) continue;
-    std::vector<std::string> command = spec_.command;
-    command.insert(command.end(), spec_.args.begin(), spec_.args.end());
-    (void)n->conn->Send(Json{{"type", "prepare"},
-                             {"command", command},
-                             {"env", spec_.env},
-                             {"workdir", spec_.workdir},
-                             {"warm_ranks", warm}});
-    n->prepared = true;
+    SendPrepare(*n, spec_, CodeVersion());
   }
+}
+
+void ControllerImpl::SendPrepare(Node& n, const JobSpec& code, const std::string& version) {
+  std::vector<std::string> command = code.command;
+  command.insert(command.end(), code.args.begin(), code.args.end());
+  (void)n.conn->Send(Json{{"type", "prepare"},
+                          {"command", command},
+                          {"env", code.env},
+                          {"workdir", code.workdir},
+                          {"warm_ranks", code.fault_policy.WarmRanks(code.procs_per_node)},
+                          {"version", version}});
+  n.prepared = true;
 }
 
 }  // namespace bulwark

@@ -71,6 +71,9 @@ struct ControllerNode {
   // from `store` and heartbeats; 0 = none), and whether it was sent `prepare`.
   int store_port = 0;
   bool prepared = false;
+  // Its warm ranks: how many are ready, made for which code version (`warm`).
+  std::string warm_version;
+  int warm_ready = 0;
   bool connected() const { return conn && !conn->closed() && !lost; }
 };
 
@@ -93,6 +96,10 @@ class ControllerImpl {
   Result<RunResult> Run();
   bool RunOnce();
   void Cancel() { cancel_.store(true); }
+  void RequestUpdate(JobSpec next, int verify_steps) {
+    std::lock_guard<std::mutex> l(status_mu_);
+    update_request_.emplace(std::move(next), verify_steps);
+  }
   void Detach() { detach_.store(true); }
   ControllerStatus Snapshot() const;
   std::string Address() const;
@@ -166,6 +173,27 @@ class ControllerImpl {
   void RecordProcesses(const Json& started);
   // Warm ranks for standbys: `prepare` (the job's command) once the job runs.
   void PrepareSpares();
+  // `prepare` to one agent: `code`'s command for its warm pool, as `version`.
+  void SendPrepare(Node& n, const JobSpec& code, const std::string& version);
+  // Code updates (controller_update.cc, docs/job-spec.md "Updating a running job").
+  // Validates and starts an update; false with *reply saying why.
+  bool BeginUpdate(const JobSpec& next, int verify_steps, std::string* reply);
+  void HandleUpdateRequest(JsonLineConn& c, const Json& m);
+  // Preparing: switch once every node's warm ranks run the new code (or the wait is
+  // over); verifying: succeed after verify_steps new steps.
+  void AdvanceUpdate(double now);
+  // A fault while the new code is verified: roll back instead of the policy. True if
+  // the fault was handled so.
+  bool RollBackFailedUpdate(const Incident& inc, const Json& extra);
+  // After a launch: the switch to new code (or back) has happened.
+  void OnCodeLaunched(long resume);
+  // Stops every rank (parked where possible) to relaunch with spec_'s code; `planned`:
+  // no fault caused it (the ledger charges it to no incident).
+  void SwitchCode(bool planned);
+  // The version of the code the ranks run ("v0", then one more per update or rollback).
+  std::string CodeVersion(int ahead = 0) const {
+    return "v" + std::to_string(code_version_ + ahead);
+  }
   // Nodes (controller_nodes.cc).
   bool EnsureSlotsFilled();
   void ReplenishSpares();
@@ -269,6 +297,27 @@ class ControllerImpl {
   RegroupPlan regroup_;              // the plan of the last fault handled
   int regroup_attempt_ = -1;         // the attempt that plan launched (its `started` fill it)
   double spontaneous_park_at_ = -1;  // wall time a rank parked on its own; -1 = none
+  // Code updates in progress (controller_update.cc).
+  struct UpdateState {
+    enum class Phase { kNone, kPreparing, kSwitching, kVerifying };
+    Phase phase = Phase::kNone;
+    int number = 0;         // this update's number (1, 2, ...)
+    JobSpec next;           // the code it applies (command, args, env, workdir)
+    JobSpec previous;       // the spec before the update (what a rollback restores)
+    std::string yaml;       // the updated spec's text, when it came as one
+    std::string fields;     // what changed: "args, env"
+    int verify_steps = 20;  // new steps the new code must make before it is kept
+    long base_step = -1;    // the high water when the new code started
+    double requested_at = 0;
+    double deadline = 0;    // preparing: the wait for warm ranks of the new code ends
+    bool rollback = false;  // the switch in progress restores the previous code
+    size_t log_index = 0;   // its entry in updates_log_
+  };
+  UpdateState update_;
+  int code_version_ = 0;
+  Json updates_log_ = Json::array();  // every update, for the report
+  // An update asked for from another thread (Controller::RequestUpdate; status_mu_).
+  std::optional<std::pair<JobSpec, int>> update_request_;
   int spontaneous_park_rank_ = -1;
   int spontaneous_park_node_ = -1;
   std::string spontaneous_park_error_;

@@ -284,7 +284,8 @@ Status ControllerImpl::Launch() {
                   {"stop_grace_s", spec_.fault_policy.stop_grace_seconds},
                   {"store_host", store_host},
                   {"store_port", store_port},
-                  {"warm_ranks", warm_ranks}};
+                  {"warm_ranks", warm_ranks},
+                  {"version", CodeVersion()}};
     BW_RETURN_IF_ERROR(n.conn->Send(start).Annotate("start on " + n.id));
     n.prepared = true;
   }
@@ -304,6 +305,7 @@ Status ControllerImpl::Launch() {
                                (fetched_from.empty() ? "" : " (peer memory: " + fetched_from + ")")
                          : ", from scratch"));
   decision_ = Decision{};
+  OnCodeLaunched(resume);
   Persist();
   return Status::Ok();
 }

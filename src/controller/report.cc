@@ -98,8 +98,11 @@ std::string FormatReport(const Json& r) {
   return o.str();
 }
 
-Result<std::string> SendChaosRequest(const std::string& addr, const std::string& action, int rank,
-                                     int node, double timeout_s) {
+// Sends one client request to the controller at addr and returns its reply message;
+// a refusal (ok false) is FailedPrecondition, or InvalidArgument when the reply's
+// `code` says so.
+Result<std::string> SendClientRequest(const std::string& addr, const Json& request,
+                                      double timeout_s) {
   size_t colon = addr.rfind(':');
   if (colon == std::string::npos) {
     return InvalidArgument("controller address '" + addr + "' must be HOST:PORT");
@@ -112,21 +115,40 @@ Result<std::string> SendChaosRequest(const std::string& addr, const std::string&
   }
   BW_ASSIGN_OR_RETURN(Fd fd, TcpConnect(addr.substr(0, colon), port, timeout_s));
   JsonLineConn c(std::move(fd));
-  BW_RETURN_IF_ERROR(
-      c.Send(Json{{"type", "chaos_request"}, {"action", action}, {"rank", rank}, {"node", node}}));
+  BW_RETURN_IF_ERROR(c.Send(request));
   BW_RETURN_IF_ERROR(c.Flush(timeout_s));
   for (int i = 0; i < static_cast<int>(timeout_s * 20) + 1; ++i) {
     PollReadable({c.fd()}, 0.05);
     for (const auto& m : c.Read()) {
-      if (m["type"] == "reply") {
-        std::string msg = m.value("message", "");
-        if (!m.value("ok", false)) return FailedPrecondition(msg);
-        return msg;
-      }
+      if (m["type"] != "reply") continue;
+      auto msg = JStrOr(m, "message", "");
+      const std::string text = msg.ok() ? *msg : "";
+      if (m.contains("ok") && m["ok"] == true) return text;
+      auto code = JStrOr(m, "code", "");
+      if (code.ok() && *code == "INVALID_ARGUMENT") return InvalidArgument(text);
+      return FailedPrecondition(text);
     }
     if (c.closed()) return Unavailable("controller closed the connection without a reply");
   }
   return DeadlineExceeded("no reply from the controller at " + addr);
+}
+
+Result<std::string> SendChaosRequest(const std::string& addr, const std::string& action, int rank,
+                                     int node, double timeout_s) {
+  return SendClientRequest(
+      addr, Json{{"type", "chaos_request"}, {"action", action}, {"rank", rank}, {"node", node}},
+      timeout_s);
+}
+
+Result<std::string> SendUpdateRequest(const std::string& addr, const std::string& spec_yaml,
+                                      const std::string& base_dir, int verify_steps,
+                                      double timeout_s) {
+  return SendClientRequest(addr,
+                           Json{{"type", "update_request"},
+                                {"spec_yaml", spec_yaml},
+                                {"base_dir", base_dir},
+                                {"verify_steps", verify_steps}},
+                           timeout_s);
 }
 
 Json ControllerImpl::BuildReport() {
@@ -180,6 +202,7 @@ Json ControllerImpl::BuildReport() {
     chaos.push_back(x);
   }
   j["chaos"] = chaos;
+  if (!updates_log_.empty()) j["updates"] = updates_log_;
   j["checkpoints"] = {{"dir", spec_.checkpoint.dir}, {"committed", committed_}};
   return j;
 }

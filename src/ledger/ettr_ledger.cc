@@ -146,6 +146,19 @@ void EttrLedger::OnFault(const Incident& incident, const std::string& action) {
   first_step_of_attempt_ = false;
 }
 
+void EttrLedger::OnPlannedRestart(double t) {
+  if (ended_) return;
+  if (!std::isfinite(t)) t = cursor_;
+  if (phase_ == Phase::kRunning) {
+    Attribute(t, TimeCategory::kRework);
+  } else {
+    CloseOpen(t);
+  }
+  row_ = -1;
+  phase_ = Phase::kRestarting;
+  first_step_of_attempt_ = false;
+}
+
 void EttrLedger::CloseOpen(double t) {
   IncidentRow* row = Row();
   switch (phase_) {

@@ -76,6 +76,11 @@ class EttrLedger {
   // phase's category; [fault_time, detect_time] -> kDetection. Appends an IncidentRow
   // that collects this fault's costs until the next fault.
   void OnFault(const Incident& incident, const std::string& action);
+  // A restart nobody's fault caused (a code update applied between generations) at t:
+  // [cursor, t] is closed as OnFault would (a running step cut short is rework), then
+  // the job is restarting, with no incident row: the restart and reinit that follow
+  // are charged to their categories, not to the last incident.
+  void OnPlannedRestart(double t);
   // The job reached a terminal state at t: closes [cursor, t] (running -> kIdle,
   // restarting -> kRestart, starting -> kReinit). Later events are ignored.
   void OnEnd(double t);

@@ -118,6 +118,28 @@ TEST(EttrLedgerTest, CrashWithRework) {
   EXPECT_DOUBLE_EQ(row.total_s(), 15);
 }
 
+TEST(EttrLedgerTest, APlannedRestartIsChargedToNoIncident) {
+  EttrLedger l(0);
+  l.OnAttemptLaunched(0, -1);
+  l.OnStep(10, 0, 4, 0, 1);                                            // reinit 6
+  l.OnFault(Fault(FaultKind::kCrash, 0, 12, 12), "restart_in_place");  // rework 2
+  l.OnAttemptLaunched(13, 0);                                          // restart 1
+  l.OnStep(20, 1, 4, 0, 1);                                            // reinit 3
+  l.OnPlannedRestart(20);  // an update between two steps: nothing cut short
+  l.OnAttemptLaunched(22, 1);  // restart 2
+  l.OnStep(27, 2, 4, 0, 1);    // reinit 1
+  l.OnEnd(27);
+  LedgerReport r = l.Report(27);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kRestart), 3);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kReinit), 10);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kRework), 2);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kProductive), 12);
+  EXPECT_DOUBLE_EQ(Sum(r), 27);
+  ASSERT_EQ(r.incidents.size(), 1u);  // the crash row kept only the crash's costs
+  EXPECT_DOUBLE_EQ(r.incidents[0].restart_s, 1);
+  EXPECT_DOUBLE_EQ(r.incidents[0].reinit_s, 3);
+}
+
 TEST(EttrLedgerTest, HangHasLongDetection) {
   EttrLedger l(0);
   l.OnAttemptLaunched(0, -1);

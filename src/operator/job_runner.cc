@@ -61,6 +61,10 @@ void JobRunner::Detach() {
   if (controller_) controller_->Detach();
 }
 
+void JobRunner::RequestUpdate(JobSpec next, int verify_steps) {
+  if (controller_) controller_->RequestUpdate(std::move(next), verify_steps);
+}
+
 void JobRunner::Join() {
   if (thread_.joinable()) thread_.join();
 }

@@ -54,6 +54,9 @@ class JobRunner {
   // its agents keep the ranks running for the next leader to adopt; pods stay.
   void Detach();
   void Join();
+  // Applies an edited TrainJob's command, args, env and workdir to the running job in
+  // place (Controller::RequestUpdate; the outcome comes back as events).
+  void RequestUpdate(JobSpec next, int verify_steps);
   bool Done() const { return done_.load(); }
   // The controller's result once Done(); Internal error if it could not run.
   Result<RunResult> result() const;

@@ -9,6 +9,7 @@
 
 #include "operator/status.h"
 #include "sched/config.h"
+#include "spec/job_update.h"
 
 namespace bulwark::op {
 namespace {
@@ -62,6 +63,10 @@ struct Operator::JobState {
   std::string start_error;       // "Reason: message" of the last failed start ("" after a start)
   std::string invalid;           // parse errors of the current generation
   long invalid_generation = -1;
+  // What the runner runs: the TrainJob as it was at `running_generation`; a later
+  // generation is applied in place when only command, args, env or workdir changed.
+  std::optional<trainjob::TrainJob> running;
+  long running_generation = -1;
 };
 
 class Operator::Impl {
@@ -87,6 +92,9 @@ class Operator::Impl {
   void Quarantine(const std::string& node, const std::string& reason);
   void Reconcile(const std::string& key);
   void ReportPodTrouble(const std::string& key, JobState& j);
+  // A running TrainJob edited to generation `gen`: command, args, env and workdir are
+  // applied in place (JobRunner::RequestUpdate); anything else is reported, not applied.
+  void ApplyEdit(const std::string& key, JobState& j, const Json& obj, long gen);
   void CleanupPods(const std::string& key, const std::string& keep_run);
   // A job the previous leader ran whose pods still run with published agent endpoints:
   // records it where it runs and starts a runner that adopts them (no pod is replaced,
@@ -518,6 +526,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
       CancelRunner(key, /*requeue=*/true);
       return;
     }
+    if (j.running && gen > j.running_generation) ApplyEdit(key, j, *obj, gen);
     ReportPodTrouble(key, j);
     return;
   }
@@ -585,6 +594,39 @@ void Operator::Impl::Reconcile(const std::string& key) {
     sched_dirty_ = true;
   }
   if (j.start_error.empty()) WritePending(key, j, "Pending", placement_.Reason(key));
+}
+
+void Operator::Impl::ApplyEdit(const std::string& key, JobState& j, const Json& obj, long gen) {
+  j.running_generation = gen;  // each generation is judged once
+  auto next = trainjob::TrainJobFromObject(obj);
+  if (!next.ok()) {
+    PostJobEvent(key, "Warning", "SpecChangeNotApplied",
+                 "generation " + std::to_string(gen) + " is not valid; the job goes on as it was: " +
+                     next.status().message());
+    return;
+  }
+  std::string refused;
+  if (!(next->pod == j.running->pod)) refused += "pod: the pods would have to be created again; ";
+  if (!(next->scheduling == j.running->scheduling)) {
+    refused += "scheduling: the job is admitted and placed already; ";
+  }
+  Result<JobUpdate> plan = PlanJobUpdate(j.running->job, next->job);
+  if (!refused.empty() || !plan.ok()) {
+    if (!plan.ok() && plan.status().code() != Code::kFailedPrecondition) {
+      refused += plan.status().message();
+    }
+    if (refused.empty()) return;  // nothing the job runs with changed (labels, say)
+    PostJobEvent(key, "Warning", "SpecChangeNotApplied",
+                 "generation " + std::to_string(gen) + " changes what cannot change in place (" +
+                     refused + "); delete and re-create the TrainJob to apply it (it resumes "
+                     "from its checkpoints)");
+    return;
+  }
+  PostJobEvent(key, "Normal", "UpdateRequested",
+               "generation " + std::to_string(gen) + " changes " + plan->Describe() +
+                   ": applied in place at a step boundary");
+  j.runner->RequestUpdate(next->job, 20);
+  j.running = std::move(*next);
 }
 
 void Operator::Impl::Cycle() {
@@ -670,6 +712,8 @@ Status Operator::Impl::StartRunner(const std::string& key, const trainjob::Train
   BW_RETURN_IF_ERROR(runner->Start());
   queue_.Forget(key);  // earlier failed starts no longer delay this key
   j.runner = std::move(runner);
+  j.running = tj;
+  j.running_generation = tj.generation;
   j.requeued = false;
   j.deleting = false;
   j.finished = false;

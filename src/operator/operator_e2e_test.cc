@@ -331,6 +331,37 @@ TEST_F(OperatorE2E, InvalidSpecFailsWithTheFieldAndDeletionCleansUp) {
   ASSERT_TRUE(admin_->Create(k8s::TrainJobs(), ns_, TrainJob("long", 2, 100000, "1")).ok());
   ASSERT_TRUE(WaitFor([&] { return Step("long") >= 20; }, 90)) << Describe("long");
   ASSERT_EQ(Pods().size(), 3u);
+  // Edited while it runs: a new env is applied in place (the ranks switch at a step
+  // boundary, no pod is created again); a new image is not (the pods would have to be),
+  // and the TrainJob says so.
+  auto pod_names = [&] {
+    std::set<std::string> names;
+    for (const Json& p : Pods()) names.insert(Str(p, {"metadata", "name"}));
+    return names;
+  };
+  const std::set<std::string> pods_before = pod_names();
+  ASSERT_TRUE(admin_
+                  ->UpdateWithRetry(k8s::TrainJobs(), ns_, "long",
+                                    [](Json& o) {
+                                      o["spec"]["env"]["TINY_CODE"] = "v2";
+                                      return Status::Ok();
+                                    })
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return HasEvent("TrainJob", "long", "UpdateSucceeded"); }, 120))
+      << Describe("long");
+  EXPECT_TRUE(HasEvent("TrainJob", "long", "UpdateRequested"));
+  EXPECT_TRUE(HasEvent("TrainJob", "long", "UpdateApplied"));
+  EXPECT_EQ(pod_names(), pods_before);
+  ASSERT_TRUE(admin_
+                  ->UpdateWithRetry(k8s::TrainJobs(), ns_, "long",
+                                    [](Json& o) {
+                                      o["spec"]["pod"]["image"] = "ghcr.io/acme/train:2.0";
+                                      return Status::Ok();
+                                    })
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return HasEvent("TrainJob", "long", "SpecChangeNotApplied"); }, 30))
+      << Describe("long");
+  EXPECT_EQ(pod_names(), pods_before);
   // Suspended: stopped, its pods deleted, Pending until resumed.
   auto set_suspend = [&](bool v) {
     return admin_->UpdateWithRetry(k8s::TrainJobs(), ns_, "long", [v](Json& o) {

@@ -31,6 +31,7 @@ struct ChaosFault {
   long at_step = -1;       // when global rank 0 first reports this step
   int rank = 0;            // global rank (kill_rank, hang_rank, nan_loss)
   int node = 0;            // node index (kill_agent)
+  bool operator==(const ChaosFault&) const = default;
 };
 
 struct CheckpointSpec {
@@ -47,6 +48,7 @@ struct CheckpointSpec {
   std::string object_store;        // "s3://bucket/prefix?endpoint=..." object tier; "" = none
   long object_interval_steps = 0;  // upload steps divisible by this (0 = every persisted one)
   bool peer_replication = true;    // memory snapshots copied to a peer node's memory
+  bool operator==(const CheckpointSpec&) const = default;
 };
 
 struct FaultPolicySpec {
@@ -80,6 +82,7 @@ struct FaultPolicySpec {
   // replacements; -1 = auto (procsPerNode), 0 = none.
   int warm_ranks = -1;
   int WarmRanks(int procs_per_node) const { return warm_ranks < 0 ? procs_per_node : warm_ranks; }
+  bool operator==(const FaultPolicySpec&) const = default;
 };
 
 struct JobSpec {

@@ -42,6 +42,7 @@ struct SchedulingSpec {
   std::string gpu_type = "h100";  // nodes are matched by label bulwark.dev/gpu-type
   GangMode gang = GangMode::kBulwark;
   std::string kueue_queue;  // the LocalQueue; required when gang is kKueue
+  bool operator==(const SchedulingSpec&) const = default;
 };
 
 // spec.pod: how each node's pod is built (Kubernetes backend only). Strings are ""
@@ -61,6 +62,7 @@ struct PodOptions {
   std::string local_checkpoint_path;    // hostPath (DirectoryOrCreate) at /bulwark/local
   std::string shared_checkpoint_claim;  // PVC (ReadWriteMany) at /bulwark/shared
   std::string config_map;               // at /bulwark/config, read-only
+  bool operator==(const PodOptions&) const = default;
 };
 
 struct TrainJob {

@@ -8,7 +8,8 @@ Environment knobs: TINY_CRASH_AT_START=1 exits 1 at once (budget exhaustion);
 TINY_STEP_TIME seconds per step (default 0.02); TINY_SAVE_EVERY_STEP=1 snapshots every
 step (the memory tier; the SDK marks every checkpoint.intervalSteps-th for disk);
 TINY_STEP_LOG=PATH appends "rank step pid" for every step it runs (a test then sees
-whether a step ran twice or a rank was restarted); TINY_IN_PROCESS=1 runs the loop
+whether a step ran twice or a rank was restarted; with TINY_CODE set, "rank step pid
+code"); TINY_CODE names the code version (a hot update changes it); TINY_IN_PROCESS=1 runs the loop
 under bulwark.run (no process group: backend=None), so a fault elsewhere makes this
 process re-enter the loop in the next generation instead of being restarted.
 """
@@ -56,7 +57,8 @@ def train():
     for step in bulwark.steps(start, args.steps + 1):
         time.sleep(step_time)
         if step_log:
-            step_log.write(f"{rank} {step} {os.getpid()}\n")
+            code = os.environ.get("TINY_CODE")
+            step_log.write(f"{rank} {step} {os.getpid()}" + (f" {code}" if code else "") + "\n")
         if bulwark.poll_injected_nan():
             w = float("nan")
         if bulwark.should_skip(step):
