@@ -225,5 +225,66 @@ TEST_F(InProcessE2E, UpdatingAJobThatIsNotRunningSaysSo) {
   EXPECT_NE(text.find("job 'hotupd' is not running"), std::string::npos) << text;
 }
 
+TEST_F(InProcessE2E, ElasticJobShrinksWhenANodeIsLostAndGrowsBack) {
+  // 3 nodes x 1 rank on 3 modelled machines; node 1's machine dies at step 60 and is
+  // repaired 5 s later. No spare and no free machine: after waiting 1 s the job
+  // continues on 2 nodes (the survivors keep their processes; old rank 2 becomes rank
+  // 1), then grows back to 3 when the machine returns.
+  const std::string log = dir_ + "/steps.log";
+  const std::string spec = WriteSpec(
+      "elastic", 3, 1, 600,
+      "faultPolicy: {restartBudget: 4, backoff: {baseSeconds: 0.1, capSeconds: 1}, "
+      "hangTimeout: {floorSeconds: 3, multiplier: 5, startupSeconds: 60}, "
+      "heartbeat: {intervalSeconds: 0.5, misses: 10}, stopGraceSeconds: 1}\n"
+      "elastic: {minNodes: 2, waitSeconds: 1}\n"
+      "chaos:\n"
+      "  - {kind: kill_agent, atStep: 60, node: 1}\n",
+      ", memorySlots: 4",
+      ", TINY_IN_PROCESS: \"1\", TINY_SAVE_EVERY_STEP: \"1\", TINY_STEP_TIME: \"0.03\", "
+      "TINY_STEP_LOG: \"" + log + "\"");
+  auto [code, out, report] = Run(spec, 300, {"--machines", "3", "--repair-seconds", "5"});
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(report["phase"], "Succeeded");
+  EXPECT_EQ(report["last_step"], 600);
+  ASSERT_TRUE(report.contains("resizes")) << report.dump(2);
+  const Json& rs = report["resizes"];
+  ASSERT_EQ(rs.size(), 2u) << rs.dump(2);
+  EXPECT_EQ(rs[0]["from_nodes"], 3);
+  EXPECT_EQ(rs[0]["to_nodes"], 2);
+  EXPECT_EQ(rs[1]["from_nodes"], 2);
+  EXPECT_EQ(rs[1]["to_nodes"], 3);
+  EXPECT_GE(rs[1]["at_s"].get<double>() - rs[0]["at_s"].get<double>(), 3.0) << rs.dump(2);
+  EXPECT_EQ(report["max_nodes"], 3);
+  // The node loss kept the two survivors' processes.
+  const Json& incs = report["incidents"];
+  ASSERT_GE(incs.size(), 1u);
+  EXPECT_EQ(incs[0]["kind"], "node_lost") << incs[0].dump(2);
+  EXPECT_EQ(Ranks(incs[0], "kept_pids"), (std::set<int>{0, 1})) << incs[0].dump(2);
+  // The step log: rank 0 is one process throughout; the process of rank 2 ran on as
+  // rank 1 while the job had 2 nodes and kept that number after the growth; rank 2
+  // came back in a new process.
+  const auto runs = ReadStepLog(log);
+  std::map<long, std::set<int>> ranks_of_pid;
+  std::map<int, std::set<long>> pids_of_rank;
+  std::map<long, std::set<int>> ranks_at_step;
+  for (const StepRun& r : runs) {
+    ranks_of_pid[r.pid].insert(r.rank);
+    pids_of_rank[r.rank].insert(r.pid);
+    ranks_at_step[r.step].insert(r.rank);
+  }
+  EXPECT_EQ(pids_of_rank[0].size(), 1u);
+  int renumbered = 0;
+  for (const auto& [pid, ranks] : ranks_of_pid) {
+    renumbered += ranks == std::set<int>{1, 2} ? 1 : 0;
+  }
+  EXPECT_EQ(renumbered, 1) << "no process ran as rank 2 and then as rank 1";
+  EXPECT_EQ(ranks_at_step[600], (std::set<int>{0, 1, 2}));
+  bool ran_on_two = false;
+  for (const auto& [step, ranks] : ranks_at_step) ran_on_two |= ranks == std::set<int>{0, 1};
+  EXPECT_TRUE(ran_on_two) << "no step ran on the 2-node world";
+  EXPECT_NE(out.find("Resized"), std::string::npos) << out;
+  ExpectNoLeftovers();
+}
+
 }  // namespace
 }  // namespace bulwark

@@ -16,11 +16,14 @@ namespace bulwark::e2e {
 class InProcessE2E : public E2EBase {
  protected:
   // Runs `bulwark run SPEC` to completion; returns (exit code, output, report).
-  std::tuple<int, std::string, Json> Run(const std::string& spec, double timeout_s = 300) {
-    auto [code, out] = RunProcess({build_ + "/bin/bulwark", "run", spec, "--report",
-                                   dir_ + "/report.json", "--run-dir", dir_ + "/run", "--store",
-                                   dir_ + "/bulwark.db"},
-                                  {}, timeout_s);
+  // `extra_args` go after the spec (e.g. --machines).
+  std::tuple<int, std::string, Json> Run(const std::string& spec, double timeout_s = 300,
+                                         const std::vector<std::string>& extra_args = {}) {
+    std::vector<std::string> argv = {build_ + "/bin/bulwark", "run", spec, "--report",
+                                     dir_ + "/report.json", "--run-dir", dir_ + "/run", "--store",
+                                     dir_ + "/bulwark.db"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    auto [code, out] = RunProcess(argv, {}, timeout_s);
     EXPECT_NE(code, -1) << "bulwark run did not finish in " << timeout_s << " s:\n" << out;
     std::ifstream rf(dir_ + "/report.json");
     std::stringstream ss;

@@ -40,6 +40,7 @@ import time
 T_PROC_START = time.time()  # before the heavy imports: startup cost is reported
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -78,6 +79,10 @@ def parse_args():
                    default="bulwark" if under_bulwark else "torchsave")
     p.add_argument("--pg-timeout", type=float, default=60.0,
                    help="gloo collective timeout, seconds")
+    p.add_argument("--elastic-batch", choices=["keep", "scale"], default="keep",
+                   help="an elastic job on fewer ranks than at full size: keep the global "
+                        "batch (each rank accumulates the gradients of the missing ranks' "
+                        "micro-batches) or scale it with the world size")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--val-every", type=int, default=100)
     p.add_argument("--snapshot-ab", type=int, default=0,
@@ -287,22 +292,42 @@ def train_bulwark(args, corpus):
     # the agent persists every checkpoint.intervalSteps-th to disk.
     memory_tier = bool(os.environ.get("BULWARK_STAGING_DIR"))
     report_start(rank, "bulwark", gen.number, world, model, corpus, start, t_launch)
-    tokens = args.batch_size * args.context
+    # An elastic job on fewer ranks than at full size (gen.max_world_size): with
+    # --elastic-batch keep this rank also trains the micro-batches of the missing ranks
+    # v with v % world == rank, accumulating their gradients, so a step sees the data and
+    # the gradient of the full-size step;
+    # with scale each rank trains its own batch and the global batch shrinks.
+    full = max(gen.max_world_size, world) if args.elastic_batch == "keep" else world
+    virtual = [v for v in range(full) if v % world == rank]
+    # Each micro-batch's loss is weighted world/full: DDP's mean over the world's ranks
+    # is then the mean over all `full` micro-batches, as at full size.
+    weight = world / full
+    if rank == 0 and full > world:
+        print(f"[rank 0] {world} of {full} ranks: the ranks accumulate "
+              f"{full // world}-{-(-full // world)} micro-batches each (global batch kept)",
+              flush=True)
+    tokens = args.batch_size * args.context * len(virtual)
     prev_end = time.time()
     loss_v = float("nan")
     for step in bulwark.steps(start, args.steps + 1):
         skip = bulwark.skip_range()
         stream = 1 if skip and skip[0] <= step < skip[1] else 0
-        x, y = corpus.batch(args.seed, step, rank, stream, args.batch_size, args.context)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
-        loss = ddp(x, y)
-        if bulwark.poll_injected_nan():
-            loss = loss * float("nan")  # poisons every rank's weights via allreduce
+        poison = bulwark.poll_injected_nan()  # poisons every rank's weights via allreduce
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_sum = 0.0
+        for i, v in enumerate(virtual):
+            x, y = corpus.batch(args.seed, step, v, stream, args.batch_size, args.context)
+            # Gradients are all-reduced once, with the last micro-batch.
+            with ddp.no_sync() if i < len(virtual) - 1 else contextlib.nullcontext():
+                loss = ddp(x, y)
+                if poison:
+                    loss = loss * float("nan")
+                (loss * weight).backward()
+            loss_sum += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        loss_v = loss.item()
+        loss_v = loss_sum / len(virtual)
         opt.step()
         t_end = time.time()
         step_time, prev_end = t_end - prev_end, t_end

@@ -59,6 +59,10 @@ class Generation:
     local_rank: int
     resume_step: int   # the step to restore, -1 = start fresh
     restarted: bool    # this process ran an earlier generation (it was kept)
+    # Elastic jobs: the world size the job runs at when it has all its nodes. A
+    # generation may have fewer ranks (world_size < max_world_size); a trainer that keeps
+    # its global batch accumulates max_world_size / world_size times as many micro-batches.
+    max_world_size: int = 0
 
     @staticmethod
     def from_env(restarted: bool) -> "Generation":
@@ -68,7 +72,9 @@ class Generation:
                           world_size=int(e.get("WORLD_SIZE", "1") or 1),
                           local_rank=int(e.get("LOCAL_RANK", "0") or 0),
                           resume_step=int(e.get("BULWARK_RESUME_STEP", "-1") or -1),
-                          restarted=restarted)
+                          restarted=restarted,
+                          max_world_size=max(int(e.get("BULWARK_MAX_WORLD_SIZE", "0") or 0),
+                                             int(e.get("WORLD_SIZE", "1") or 1)))
 
 
 class _Runtime:

@@ -227,6 +227,52 @@ TEST_F(AgentGenerationsTest, ACrashReplacesOnlyTheCrashedRankTheSurvivorJoinsThe
   EXPECT_EQ(procs_.Spawned().size(), 4u);  // only the crashed rank got a new process
 }
 
+TEST_F(AgentGenerationsTest, AResizedWorldRenumbersTheKeptRanks) {
+  // This node was slot 1 of 2 (ranks 2, 3); the job shrank to it alone: its parked
+  // processes (matched by local rank) become ranks 0 and 1 of a world of 2.
+  Sdk s2 = BindRank(2), s3 = BindRank(3);
+  Json start0 = Start(0);
+  start0["nnodes"] = 2;
+  start0["group_rank"] = 1;
+  start0["world_size"] = 4;
+  Send(start0);
+  Json started = Expect("started");
+  const pid_t p2 = Of(started, 2).first, p3 = Of(started, 3).first;
+  ASSERT_GT(p2, 0);
+  for (int r : {2, 3}) {
+    FromRank({{"type", "hello"}, {"rank", r}, {"pid", Of(started, r).first}, {"in_process", true}});
+    Expect("rank_info");
+  }
+  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"kill", Json::array()},
+        {"park_timeout_s", 5}});
+  ToRank(s2);
+  ToRank(s3);
+  FromRank({{"type", "parked"}, {"rank", 2}, {"pid", p2}, {"attempt", 0}, {"error", ""}});
+  FromRank({{"type", "parked"}, {"rank", 3}, {"pid", p3}, {"attempt", 0}, {"error", ""}});
+  Expect("stopped");
+  Json start1 = Start(1);
+  start1["max_world_size"] = 4;
+  Send(start1);
+  Json started1 = Expect("started");
+  EXPECT_EQ(Of(started1, 0), std::make_pair(p2, std::string("kept")));
+  EXPECT_EQ(Of(started1, 1), std::make_pair(p3, std::string("kept")));
+  // The generation goes to the socket the process listens on; it names the new one.
+  Json gen = ToRank(s2);
+  EXPECT_EQ(gen["type"], "generation");
+  EXPECT_EQ(gen["env"]["RANK"], "0");
+  EXPECT_EQ(gen["env"]["LOCAL_RANK"], "0");
+  EXPECT_EQ(gen["env"]["WORLD_SIZE"], "2");
+  EXPECT_EQ(gen["env"]["BULWARK_MAX_WORLD_SIZE"], "4");
+  EXPECT_EQ(gen["env"]["BULWARK_RANK_SOCK"], NodeDir() + "/rank-0.sock");
+  EXPECT_EQ(ToRank(s3)["env"]["RANK"], "1");
+  // The kept process reports under its new number.
+  FromRank({{"type", "step"}, {"rank", 1}, {"step", 8}, {"loss", 1.0}, {"t", 2.0}});
+  Json step = Expect("step");
+  EXPECT_EQ(step["rank"], 1);
+  EXPECT_EQ(step["attempt"], 1);
+  EXPECT_EQ(procs_.Spawned().size(), 2u);  // no new process
+}
+
 TEST_F(AgentGenerationsTest, ARankThatDoesNotParkInTimeIsKilledAndReplaced) {
   StartTwoRanks();
   const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;

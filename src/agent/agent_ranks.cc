@@ -109,9 +109,10 @@ void Agent::Launch(const StartSpec& spec) {
 bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::string, std::string>& base,
                       Rank* r, std::string* why) {
   const int rank = spec.GlobalRank(local);
-  // The parked process of this rank joins the new generation.
+  // The parked process of this local rank joins the new generation. Matched by local
+  // rank (its device binding): after an elastic resize its global rank may change.
   for (auto it = ranks_.begin(); it != ranks_.end(); ++it) {
-    if (it->rank != rank || !it->alive || !it->parked || it->retired) continue;
+    if (it->local_rank != local || !it->alive || !it->parked || it->retired) continue;
     Rank kept = std::move(*it);
     ranks_.erase(it);
     if (kept.version != spec.version) {  // it runs the code before an update: replaced
@@ -125,9 +126,17 @@ bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::stri
     if (SendGeneration(spec, local, kept)) {
       kept.parked = false;
       kept.how = "kept";
+      const int was = kept.rank;
+      kept.rank = rank;  // its socket moves with it once it re-initialises
+      if (was != rank) {  // the world resized: the log follows the rank number
+        if (kept.log) std::fclose(kept.log);
+        kept.log = std::fopen(RankLogPath(spec, rank).c_str(), "a");
+      }
       if (kept.log) {
-        std::fprintf(kept.log, "===== bulwark attempt %d, rank %d on %s: same process (pid %d), %s =====\n",
+        std::fprintf(kept.log,
+                     "===== bulwark attempt %d, rank %d on %s: same process (pid %d%s), %s =====\n",
                      spec.attempt, rank, opts_.node.c_str(), kept.pid,
+                     was == rank ? "" : (", was rank " + std::to_string(was)).c_str(),
                      WallStamp(clock_->NowWall()).c_str());
         std::fflush(kept.log);
       }

@@ -1,5 +1,7 @@
 #include "agent/rank_env.h"
 
+#include <algorithm>
+
 #include "common/json_util.h"
 
 namespace bulwark {
@@ -87,9 +89,15 @@ Result<StartSpec> ParseStartMessage(const Json& m, const std::string& default_lo
   BW_FIELD(s.store_port, JIntOr(m, "store_port", 0));
   BW_FIELD(s.warm_ranks, JIntOr(m, "warm_ranks", 0));
   BW_FIELD(s.version, JStrOr(m, "version", ""));
+  BW_FIELD(s.max_world_size, JIntOr(m, "max_world_size", 0));
   if (s.store_port < 0 || s.store_port > 65535 || (s.store_port > 0 && s.store_host.empty())) {
     return InvalidArgument(
         "message 'start': field 'store_port' must be in [0, 65535], with 'store_host' set");
+  }
+  if (s.max_world_size != 0 && s.max_world_size < s.world_size) {
+    return InvalidArgument("message 'start': field 'max_world_size' (" +
+                           std::to_string(s.max_world_size) + ") must be 0 or >= world_size (" +
+                           std::to_string(s.world_size) + ")");
   }
   if (s.warm_ranks < 0 || s.warm_ranks > 64) {
     return InvalidArgument("message 'start': field 'warm_ranks' must be in [0, 64]");
@@ -149,6 +157,7 @@ std::map<std::string, std::string> BuildRankEnv(const StartSpec& spec, int local
   env["RANK"] = i(rank);
   env["LOCAL_RANK"] = i(local_rank);
   env["WORLD_SIZE"] = i(spec.world_size);
+  env["BULWARK_MAX_WORLD_SIZE"] = i(std::max(spec.max_world_size, spec.world_size));
   env["LOCAL_WORLD_SIZE"] = i(spec.nproc_per_node);
   env["GROUP_RANK"] = i(spec.group_rank);
   env["GROUP_WORLD_SIZE"] = i(spec.nnodes);

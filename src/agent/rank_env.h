@@ -68,6 +68,8 @@ struct StartSpec {
   // The code version (`bulwark update`): a parked rank or a warm rank made for another
   // version is not reused.
   std::string version;
+  // Elastic jobs: the world size the job grows back to (>= world_size; 0 = world_size).
+  int max_world_size = 0;
 
   int GlobalRank(int local_rank) const { return group_rank * nproc_per_node + local_rank; }
 };

@@ -43,6 +43,7 @@ TEST(RankEnv, ParsesStartAndBuildsTorchrunEnv) {
   EXPECT_EQ(env["ROLE_RANK"], "3");
   EXPECT_EQ(env["WORLD_SIZE"], "4");
   EXPECT_EQ(env["ROLE_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["BULWARK_MAX_WORLD_SIZE"], "4");  // not elastic: the world size
   EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
   EXPECT_EQ(env["GROUP_RANK"], "1");
   EXPECT_EQ(env["ROLE_NAME"], "default");
@@ -64,6 +65,21 @@ TEST(RankEnv, ParsesStartAndBuildsTorchrunEnv) {
   EXPECT_EQ(spec->cadence_steps, 0);
   EXPECT_EQ(env["PYTHONPATH"], "/py:/py/bulwark/sitecustomize_dir:/old");
   EXPECT_EQ(env["PYTHONUNBUFFERED"], "1");
+}
+
+TEST(RankEnv, AnElasticWorldNamesTheSizeItGrowsBackTo) {
+  Json m = StartMsg();
+  m["max_world_size"] = 8;
+  auto spec = ParseStartMessage(m);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "", "", ""};
+  EXPECT_EQ(BuildRankEnv(*spec, 0, p, {})["BULWARK_MAX_WORLD_SIZE"], "8");
+  m["max_world_size"] = 2;  // below world_size 4
+  auto bad = ParseStartMessage(m);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'max_world_size' (2) must be 0 or >= world_size (4)"),
+            std::string::npos)
+      << bad.status().message();
 }
 
 TEST(RankEnv, AutoCadenceHandsPersistenceToTheAgent) {

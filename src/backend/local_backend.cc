@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <set>
 
@@ -14,6 +15,33 @@ LocalBackend::~LocalBackend() { (void)Teardown(1); }
 
 Status LocalBackend::StartNode(const NodeRequest& req) {
   if (agents_.count(req.node_id)) return InvalidArgument("node " + req.node_id + " already exists");
+  if (opts_.machines > 0) {
+    const double now = SystemClock::Get()->NowMono();
+    std::string back;  // the machine that comes back first
+    double back_at = 0;
+    for (auto it = down_.begin(); it != down_.end();) {
+      if (it->second <= now) {
+        it = down_.erase(it);
+        continue;
+      }
+      if (back.empty() || it->second < back_at) {
+        back = it->first;
+        back_at = it->second;
+      }
+      ++it;
+    }
+    const size_t busy = agents_.size() + adopted_.size() + down_.size();
+    if (busy >= static_cast<size_t>(opts_.machines)) {
+      // One message per state (the controller logs each new one): no countdown.
+      char repair[64];
+      std::snprintf(repair, sizeof repair, "%g", opts_.repair_s);
+      return Unavailable("all " + std::to_string(opts_.machines) + " local machines are busy or " +
+                         "down" +
+                         (back.empty() ? std::string()
+                                       : "; " + back + "'s machine is under repair (" + repair +
+                                             " s from its loss)"));
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(req.run_dir + "/" + req.node_id, ec);
   if (ec) return Internal("create " + req.run_dir + "/" + req.node_id + ": " + ec.message());
@@ -68,6 +96,9 @@ Status LocalBackend::KillNode(const std::string& node_id) {
   if (it == agents_.end()) return NotFound("no node " + node_id);
   // Node loss: the agent dies at once; its ranks follow through PR_SET_PDEATHSIG.
   if (::kill(it->second.pid, SIGKILL) != 0) return ErrnoStatus("kill agent " + node_id, errno);
+  if (opts_.machines > 0 && opts_.repair_s > 0) {
+    down_[node_id] = SystemClock::Get()->NowMono() + opts_.repair_s;
+  }
   return Status::Ok();
 }
 

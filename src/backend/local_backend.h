@@ -5,7 +5,14 @@
 // without a chance to stop them (SIGKILL): their ranks keep training for the agents'
 // orphan timeout, and a restarted `bulwark run` adopts them (AdoptNode; they are not
 // its children then, so they are watched and signalled by pid, and reaped by whoever
-// their parent is). Not thread-safe: the controller's thread only.
+// their parent is).
+//
+// Capacity: by default every StartNode gets a machine. With `machines` > 0 the backend
+// models a fixed set of machines: an agent occupies one while it runs, and a node lost
+// to KillNode (chaos: the machine died) keeps its machine down for `repair_s` before it
+// is free again. StartNode without a free machine answers UNAVAILABLE (no capacity
+// yet), as a cluster would: the controller waits, or an elastic job shrinks.
+// Not thread-safe: the controller's thread only.
 #pragma once
 
 #include <map>
@@ -21,6 +28,8 @@ struct LocalBackendOptions {
   std::string python_dir;    // Bulwark's python/ directory (SDK module)
   std::string sdk_lib;       // path of libbulwark.so
   double heartbeat_interval_s = 1;
+  int machines = 0;     // 0 = unlimited
+  double repair_s = 0;  // a killed node's machine is down this long
 };
 
 class LocalBackend : public Backend {
@@ -41,6 +50,7 @@ class LocalBackend : public Backend {
   LocalBackendOptions opts_;
   std::map<std::string, Child> agents_;
   std::map<std::string, pid_t> adopted_;  // agents of an earlier controller, by node id
+  std::map<std::string, double> down_;    // node id -> when its machine is back (mono)
   long polls_ = 0;
 };
 

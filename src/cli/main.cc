@@ -69,6 +69,8 @@ struct RunFlags {
   bool fresh = false;
   bool quiet = false;
   uint64_t seed = 1;
+  int machines = 0;
+  double repair_s = 0;
 };
 
 void PrintNotes(const std::vector<std::string>& notes) {
@@ -119,6 +121,8 @@ int CmdRun(const RunFlags& f) {
       EnvOr("BULWARK_LIB", fs::weakly_canonical(ExeDir() + "/../lib/libbulwark.so").string());
   bo.python_dir = EnvOr("BULWARK_PYTHON_DIR", std::string(BULWARK_SOURCE_DIR) + "/python");
   bo.heartbeat_interval_s = spec->fault_policy.heartbeat_interval_seconds;
+  bo.machines = f.machines;
+  bo.repair_s = f.repair_s;
   if (access(bo.agent_binary.c_str(), X_OK) != 0) {
     std::fprintf(
         stderr,
@@ -299,6 +303,13 @@ int main(int argc, char** argv) {
   run->add_flag("--fresh", rf.fresh, "delete the job's checkpoints and start from step 0");
   run->add_flag("--quiet", rf.quiet, "do not print controller events");
   run->add_option("--seed", rf.seed, "seed for backoff jitter");
+  run->add_option("--machines", rf.machines,
+                  "model a fixed set of local machines (0 = unlimited): a node without a free "
+                  "one waits for capacity, an elastic job shrinks")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--repair-seconds", rf.repair_s,
+                  "with --machines: how long a node lost to chaos keeps its machine down")
+      ->check(CLI::NonNegativeNumber);
 
   std::string vspec, vtarget = "auto";
   auto* validate = app.add_subcommand(

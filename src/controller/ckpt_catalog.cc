@@ -28,6 +28,7 @@ class LocalCatalog : public CheckpointCatalog {
         object_(object),
         clock_(clock) {}
 
+  void SetWorld(int world) override { cfg_.world = world; }
   Status Open() override {
     Status mk = env_->MkdirAll(cfg_.disk_dir);
     if (!mk.ok()) return Internal("create checkpoint dir " + cfg_.disk_dir + ": " + mk.message());

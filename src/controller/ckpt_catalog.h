@@ -90,6 +90,8 @@ class CheckpointCatalog {
   // Operations completed since the last call, in completion order. Remote: also
   // sends pending requests, re-sends those of lost agents and applies deadlines.
   virtual std::vector<CatalogEvent> Poll() = 0;
+  // The job resized: steps from now on are committed with `world` ranks' shards.
+  virtual void SetWorld(int world) = 0;
 };
 
 // `env` (not owned; nullptr = ckpt::Env::Default()) serves every file access;
@@ -120,6 +122,7 @@ class RemoteCatalog : public CheckpointCatalog {
   ~RemoteCatalog() override;
 
   Status Open() override;
+  void SetWorld(int world) override { cfg_.world = world; }
   bool Settled() const override;
   bool Listed() const override { return listed_; }
   std::string Waiting() const override;

@@ -211,6 +211,7 @@ Status ControllerImpl::Setup() {
                        std::to_string(spec_.fault_policy.spare_nodes) + " spare; controller " +
                        addr_ + "; backend " + backend_->Name());
   slots_.assign(spec_.nodes, "");
+  max_nodes_ = spec_.nodes;
   const std::vector<AdoptableNode> candidates = AdoptionCandidates(carry_on);
   if (!candidates.empty()) {
     BeginAdoption(candidates);
@@ -268,7 +269,8 @@ void ControllerImpl::MaybeSucceed() {
 
 void ControllerImpl::ProvisionAndLaunch(double now, const char* what) {
   const bool relaunch = stage_ == Stage::kBackoff;
-  const bool ready = EnsureSlotsFilled();
+  bool ready = EnsureSlotsFilled();
+  if (!ready && MaybeShrink(now)) ready = EnsureSlotsFilled();
   if (relaunch) ReplenishSpares();
   if (ready && ResumeReady()) {
     Status st = Launch();
@@ -320,6 +322,7 @@ void ControllerImpl::Reconcile() {
       CheckSpontaneousPark(now);
       PrepareSpares();
       AdvanceUpdate(now);
+      MaybeGrow(now);
       MaybeSucceed();
       break;
     case Stage::kDiagnosing:

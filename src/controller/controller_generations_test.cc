@@ -23,6 +23,7 @@ class FakeBackend : public Backend {
  public:
   const char* Name() const override { return "fake"; }
   Status StartNode(const NodeRequest& req) override {
+    if (!capacity) return Unavailable("no machine free");
     started.push_back(req);
     return Status::Ok();
   }
@@ -35,6 +36,7 @@ class FakeBackend : public Backend {
   Status Teardown(double) override { return Status::Ok(); }
   std::vector<NodeRequest> started;
   std::vector<std::string> killed;
+  bool capacity = true;  // false: StartNode answers UNAVAILABLE
 };
 
 const char* kSpec = R"(
@@ -260,6 +262,79 @@ TEST_F(ControllerGenerationsTest, InProcessRestartOffStopsEveryRank) {
   InProcess(0, {0, 1, 2, 3});
   Crash(0, 1);
   EXPECT_FALSE(Expect(0, "stop").contains("park"));
+}
+
+TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtAStepBoundary) {
+  std::string spec = kSpec;
+  spec += "elastic: {minNodes: 1, waitSeconds: 5}\n";
+  Begin(spec);
+  Expect(0, "start");
+  Json first = Expect(1, "start");
+  EXPECT_EQ(first["max_world_size"], 4);
+  Started(0);
+  InProcess(0, {0, 1, 2, 3});
+  Step(0, 5);
+  // Slot 0's node is lost and no machine is free.
+  backend_.capacity = false;
+  agents_[0] = JsonLineConn(Fd());
+  const double lost_at = clock_.NowWall();
+  Json stop = Expect(1, "stop");
+  EXPECT_EQ(stop["park"], true);
+  Send(1, {{"type", "stopped"}, {"attempt", 0}, {"mem", Json::object()},
+           {"parked", Json::array({Json{{"rank", 2}, {"pid", 1002}},
+                                   Json{{"rank", 3}, {"pid", 1003}}})}});
+  // After waiting 5 s for capacity, node-1 alone runs the next generation as slot 0.
+  Json start1 = Expect(1, "start", 4000);
+  EXPECT_GE(clock_.NowWall() - lost_at, 5.0);
+  EXPECT_EQ(start1["attempt"], 1);
+  EXPECT_EQ(start1["group_rank"], 0);
+  EXPECT_EQ(start1["nnodes"], 1);
+  EXPECT_EQ(start1["world_size"], 2);
+  EXPECT_EQ(start1["max_world_size"], 4);
+  Send(1, {{"type", "started"}, {"attempt", 1},
+           {"ranks", Json::array({Json{{"rank", 0}, {"local_rank", 0}, {"pid", 1002},
+                                       {"pgid", 1002}, {"how", "kept"}, {"in_process", true}},
+                                  Json{{"rank", 1}, {"local_rank", 1}, {"pid", 1003},
+                                       {"pgid", 1003}, {"how", "kept"}, {"in_process", true}}})}});
+  Send(1, {{"type", "step"}, {"attempt", 1}, {"rank", 0}, {"step", 6}, {"loss", 1.0},
+           {"step_time", 0.1}, {"t", clock_.NowWall()}});
+  for (int i = 0; i < 20; ++i) ctl_->RunOnce();
+  // Capacity returns: the waiting node starts as a standby and connects; the job
+  // grows back at a step boundary (every rank parks, none is killed).
+  backend_.capacity = true;
+  for (int i = 0; i < 400 && backend_.started.size() < 3; ++i) ctl_->RunOnce();
+  ASSERT_EQ(backend_.started.size(), 3u);
+  const std::string fresh = backend_.started.back().node_id;
+  const std::string addr = ctl_->Address();
+  auto fd = TcpConnect("127.0.0.1", std::stoi(addr.substr(addr.rfind(':') + 1)), 5);
+  ASSERT_TRUE(fd.ok());
+  agents_.emplace_back(std::move(*fd));
+  Send(2, {{"type", "hello"}, {"node", fresh}, {"pid", 102}, {"peer_host", "127.0.0.1"},
+           {"peer_port", 7002}, {"free_port", 0}});
+  Json grow = Expect(1, "stop");
+  EXPECT_EQ(grow["park"], true);
+  EXPECT_EQ(grow.value("kill", Json::array()), Json::array());
+  Send(1, {{"type", "stopped"}, {"attempt", 1}, {"mem", Json::object()},
+           {"parked", Json::array({Json{{"rank", 0}, {"pid", 1002}},
+                                   Json{{"rank", 1}, {"pid", 1003}}})}});
+  Json start2 = Expect(1, "start", 4000);
+  EXPECT_EQ(start2["group_rank"], 0);
+  EXPECT_EQ(start2["world_size"], 4);
+  Json joined = Expect(2, "start");
+  EXPECT_EQ(joined["group_rank"], 1);
+  EXPECT_EQ(joined["nnodes"], 2);
+  ctl_->Cancel();
+  for (int i = 0; i < 50; ++i) ctl_->RunOnce();
+  agents_.clear();
+  while (ctl_->RunOnce()) {
+  }
+  auto result = ctl_->Run();
+  ASSERT_TRUE(result.ok());
+  const Json& rs = result->report["resizes"];
+  ASSERT_EQ(rs.size(), 2u) << rs.dump(2);
+  EXPECT_EQ(rs[0]["from_nodes"], 2);
+  EXPECT_EQ(rs[0]["to_nodes"], 1);
+  EXPECT_EQ(rs[1]["to_nodes"], 2);
 }
 
 }  // namespace

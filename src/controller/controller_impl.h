@@ -185,6 +185,13 @@ class ControllerImpl {
   // A fault while the new code is verified: roll back instead of the policy. True if
   // the fault was handled so.
   bool RollBackFailedUpdate(const Incident& inc, const Json& extra);
+  // Elastic resize (controller_resize.cc): drops slots whose node waits for capacity
+  // (true if it did); grows back onto a connected extra standby at a step boundary.
+  bool MaybeShrink(double now);
+  void MaybeGrow(double now);
+  // The job now runs on `slots` (its nodes' slot fields already set): spec_.nodes, the
+  // catalog's world, the report's `resizes`.
+  void SetSize(std::vector<std::string> slots, double now, const std::string& why);
   // After a launch: the switch to new code (or back) has happened.
   void OnCodeLaunched(long resume);
   // Stops every rank (parked where possible) to relaunch with spec_'s code; `planned`:
@@ -315,6 +322,12 @@ class ControllerImpl {
   };
   UpdateState update_;
   int code_version_ = 0;
+  // Elastic resize: the size the job grows back to, whether the next launch has another
+  // world size than the memory snapshots (then it resumes from the file tiers), and
+  // every resize for the report.
+  int max_nodes_ = 0;
+  bool world_changed_ = false;
+  Json resizes_ = Json::array();
   Json updates_log_ = Json::array();  // every update, for the report
   // An update asked for from another thread (Controller::RequestUpdate; status_mu_).
   std::optional<std::pair<JobSpec, int>> update_request_;

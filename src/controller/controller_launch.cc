@@ -155,7 +155,8 @@ Status ControllerImpl::Launch() {
   // ResumeReady restored this step from the object tier into the disk tier.
   if (resume >= 0 && resume == object_restored_ && resume_tier == "disk") resume_tier = "object";
   object_restored_ = -1;
-  long mem = NewestInMemory(max_step);
+  // After a resize the memory snapshots are the old world's ranks': resume from files.
+  long mem = world_changed_ ? -1 : NewestInMemory(max_step);
   if (mem > resume) {
     resume = mem;
     resume_tier = "memory";
@@ -285,7 +286,8 @@ Status ControllerImpl::Launch() {
                   {"store_host", store_host},
                   {"store_port", store_port},
                   {"warm_ranks", warm_ranks},
-                  {"version", CodeVersion()}};
+                  {"version", CodeVersion()},
+                  {"max_world_size", max_nodes_ * spec_.procs_per_node}};
     BW_RETURN_IF_ERROR(n.conn->Send(start).Annotate("start on " + n.id));
     n.prepared = true;
   }
@@ -305,6 +307,7 @@ Status ControllerImpl::Launch() {
                                (fetched_from.empty() ? "" : " (peer memory: " + fetched_from + ")")
                          : ", from scratch"));
   decision_ = Decision{};
+  world_changed_ = false;
   OnCodeLaunched(resume);
   Persist();
   return Status::Ok();

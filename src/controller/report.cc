@@ -85,6 +85,26 @@ std::string FormatReport(const Json& r) {
       }
     }
   }
+  if (r.contains("resizes") && r["resizes"].is_array()) {
+    o << "\n  resize      at_s  nodes    at_step  why\n";
+    for (const auto& x : r["resizes"]) {
+      char line[128];
+      std::snprintf(line, sizeof(line), "  %-8s %7.1f  %2ld -> %-2ld %8ld  ",
+                    x.value("to_nodes", 0) < x.value("from_nodes", 0) ? "shrink" : "grow",
+                    Num(x, "at_s"), x.value("from_nodes", 0L), x.value("to_nodes", 0L),
+                    x.value("at_step", -1L));
+      o << line << x.value("why", "") << "\n";
+    }
+  }
+  if (r.contains("updates") && r["updates"].is_array()) {
+    o << "\n  update  fields                     from_step  result\n";
+    for (const auto& x : r["updates"]) {
+      char line[160];
+      std::snprintf(line, sizeof(line), "  %6ld  %-26s %9ld  ", x.value("number", 0L),
+                    x.value("fields", "").c_str(), x.value("from_step", -1L));
+      o << line << x.value("result", "") << "\n";
+    }
+  }
   if (r.contains("chaos") && !r["chaos"].empty()) {
     o << "\n  chaos fault   injected_at  detected_as  latency_s\n";
     for (const auto& c : r["chaos"]) {
@@ -203,6 +223,8 @@ Json ControllerImpl::BuildReport() {
   }
   j["chaos"] = chaos;
   if (!updates_log_.empty()) j["updates"] = updates_log_;
+  if (!resizes_.empty()) j["resizes"] = resizes_;
+  j["max_nodes"] = max_nodes_;
   j["checkpoints"] = {{"dir", spec_.checkpoint.dir}, {"committed", committed_}};
   return j;
 }

@@ -390,14 +390,22 @@ Result<std::unique_ptr<LoadSession>> Client::OpenLoad(long step, int min_tier,
     if (t < min_tier || dir.empty()) continue;
     Result<std::unique_ptr<ckpt::StepReader>> r =
         ckpt::StepReader::Open(ckpt::Env::Default(), dir, step);
-    if (r.ok() && (*r)->manifest().world == cfg_.world_size) {
-      return std::unique_ptr<LoadSession>(new FileSession(name, std::move(*r), cfg_.rank));
+    if (r.ok()) {
+      // Another world size (an elastic job resized): this rank reads the entries of
+      // rank `rank mod saved world`; tensors split along dim 0 are re-sharded by
+      // StepReader::Load, replicated ones are the same on every rank.
+      const int saved = (*r)->manifest().world;
+      const int source = saved > 0 ? cfg_.rank % saved : 0;
+      if (saved != cfg_.world_size) {
+        std::fprintf(stderr,
+                     "bulwark: step %ld was saved by %d ranks and WORLD_SIZE is %d: rank %d "
+                     "reads rank %d's entries from the %s tier\n",
+                     step, saved, cfg_.world_size, cfg_.rank, source, name);
+      }
+      return std::unique_ptr<LoadSession>(new FileSession(name, std::move(*r), source));
     }
-    note(r.ok() ? Code::kFailedPrecondition : r.status().code());
-    reasons.push_back(std::string(name) + ": " +
-                      (r.ok() ? "saved by " + std::to_string((*r)->manifest().world) +
-                                    " ranks but WORLD_SIZE is " + std::to_string(cfg_.world_size)
-                              : r.status().message()));
+    note(r.status().code());
+    reasons.push_back(std::string(name) + ": " + r.status().message());
   }
   std::string all;
   for (const std::string& s : reasons) {

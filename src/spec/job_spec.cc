@@ -48,6 +48,7 @@ class Parser {
       spec_.checkpoint.dir = CleanPath(fs::path(spec_.workdir) / "checkpoints" / spec_.name);
     }
     if (auto it = f.find("faultPolicy"); it != f.end()) ParseFaultPolicy(it->second);
+    if (auto it = f.find("elastic"); it != f.end()) ParseElastic(it->second);
     if (auto it = f.find("chaos"); it != f.end()) ParseChaos(it->second);
     return f;
   }
@@ -326,6 +327,21 @@ class Parser {
       } else if (r_.ReadInt(it->second, &v)) {
         p.warm_ranks = static_cast<int>(v);
       }
+    }
+  }
+
+  void ParseElastic(const Entry& e) {
+    auto f = r_.Fields(e.value, e.line, e.path, e.hint, kElasticFields);
+    ReadIntField(f, "minNodes", &spec_.elastic.min_nodes);
+    ReadNumberField(f, "waitSeconds", &spec_.elastic.wait_seconds);
+    auto it = f.find("minNodes");
+    if (it == f.end() && e.value.IsMap()) {
+      Missing(e.line, e.path + ".minNodes", kElasticFields[0].hint);
+    }
+    if (it != f.end() && nodes_ok_ && spec_.elastic.min_nodes > spec_.nodes) {
+      r_.Error(it->second.line, it->second.path, "must be at most nodes",
+               std::to_string(spec_.elastic.min_nodes) + " > nodes " + std::to_string(spec_.nodes),
+               "lower elastic.minNodes or raise nodes (the size the job grows back to)");
     }
   }
 

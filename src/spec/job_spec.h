@@ -85,9 +85,19 @@ struct FaultPolicySpec {
   bool operator==(const FaultPolicySpec&) const = default;
 };
 
+// Elastic resize (docs/job-spec.md, "Elastic jobs"): a job of `nodes` nodes that loses
+// one and gets no replacement within wait_seconds continues on fewer, down to
+// min_nodes, and grows back when capacity returns.
+struct ElasticSpec {
+  int min_nodes = 0;          // 0: not elastic (the job always runs on `nodes`)
+  double wait_seconds = 0;    // how long a lost node's replacement is waited for first
+  bool enabled() const { return min_nodes > 0; }
+  bool operator==(const ElasticSpec&) const = default;
+};
+
 struct JobSpec {
   std::string name;  // DNS-1123 label
-  int nodes = 1;
+  int nodes = 1;     // with elastic: the most nodes (the size it grows back to)
   int procs_per_node = 1;
   std::vector<std::string> command;  // argv[0] and fixed args
   std::vector<std::string> args;     // appended to command
@@ -98,6 +108,7 @@ struct JobSpec {
   std::string workdir;
   CheckpointSpec checkpoint;
   FaultPolicySpec fault_policy;
+  ElasticSpec elastic;
   std::vector<ChaosFault> chaos;
   std::string source_path;  // file it was parsed from ("" for strings)
 

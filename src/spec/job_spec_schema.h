@@ -213,6 +213,21 @@ inline constexpr FieldDef kFaultFields[] = {
      .max = 64},
 };
 
+inline constexpr FieldDef kElasticFields[] = {
+    {.key = "minNodes",
+     .hint = "set elastic.minNodes to the fewest nodes the job may continue on, 1 to nodes",
+     .type = FieldType::kInt,
+     .min = 1,
+     .max = kMaxNodes,
+     .required = true},
+    {.key = "waitSeconds",
+     .hint = "set elastic.waitSeconds to how long a lost node's replacement is waited for before "
+             "the job continues on fewer nodes, >= 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = kMaxSeconds},
+};
+
 inline constexpr const char* kChaosKindNames[] = {"kill_rank", "hang_rank", "nan_loss",
                                                   "kill_agent"};
 
@@ -265,6 +280,8 @@ inline constexpr CelRule kJobRules[] = {
     {"!has(self.chaos) || self.chaos.all(f, !has(f.node) || f.node < "
      "(has(self.nodes) ? self.nodes : 1))",
      "chaos[].node must be below nodes"},
+    {"!has(self.elastic) || self.elastic.minNodes <= (has(self.nodes) ? self.nodes : 1)",
+     "elastic.minNodes must be at most nodes (the size the job grows back to)"},
 };
 
 // The job fields of a spec except `name` (a TrainJob takes its name from metadata).
@@ -309,6 +326,11 @@ inline constexpr FieldDef kJobFields[] = {
              "parkTimeoutSeconds, warmRanks",
      .type = FieldType::kObject,
      .children = kFaultFields},
+    {.key = "elastic",
+     .hint = "set elastic to a mapping {minNodes: 2, waitSeconds: 0}: the job continues on "
+             "fewer nodes, down to minNodes, when a lost node is not replaced",
+     .type = FieldType::kObject,
+     .children = kElasticFields},
     {.key = "chaos",
      .hint = "set chaos to a list of faults, e.g. chaos: [{kind: kill_rank, atSeconds: 30, rank: "
              "1}]",

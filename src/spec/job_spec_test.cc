@@ -134,6 +134,38 @@ TEST(JobSpecTest, InProcessFieldsNameTheFieldAndTheFix) {
   EXPECT_EQ(ok->fault_policy.WarmRanks(ok->procs_per_node), 3);
 }
 
+TEST(JobSpecTest, ElasticBoundsAreReadAndChecked) {
+  auto r = ParseJobSpec(
+      "name: j\ncommand: [x]\nnodes: 4\nelastic: {minNodes: 2, waitSeconds: 30}\n", "s", "/b");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->elastic.enabled());
+  EXPECT_EQ(r->elastic.min_nodes, 2);
+  EXPECT_EQ(r->elastic.wait_seconds, 30);
+  auto fixed = ParseJobSpec("name: j\ncommand: [x]\nnodes: 4\n", "s", "/b");
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_FALSE(fixed->elastic.enabled());
+  auto big = ParseJobSpec("name: j\ncommand: [x]\nnodes: 2\nelastic:\n  minNodes: 3\n", "job.yaml",
+                          "/b");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("job.yaml:5: elastic.minNodes: must be at most nodes (got "
+                                        "3 > nodes 2); lower elastic.minNodes or raise nodes"),
+            std::string::npos)
+      << big.status().message();
+  auto bad = ParseJobSpec(
+      "name: j\ncommand: [x]\nelastic: {waitSeconds: -1, minNode: 1}\n", "job.yaml", "/b");
+  ASSERT_FALSE(bad.ok());
+  const std::string m = bad.status().message();
+  EXPECT_NE(m.find("elastic.waitSeconds"), std::string::npos) << m;
+  EXPECT_NE(m.find("elastic.minNode: unknown field (got minNode); did you mean \"minNodes\"?"),
+            std::string::npos)
+      << m;
+  auto missing =
+      ParseJobSpec("name: j\ncommand: [x]\nelastic: {waitSeconds: 5}\n", "job.yaml", "/b");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("elastic.minNodes"), std::string::npos)
+      << missing.status().message();
+}
+
 TEST(JobSpecTest, AutoCadenceAndStandby) {
   auto r = ParseJobSpec(
       "name: j\ncommand: [x]\ncheckpoint: {intervalSteps: auto}\nfaultPolicy:\n"

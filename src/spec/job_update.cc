@@ -35,6 +35,8 @@ Result<JobUpdate> PlanJobUpdate(const JobSpec& running, const JobSpec& next) {
          "the section as it is, or start a new job");
   refuse(!(running.fault_policy == next.fault_policy), "faultPolicy", "", "",
          "the recovery in progress follows it; keep the section as it is, or start a new job");
+  refuse(!(running.elastic == next.elastic), "elastic", "", "",
+         "the job resizes within the bounds it runs with; start a new job with new bounds");
   refuse(running.chaos != next.chaos, "chaos", "", "",
          "the fault schedule of a running job is fixed; inject faults with `bulwark chaos`");
   if (!refused.empty()) {

@@ -267,6 +267,13 @@ class TrainJobParser {
       Missing(e.line, "spec.pod", kSpecExtraFields[2].hint);
     }
     if (!gpus_set) job_.pod.gpus_per_node = job_.job.procs_per_node;
+    if (ctx_.target == Target::kKubernetes && job_.job.elastic.enabled()) {
+      // The operator admits and places fixed gangs (src/sched); it does not resize one.
+      r_.Error(e.line, "spec.elastic", "the Kubernetes operator does not resize jobs yet",
+               "minNodes " + std::to_string(job_.job.elastic.min_nodes),
+               "remove spec.elastic (the job then runs on spec.nodes and waits for a "
+               "replacement node); `bulwark run` resizes elastic jobs");
+    }
     if (ctx_.target == Target::kKubernetes) {
       const CheckpointSpec& ck = job_.job.checkpoint;
       const bool checkpoints =

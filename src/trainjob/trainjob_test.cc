@@ -124,6 +124,19 @@ TEST(TrainJobTest, KubernetesPathsStayInsideTheContainer) {
   EXPECT_EQ(abs->job.checkpoint.dir, "/w/ck");
 }
 
+TEST(TrainJobTest, TheOperatorRefusesElasticJobsTheLocalBackendRuns) {
+  const std::string body =
+      "  command: [python3, t.py]\n  nodes: 2\n  elastic: {minNodes: 1}\n  pod: {image: i}\n";
+  auto k8s = ParseK8s(Manifest(body));
+  ASSERT_FALSE(k8s.ok());
+  EXPECT_THAT(k8s.status().message(),
+              HasSubstr("spec.elastic: the Kubernetes operator does not resize jobs yet"));
+  EXPECT_THAT(k8s.status().message(), HasSubstr("remove spec.elastic"));
+  auto local = ParseTrainJob(Manifest(body), "tj.yaml", "/jobs", Target::kLocal);
+  ASSERT_TRUE(local.ok()) << local.status().message();
+  EXPECT_EQ(local->job.elastic.min_nodes, 1);
+}
+
 TEST(TrainJobTest, MultiNodeCheckpointsNeedASharedVolumeOnKubernetes) {
   const std::string base = "  command: [python3, t.py]\n  nodes: 2\n";
   auto bad = ParseK8s(Manifest(base + "  checkpoint: {intervalSteps: 10}\n  pod: {image: i}\n"));
