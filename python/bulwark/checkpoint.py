@@ -20,6 +20,11 @@ The state dict is a dict, nested dicts, lists and tuples, whose leaves are
 `replicated=True` marks the tensors identical on every rank (data parallel), so the disk
 tier stores them once, the writing spread over the ranks.
 
+Sharded tensors (torch 2.x DTensor, as FSDP2 and tensor parallelism make them, and
+ShardedTensor) are saved as this rank's local piece with the global shape and the piece's
+offsets; `load` fills the local pieces of the live sharded tensors in place, whatever
+world size and sharding saved them (the file tiers stitch the saved pieces).
+
 The agent seals the snapshot and persists it in the background when the step is due
 for disk. Without an agent, `save` writes the shard to BULWARK_CKPT_DIR itself. `load`
 reads the fastest tier holding an intact copy (memory, disk, shared), verifying every
@@ -32,12 +37,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import importlib
 import pickle
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Protocol, Tuple, runtime_checkable
+from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Tuple, runtime_checkable
 
 from bulwark import _lib
 from bulwark._lib import BulwarkError
@@ -124,6 +130,96 @@ def _is_stateful(obj: Any) -> bool:
             and callable(getattr(obj, "load_state_dict", None)))
 
 
+class _Piece(NamedTuple):
+    """Where a local tensor sits in its sharded tensor."""
+    global_shape: Tuple[int, ...]
+    offsets: Tuple[int, ...]
+    replicated: bool  # every rank holds the whole tensor (a DTensor of Replicate() only)
+
+
+def _sharded_types() -> Tuple[type, ...]:
+    """The DTensor and ShardedTensor classes of the torch modules the program imported. A
+    sharded tensor cannot exist before its module is imported, and importing them here
+    would cost seconds (torch.distributed._shard does not even import on some torch 1.13
+    builds)."""
+    found = []
+    for module, cls in (("torch.distributed.tensor", "DTensor"),
+                        ("torch.distributed._tensor", "DTensor"),
+                        ("torch.distributed._shard.sharded_tensor", "ShardedTensor")):
+        c = getattr(sys.modules.get(module), cls, None)
+        if isinstance(c, type) and c not in found:
+            found.append(c)
+    return tuple(found)
+
+
+_LOCAL_LAYOUT: Any = None  # compute_local_shape_and_global_offset, once found
+
+
+def _dtensor_piece(name: str, t: Any, what: str) -> Tuple[Any, _Piece]:
+    """The local tensor of DTensor t and where it sits in the global tensor."""
+    global _LOCAL_LAYOUT
+    gshape = tuple(t.shape)
+    for p in t.placements:
+        kind = type(p).__name__
+        if kind in ("Shard", "Replicate"):
+            continue
+        hint = (" (unreduced partial values: .redistribute() it to Replicate() or Shard() "
+                "placements, or use .full_tensor(), first)" if kind in ("Partial", "_Partial")
+                else "")
+        raise CheckpointError(f"bulwark.{what}: DTensor '{name}' has placement {p!r}{hint}; "
+                              "bulwark.checkpoint supports Shard(dim) and Replicate() placements")
+    local = t._local_tensor if hasattr(t, "_local_tensor") else t.to_local()
+    if all(type(p).__name__ == "Replicate" for p in t.placements):
+        return local, _Piece(gshape, (0,) * len(gshape), True)
+    if _LOCAL_LAYOUT is None:
+        for module in ("torch.distributed.tensor._utils", "torch.distributed._tensor._utils"):
+            try:
+                utils = importlib.import_module(module)
+                _LOCAL_LAYOUT = utils.compute_local_shape_and_global_offset
+                break
+            except (ImportError, AttributeError):
+                continue
+        else:
+            raise CheckpointError(f"bulwark.{what}: DTensor '{name}': this torch has no "
+                                  "compute_local_shape_and_global_offset; sharded DTensors need "
+                                  "torch 2.1 or newer")
+    shape, offsets = _LOCAL_LAYOUT(t.shape, t.device_mesh, t.placements)
+    if len(offsets) != len(gshape) or tuple(local.shape) != tuple(shape):
+        raise CheckpointError(
+            f"bulwark.{what}: DTensor '{name}' of global shape {list(gshape)}: this rank's local "
+            f"tensor has shape {list(local.shape)} but its placements {list(t.placements)} give "
+            f"{list(shape)} at offsets {list(offsets)} (is this rank in its device mesh?)")
+    return local, _Piece(gshape, tuple(int(o) for o in offsets), False)
+
+
+def _sharded_tensor_piece(name: str, t: Any, what: str) -> Tuple[Any, _Piece]:
+    """The local shard of ShardedTensor t (an empty one if it has none) and where it sits."""
+    gshape = tuple(t.size())
+    shards = t.local_shards()
+    if len(shards) > 1:
+        raise CheckpointError(
+            f"bulwark.{what}: ShardedTensor '{name}' has {len(shards)} local shards on this "
+            "rank; bulwark.checkpoint saves one piece of a tensor per rank: use a sharding spec "
+            "that places at most one shard on each rank (ChunkShardingSpec with one placement "
+            "per rank)")
+    if shards:
+        md = shards[0].metadata
+        return shards[0].tensor, _Piece(gshape, tuple(int(o) for o in md.shard_offsets), False)
+    if not gshape:
+        raise CheckpointError(f"bulwark.{what}: ShardedTensor '{name}' is a scalar with no "
+                              "local shard on this rank")
+    torch = _torch()
+    empty = torch.empty((0,) + gshape[1:], dtype=t.dtype)
+    return empty, _Piece(gshape, (gshape[0],) + (0,) * (len(gshape) - 1), False)
+
+
+def _local_piece(name: str, t: Any, what: str) -> Tuple[Any, _Piece]:
+    """This rank's local tensor of a DTensor or ShardedTensor and where it sits."""
+    if hasattr(t, "placements") and hasattr(t, "device_mesh"):
+        return _dtensor_piece(name, t, what)
+    return _sharded_tensor_piece(name, t, what)
+
+
 def _flatten(obj: Any, prefix: str, out: List[Tuple[str, Any]], tensor_type: Any) -> Any:
     """The skeleton of obj: tensors replaced by _Ref (appended to out), Stateful objects
     by _StatefulRef of their state dict's skeleton."""
@@ -152,9 +248,11 @@ class _Layout:
         self.key: Optional[list] = None
         self.arrays: Dict[str, Any] = {}
 
-    def arrays_for(self, tensors: List[Tuple[str, Any]], blob_len: int, replicated: bool):
+    def arrays_for(self, tensors: List[Tuple[str, Any]], blob_len: int, replicated: bool,
+                   pieces: Dict[str, _Piece]):
         dts = _dtypes()
-        key = [bool(replicated), blob_len] + [(n, t.dtype, tuple(t.shape)) for n, t in tensors]
+        key = [bool(replicated), blob_len] + [(n, t.dtype, tuple(t.shape), pieces.get(n))
+                                              for n, t in tensors]
         if key == self.key:
             return self.arrays
         names = [n for n, _ in tensors]
@@ -166,18 +264,32 @@ class _Layout:
              "ndims": (ctypes.c_int * n)(), "flags": (ctypes.c_int * n)(),
              "data": (ctypes.c_void_p * n)()}
         dims: List[int] = []
+        global_dims: List[int] = []
+        offsets: List[int] = []
         for i, (name, t) in enumerate(tensors):
             a["names"][i] = name.encode("utf-8")
             a["dtypes"][i] = dts[t.dtype].encode()
             a["ndims"][i] = t.dim()
             dims.extend(t.shape)
-            a["flags"][i] = 1 if replicated else 0
+            piece = pieces.get(name)
+            if piece is None:  # a plain tensor: whole, replicated as the caller says
+                global_dims.extend(t.shape)
+                offsets.extend([0] * t.dim())
+                a["flags"][i] = 1 if replicated else 0
+            else:  # a sharded tensor's local piece: replicated only if every rank holds it all
+                global_dims.extend(piece.global_shape)
+                offsets.extend(piece.offsets)
+                a["flags"][i] = 1 if piece.replicated else 0
         a["names"][n - 1] = _OBJECTS.encode()
         a["dtypes"][n - 1] = b"uint8"
         a["ndims"][n - 1] = 1
         dims.append(blob_len)
+        global_dims.append(blob_len)
+        offsets.append(0)
         a["flags"][n - 1] = 0
-        a["shapes"] = (ctypes.c_longlong * max(1, len(dims)))(*dims)
+        a["shapes"] = (ctypes.c_longlong * len(dims))(*dims)
+        a["global_shapes"] = (ctypes.c_longlong * len(global_dims))(*global_dims)
+        a["offsets"] = (ctypes.c_longlong * len(offsets))(*offsets)
         self.key, self.arrays = key, a
         return a
 
@@ -203,20 +315,23 @@ def _host_tensors(tensors: List[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
     return out
 
 
-def _stage(step: int, tensors: List[Tuple[str, Any]], blob: bytes, replicated: bool) -> None:
+def _stage(step: int, tensors: List[Tuple[str, Any]], blob: bytes, replicated: bool,
+           pieces: Dict[str, _Piece]) -> None:
     with _SAVE_LOCK:
-        a = _LAYOUT.arrays_for(tensors, len(blob), replicated)
+        a = _LAYOUT.arrays_for(tensors, len(blob), replicated, pieces)
         data = a["data"]
         for i, (_, t) in enumerate(tensors):
             data[i] = t.data_ptr() if t.numel() else None
         blob_buf = ctypes.create_string_buffer(blob, len(blob))
         data[len(tensors)] = ctypes.cast(blob_buf, ctypes.c_void_p)
-        _lib.check(_lib.lib().bw_ckpt_save(int(step), len(tensors) + 1, a["names"], a["dtypes"],
-                                           a["ndims"], a["shapes"], data, a["flags"]),
-                   "checkpoint.save")
+        _lib.check(_lib.lib().bw_ckpt_save_sharded(
+            int(step), len(tensors) + 1, a["names"], a["dtypes"], a["ndims"], a["shapes"],
+            a["global_shapes"], a["offsets"], data, a["flags"]), "checkpoint.save")
 
 
 def _prepare(state_dict: Any, what: str):
+    """The state's tensors (sharded ones as their local pieces), the pieces' places in
+    their global tensors by name, and the pickled skeleton."""
     _RUNTIME.require_running(what)
     if not isinstance(state_dict, dict):
         raise CheckpointError(f"bulwark.{what}: state_dict must be a dict (got "
@@ -224,15 +339,24 @@ def _prepare(state_dict: Any, what: str):
     torch = _torch()
     tensors: List[Tuple[str, Any]] = []
     skeleton = _flatten(state_dict, "", tensors, torch.Tensor if torch else None)
-    return tensors, pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
+    pieces: Dict[str, _Piece] = {}
+    sharded = _sharded_types()
+    if sharded:
+        for i, (name, t) in enumerate(tensors):
+            if isinstance(t, sharded):
+                local, pieces[name] = _local_piece(name, t, what)
+                tensors[i] = (name, local)
+    return tensors, pieces, pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def save(state_dict: Dict[str, Any], step: int, *, replicated: bool = False) -> None:
     """Saves `state_dict` as `step`. Returns once the tensors are staged in memory (or,
-    without an agent, written). A safe point of bulwark.run."""
+    without an agent, written). A safe point of bulwark.run. `replicated` applies to
+    plain tensors; a DTensor or ShardedTensor is saved as this rank's piece (replicated
+    when its placements are all Replicate())."""
     _RUNTIME.check()
-    tensors, blob = _prepare(state_dict, "checkpoint.save")
-    _stage(step, _host_tensors(tensors), blob, replicated)
+    tensors, pieces, blob = _prepare(state_dict, "checkpoint.save")
+    _stage(step, _host_tensors(tensors), blob, replicated, pieces)
 
 
 class _Pinned:
@@ -265,13 +389,13 @@ def async_save(state_dict: Dict[str, Any], step: int, *,
     The future's result() raises what save would have raised."""
     global _EXECUTOR
     _RUNTIME.check()
-    tensors, blob = _prepare(state_dict, "checkpoint.async_save")
+    tensors, pieces, blob = _prepare(state_dict, "checkpoint.async_save")
     done: "concurrent.futures.Future[None]"
     device = [(n, t) for n, t in tensors if t.device.type != "cpu"]
     if not device:
         done = concurrent.futures.Future()
         try:
-            _stage(step, _host_tensors(tensors), blob, replicated)
+            _stage(step, _host_tensors(tensors), blob, replicated, pieces)
             done.set_result(None)
         except BaseException as e:  # noqa: BLE001 - delivered through the future
             done.set_exception(e)
@@ -293,7 +417,7 @@ def async_save(state_dict: Dict[str, Any], step: int, *,
 
     def finish() -> None:
         event.synchronize()
-        _stage(step, _host_tensors(host), blob, replicated)
+        _stage(step, _host_tensors(host), blob, replicated, pieces)
 
     return _EXECUTOR.submit(finish)
 
@@ -337,11 +461,44 @@ def _targets(obj: Any, prefix: str, out: Dict[str, Any], tensor_type: Any) -> No
             _targets(v, f"{prefix}/{i}" if prefix else str(i), out, tensor_type)
 
 
+def _read_region(lib: Any, h: Any, name: str, dtype_name: str, ndim: int, ptr: Any,
+                 nbytes: int, shape: Any, global_shape: Any, offsets: Any) -> None:
+    """bw_load_piece: the region `shape` at `offsets` (None: 0s) of tensor `name` into ptr."""
+    dims = ctypes.c_longlong * max(1, ndim)
+    _lib.check(lib.bw_load_piece(h, name.encode("utf-8"), dtype_name.encode(), ndim,
+                                 dims(*shape), dims(*global_shape),
+                                 dims(*offsets) if offsets is not None else None, ptr, nbytes),
+               "checkpoint.load")
+
+
+def _load_piece(lib: Any, h: Any, name: str, dtype: Any, dtype_name: str, gshape: List[int],
+                target: Any, step: int) -> None:
+    """Fills the local piece of sharded tensor `target` from the saved tensor `name`."""
+    local, piece = _local_piece(name, target, "checkpoint.load")
+    if local.dtype != dtype or list(piece.global_shape) != gshape:
+        raise CheckpointError(
+            f"bulwark.checkpoint.load: {type(target).__name__} '{name}' is {local.dtype} of "
+            f"global shape {list(piece.global_shape)} but step {step} saved {dtype} of global "
+            f"shape {gshape}; load into a sharded tensor of the saved dtype and global shape")
+    torch = _torch()
+    direct = local.device.type == "cpu" and local.is_contiguous()
+    dst = local if direct else torch.empty(tuple(local.shape), dtype=local.dtype)
+    _read_region(lib, h, name, dtype_name, dst.dim(), dst.data_ptr() if dst.numel() else None,
+                 dst.numel() * dst.element_size(), local.shape, piece.global_shape,
+                 piece.offsets)
+    if not direct:  # a device or strided local piece: one copy into it
+        with torch.no_grad():
+            local.copy_(dst)
+
+
 def load(state_dict: Dict[str, Any], step: Optional[int] = None) -> Optional[LoadInfo]:
     """Loads `step` (default: the resume step the agent chose) into `state_dict` in
     place: tensors of matching name, dtype and shape are filled straight into their
-    memory, Stateful objects get load_state_dict(), other values are replaced. Returns
-    what was loaded, or None when there is nothing to resume from."""
+    memory, Stateful objects get load_state_dict(), other values are replaced. A DTensor
+    or ShardedTensor gets its local piece filled in place from the saved pieces, whatever
+    world size and sharding saved them; a plain tensor (or a missing target) takes the
+    whole tensor of a sharded save. Returns what was loaded, or None when there is
+    nothing to resume from."""
     _RUNTIME.require_running("checkpoint.load")
     if not isinstance(state_dict, dict):
         raise CheckpointError("bulwark.checkpoint.load: state_dict must be a dict (got "
@@ -356,6 +513,7 @@ def load(state_dict: Dict[str, Any], step: Optional[int] = None) -> Optional[Loa
     inv = {v: k for k, v in _dtypes().items()}
     targets: Dict[str, Any] = {}
     _targets(state_dict, "", targets, torch.Tensor if torch else None)
+    sharded = _sharded_types()
     min_tier, last_error = 0, None
     while min_tier <= 2:
         h = ctypes.c_void_p()
@@ -380,15 +538,28 @@ def load(state_dict: Dict[str, Any], step: Optional[int] = None) -> Optional[Loa
                 if torch is None:
                     raise CheckpointError(f"bulwark.checkpoint.load: step {step} holds tensor "
                                           f"'{name}' but torch is not installed")
-                dtype = inv[lib.bw_load_dtype(h, i).decode()]
-                shape = [lib.bw_load_dim(h, i, d) for d in range(lib.bw_load_ndim(h, i))]
+                dtype_name = lib.bw_load_dtype(h, i).decode()
+                dtype = inv[dtype_name]
+                ndim = lib.bw_load_ndim(h, i)
+                shape = [lib.bw_load_dim(h, i, d) for d in range(ndim)]
+                gshape = [lib.bw_load_global_dim(h, i, d) for d in range(ndim)]
                 target = targets.get(name)
+                if sharded and isinstance(target, sharded):
+                    _load_piece(lib, h, name, dtype, dtype_name, gshape, target, step)
+                    tensors[name] = target
+                    continue
+                # A plain tensor (or none) takes the whole tensor, stitched if it was saved
+                # in pieces.
                 fits = (target is not None and target.dtype == dtype and
-                        list(target.shape) == shape)
+                        list(target.shape) == gshape)
                 direct = fits and target.device.type == "cpu" and target.is_contiguous()
-                dst = target if direct else torch.empty(shape, dtype=dtype)
+                dst = target if direct else torch.empty(gshape, dtype=dtype)
                 ptr = dst.data_ptr() if dst.numel() else None
-                _lib.check(lib.bw_load_read(h, i, ptr, nbytes), "checkpoint.load")
+                if shape == gshape:
+                    _lib.check(lib.bw_load_read(h, i, ptr, nbytes), "checkpoint.load")
+                else:
+                    _read_region(lib, h, name, dtype_name, dst.dim(), ptr,
+                                 dst.numel() * dst.element_size(), gshape, gshape, None)
                 if fits and not direct:  # a device or strided target: one copy into it
                     with torch.no_grad():
                         target.copy_(dst)

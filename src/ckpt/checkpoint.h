@@ -50,6 +50,8 @@ struct TensorMeta {
   // Global shape / offsets with the defaults filled in.
   std::vector<int64_t> GlobalShape() const;
   std::vector<int64_t> Offsets() const;
+  // "[4,4] at [0,0] of [8,4]": the piece, its offsets and the global shape (messages).
+  std::string PieceString() const;
   // Checks name, shape, global shape and offsets are consistent.
   Status Validate() const;
 };
@@ -204,12 +206,16 @@ class StepReader {
   // The index of `rank`'s shard.
   const ShardIndex& index(int rank) const;
 
-  // Fills dst (dst.meta gives dtype, the wanted piece's shape and its offsets in
-  // the global tensor) from the saved pieces of the tensor named dst.meta.name,
-  // whatever world they were saved with: pieces split along dim 0 are stitched
-  // (resharding). Every chunk read is checked against its xxh3; DATA_LOSS names
-  // the file and chunk. `prefer_rank` picks which rank's copy of a replicated
-  // tensor to read. NOT_FOUND if no piece covers the wanted region.
+  // Fills dst (`want` gives the dtype, the wanted piece's shape, the global shape
+  // and the piece's offsets in it) from the saved pieces of the tensor named
+  // want.name, whatever world and sharding saved them (resharding): a saved piece
+  // equal to `want` is read straight into dst; otherwise every saved piece that
+  // overlaps the wanted region contributes its part, along any dimensions. Every
+  // chunk read is checked against its xxh3; DATA_LOSS names the file and chunk,
+  // or the ranks whose distinct pieces overlap. `prefer_rank` picks which rank's
+  // copy of a piece several ranks saved (replicas) to read. INVALID_ARGUMENT for
+  // another dtype or global shape; NOT_FOUND if the saved pieces do not cover the
+  // wanted region (nothing is written to dst then).
   Status Load(const TensorMeta& want, void* dst, int prefer_rank = -1);
   // Bytes read from files so far.
   uint64_t bytes_read() const;

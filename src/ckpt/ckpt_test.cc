@@ -1,6 +1,6 @@
 // Unit tests of the checkpoint engine (format v2): shard write/read round trips,
 // metadata validation, dedup of replicated tensors, incremental saves, commit,
-// retention, dim-0 resharding, verification, exhaustive bit-flip and truncation
+// retention, resharding (any split dimensions), verification, exhaustive bit-flip and truncation
 // detection, the shared-memory staging ring, and the FaultEnv test utility.
 //
 // Every test works in its own mkdtemp directory (under /tmp; staging rings under
@@ -760,6 +760,25 @@ std::vector<uint8_t> Rows(const std::vector<uint8_t>& whole, int64_t cols, int64
   return std::vector<uint8_t>(whole.begin() + a * row, whole.begin() + b * row);
 }
 
+// The region [lo, hi) of a row-major f32 tensor of shape `global`, row-major.
+std::vector<uint8_t> Sub(const std::vector<uint8_t>& whole, const std::vector<int64_t>& global,
+                         const std::vector<int64_t>& lo, const std::vector<int64_t>& hi) {
+  int64_t volume = 1;
+  for (size_t d = 0; d < lo.size(); ++d) volume *= hi[d] - lo[d];
+  std::vector<uint8_t> out;
+  for (int64_t i = 0; i < volume; ++i) {
+    int64_t rest = i, at = 0, stride = 1;
+    for (size_t d = lo.size(); d-- > 0;) {
+      const int64_t extent = hi[d] - lo[d];
+      at += (lo[d] + rest % extent) * stride;
+      rest /= extent;
+      stride *= global[d];
+    }
+    out.insert(out.end(), whole.begin() + at * 4, whole.begin() + at * 4 + 4);
+  }
+  return out;
+}
+
 TensorMeta Piece(const std::string& name, std::vector<int64_t> shape, std::vector<int64_t> global,
                  std::vector<int64_t> offsets) {
   TensorMeta m;
@@ -806,14 +825,12 @@ TEST_F(CkptTest, ReshardsDimZeroFromFourRanksToThreeAndOne) {
   ASSERT_TRUE(blobs.ok());
   EXPECT_EQ((*blobs)[0].data, Rows(whole, 3, 6, 8));
 
-  // Splitting along another dimension is refused with a clear message.
-  std::vector<uint8_t> buf(10 * 3 * 4);
-  Status st = reader->Load(Piece("emb", {10, 2}, {10, 3}, {0, 1}), buf.data());
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
-  EXPECT_THAT(st.message(), HasSubstr("'emb'"));
-  EXPECT_THAT(st.message(), HasSubstr("dim-0"));
+  // Into pieces split along another dimension: columns 1..3 of every row.
+  EXPECT_EQ(Load(reader.get(), Piece("emb", {10, 2}, {10, 3}, {0, 1})),
+            Sub(whole, {10, 3}, {0, 1}, {10, 3}));
   // Wrong global shape or dtype.
-  st = reader->Load(Piece("emb", {11, 3}, {}, {}), buf.data());
+  std::vector<uint8_t> buf(10 * 3 * 4);
+  Status st = reader->Load(Piece("emb", {11, 3}, {}, {}), buf.data());
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("global shape"));
   TensorMeta f64 = Piece("emb", {10, 3}, {}, {});
@@ -822,19 +839,18 @@ TEST_F(CkptTest, ReshardsDimZeroFromFourRanksToThreeAndOne) {
   EXPECT_EQ(reader->Load(f64, buf64.data()).code(), Code::kInvalidArgument);
 }
 
-TEST_F(CkptTest, ReshardRefusesPiecesSplitAlongOtherDimsOrWithGaps) {
+TEST_F(CkptTest, ReshardsPiecesSplitAlongAnotherDimAndRefusesGaps) {
   const std::vector<uint8_t> whole = RandomBytes(4 * 6 * 4, 5);
-  // "cols": split along dim 1 by 2 ranks; "gap": rows 4..6 of 10 saved by nobody.
+  // "cols": split along dim 1 by 2 ranks; "gap": rows 4..6 of 10 saved by nobody;
+  // "diag": the diagonal blocks of a 2x2 grid.
   std::vector<std::vector<T>> ranks(2);
   for (int r = 0; r < 2; ++r) {
     T cols;
     cols.meta = Piece("cols", {4, 3}, {4, 6}, {0, 3 * r});
-    for (int64_t row = 0; row < 4; ++row) {
-      const auto* p = whole.data() + (row * 6 + 3 * r) * 4;
-      cols.bytes.insert(cols.bytes.end(), p, p + 12);
-    }
+    cols.bytes = Sub(whole, {4, 6}, {0, 3 * r}, {4, 3 * r + 3});
     T gap = MakeT("gap", DType::kF32, {4, 2}, 9 + r, {10, 2}, {r == 0 ? 0 : 6, 0});
-    ranks[r] = {cols, gap};
+    T diag = MakeT("diag", DType::kF32, {2, 2}, 20 + r, {4, 4}, {2 * r, 2 * r});
+    ranks[r] = {cols, gap, diag};
   }
   WriteAndCommit(1, ranks);
   auto reader = Open(1);
@@ -842,20 +858,95 @@ TEST_F(CkptTest, ReshardRefusesPiecesSplitAlongOtherDimsOrWithGaps) {
   // Exact pieces load.
   EXPECT_EQ(Load(reader.get(), ranks[1][0].meta), ranks[1][0].bytes);
   EXPECT_EQ(Load(reader.get(), ranks[1][1].meta), ranks[1][1].bytes);
-  std::vector<uint8_t> buf(10 * 6 * 4);
-  Status st = reader->Load(Piece("cols", {4, 6}, {4, 6}, {0, 0}), buf.data());
-  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
-  EXPECT_THAT(st.message(), HasSubstr("'cols'"));
-  EXPECT_THAT(st.message(), HasSubstr("only dim-0 sharding can be resharded"));
-  st = reader->Load(Piece("gap", {10, 2}, {10, 2}, {0, 0}), buf.data());
+  // The whole, rows split instead of columns, and a region across both pieces.
+  EXPECT_EQ(Load(reader.get(), Piece("cols", {4, 6}, {4, 6}, {0, 0})), whole);
+  EXPECT_EQ(Load(reader.get(), Piece("cols", {2, 6}, {4, 6}, {2, 0})),
+            Sub(whole, {4, 6}, {2, 0}, {4, 6}));
+  EXPECT_EQ(Load(reader.get(), Piece("cols", {2, 3}, {4, 6}, {1, 2})),
+            Sub(whole, {4, 6}, {1, 2}, {3, 5}));
+  std::vector<uint8_t> buf(10 * 6 * 4, 0xAB);
+  Status st = reader->Load(Piece("gap", {10, 2}, {10, 2}, {0, 0}), buf.data());
   EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
   EXPECT_THAT(st.message(), HasSubstr("'gap'"));
-  EXPECT_THAT(st.message(), HasSubstr("rows 4.."));
+  EXPECT_THAT(st.message(), HasSubstr("rows 4..6 of dim 0"));
+  EXPECT_EQ(buf, std::vector<uint8_t>(10 * 6 * 4, 0xAB));  // nothing written
   // Rows both pieces cover still load.
   std::vector<uint8_t> got(2 * 2 * 4);
   BW_EXPECT_OK(reader->Load(Piece("gap", {2, 2}, {10, 2}, {7, 0}), got.data()));
   EXPECT_EQ(got,
             std::vector<uint8_t>(ranks[1][1].bytes.begin() + 8, ranks[1][1].bytes.begin() + 24));
+  // A column of the gap misses the same rows.
+  st = reader->Load(Piece("gap", {10, 1}, {10, 2}, {0, 1}), buf.data());
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("rows 4..6 of dim 0"));
+  // Two diagonal blocks of a 2x2 grid: the message counts the elements.
+  st = reader->Load(Piece("diag", {4, 4}, {4, 4}, {0, 0}), buf.data());
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("'diag'"));
+  EXPECT_THAT(st.message(), HasSubstr("cover 8 of the 16 elements"));
+}
+
+TEST_F(CkptTest, ReshardsAGridOfPiecesIntoAnyRegion) {
+  // A {6, 4, 5} tensor on a 2x2 grid (dims 0 and 2 split: 3+3 rows, 3+2 of dim 2),
+  // as a 2-D device mesh saves it; "dup" is split along dim 0 only and replicated
+  // over the other mesh dim (ranks 0 and 1 hold the same piece, as do 2 and 3).
+  const std::vector<int64_t> g = {6, 4, 5};
+  const std::vector<uint8_t> whole = RandomBytes(6 * 4 * 5 * 4, 11);
+  const int64_t rows[2][2] = {{0, 3}, {3, 6}}, last[2][2] = {{0, 3}, {3, 5}};
+  std::vector<std::vector<T>> ranks(4);
+  for (int r = 0; r < 4; ++r) {
+    const auto& rr = rows[r / 2];
+    const auto& ll = last[r % 2];
+    T grid;
+    grid.meta = Piece("grid", {rr[1] - rr[0], 4, ll[1] - ll[0]}, g, {rr[0], 0, ll[0]});
+    grid.bytes = Sub(whole, g, {rr[0], 0, ll[0]}, {rr[1], 4, ll[1]});
+    T dup;
+    dup.meta = Piece("dup", {3, 4, 5}, g, {3 * (r / 2), 0, 0});
+    dup.bytes = Sub(whole, g, {3 * (r / 2), 0, 0}, {3 * (r / 2) + 3, 4, 5});
+    ranks[r] = {grid, dup};
+  }
+  WriteAndCommit(3, ranks, /*chunk=*/28);  // chunks straddle rows and pieces' runs
+  auto reader = Open(3);
+  ASSERT_NE(reader, nullptr);
+  for (const char* name : {"grid", "dup"}) {
+    EXPECT_EQ(Load(reader.get(), Piece(name, g, g, {0, 0, 0})), whole) << name;
+    // Every box of the global tensor, whichever pieces it crosses.
+    for (int64_t a0 = 0; a0 < 6; ++a0)
+      for (int64_t b0 = a0 + 1; b0 <= 6; ++b0)
+        for (int64_t a1 = 0; a1 < 4; ++a1)
+          for (int64_t b1 = a1 + 1; b1 <= 4; ++b1)
+            for (int64_t a2 = 0; a2 < 5; ++a2)
+              for (int64_t b2 = a2 + 1; b2 <= 5; ++b2) {
+                TensorMeta want = Piece(name, {b0 - a0, b1 - a1, b2 - a2}, g, {a0, a1, a2});
+                ASSERT_EQ(Load(reader.get(), want), Sub(whole, g, {a0, a1, a2}, {b0, b1, b2}))
+                    << name << " at " << a0 << "," << a1 << "," << a2;
+              }
+  }
+  // An empty region needs no piece.
+  BW_EXPECT_OK(reader->Load(Piece("grid", {0, 4, 5}, g, {6, 0, 0}), nullptr));
+}
+
+TEST_F(CkptTest, ReshardRefusesDistinctPiecesThatOverlap) {
+  const std::vector<uint8_t> whole = RandomBytes(6 * 2 * 4, 3);
+  std::vector<std::vector<T>> ranks(2);
+  const int64_t span[2][2] = {{0, 4}, {2, 6}};  // rows 2..4 saved twice, differently cut
+  for (int r = 0; r < 2; ++r) {
+    T t;
+    t.meta = Piece("w", {span[r][1] - span[r][0], 2}, {6, 2}, {span[r][0], 0});
+    t.bytes = Rows(whole, 2, span[r][0], span[r][1]);
+    ranks[r] = {t};
+  }
+  WriteAndCommit(4, ranks);
+  auto reader = Open(4);
+  ASSERT_NE(reader, nullptr);
+  std::vector<uint8_t> buf(6 * 2 * 4);
+  Status st = reader->Load(Piece("w", {6, 2}, {6, 2}, {0, 0}), buf.data());
+  EXPECT_EQ(st.code(), Code::kDataLoss) << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("'w'"));
+  EXPECT_THAT(st.message(), HasSubstr("overlap"));
+  // Regions inside one piece still load (the exact piece, or rows only one covers).
+  EXPECT_EQ(Load(reader.get(), ranks[1][0].meta), ranks[1][0].bytes);
+  EXPECT_EQ(Load(reader.get(), Piece("w", {1, 2}, {6, 2}, {5, 0})), Rows(whole, 2, 5, 6));
 }
 
 // ---------------------------------------------------------------------------

@@ -327,6 +327,11 @@ std::vector<int64_t> TensorMeta::Offsets() const {
   return offsets.empty() ? std::vector<int64_t>(shape.size(), 0) : offsets;
 }
 
+std::string TensorMeta::PieceString() const {
+  return internal::Dims(shape) + " at " + internal::Dims(Offsets()) + " of " +
+         internal::Dims(GlobalShape());
+}
+
 Status TensorMeta::Validate() const {
   if (name.empty()) return InvalidArgument("tensor name must not be empty");
   uint64_t bytes = DTypeSize(dtype);

@@ -1,10 +1,11 @@
-// Shard reader, step reader (with dim-0 resharding) and verifier. Every check
+// Shard reader, step reader (with resharding) and verifier. Every check
 // failure is a DATA_LOSS Status naming the file and what did not match; a missing
 // file is NOT_FOUND. Chunk bytes are checked against their xxh3 before the caller
 // sees them, so garbage is never returned.
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/format.h"
@@ -107,6 +108,40 @@ struct Shard {
   std::unique_ptr<ReadableFile> file;
 };
 
+// The part of a saved piece inside the wanted region, in global coordinates.
+struct Box {
+  Shard* shard;
+  const TensorEntry* entry;
+  std::vector<int64_t> lo, hi;
+};
+
+bool Overlap(const Box& a, const Box& b) {
+  for (size_t d = 0; d < a.lo.size(); ++d) {
+    if (std::max(a.lo[d], b.lo[d]) >= std::min(a.hi[d], b.hi[d])) return false;
+  }
+  return true;
+}
+
+uint64_t Volume(const std::vector<int64_t>& lo, const std::vector<int64_t>& hi) {
+  uint64_t v = 1;
+  for (size_t d = 0; d < lo.size(); ++d) v *= static_cast<uint64_t>(hi[d] - lo[d]);
+  return v;
+}
+
+// Row-major byte strides of `shape`.
+std::vector<uint64_t> Strides(const std::vector<int64_t>& shape, uint64_t elem) {
+  std::vector<uint64_t> s(shape.size());
+  uint64_t at = elem;
+  for (size_t d = shape.size(); d-- > 0;) {
+    s[d] = at;
+    at *= static_cast<uint64_t>(shape[d]);
+  }
+  return s;
+}
+
+// Largest slab of a piece's dim-0 slices read at once when a box is scattered.
+constexpr uint64_t kSlabBytes = 64ull << 20;
+
 }  // namespace
 
 struct StepReader::Impl {
@@ -116,6 +151,7 @@ struct StepReader::Impl {
   std::map<std::pair<long, int>, std::unique_ptr<Shard>> shards;  // (step, rank)
   uint64_t bytes_read = 0;
   std::vector<uint8_t> bounce;
+  std::vector<uint8_t> slab;  // CopyBox: kSlabBytes, or one row of a piece if larger
 
   // Opens (step, rank) of this world, checking structure (and, for the step being
   // read, the index checksum the MANIFEST pinned).
@@ -195,6 +231,11 @@ struct StepReader::Impl {
     }
     return Status::Ok();
   }
+
+  // Copies the part [lo, hi) (global coordinates) of a saved piece into dst, the
+  // region of `want` at offsets `o`, row-major.
+  Status CopyBox(const Box& b, const TensorMeta& want, const std::vector<int64_t>& o,
+                 uint8_t* dst);
 };
 
 StepReader::StepReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -219,7 +260,55 @@ const ShardIndex& StepReader::index(int rank) const {
 
 uint64_t StepReader::bytes_read() const { return impl_->bytes_read; }
 
-namespace {}  // namespace
+Status StepReader::Impl::CopyBox(const Box& b, const TensorMeta& want,
+                                 const std::vector<int64_t>& o, uint8_t* dst) {
+  const TensorMeta& pm = b.entry->meta;
+  const std::vector<int64_t> po = pm.Offsets();
+  const size_t n = po.size();
+  const uint64_t elem = DTypeSize(want.dtype);
+  const std::vector<uint64_t> ps = Strides(pm.shape, elem), ws = Strides(want.shape, elem);
+  // Trailing dims the box spans whole in both the piece and the target are one
+  // contiguous run with the dim before them; k is the first dim of that run.
+  size_t k = n - 1;
+  auto whole = [&](size_t d) {
+    return b.lo[d] == po[d] && b.hi[d] == po[d] + pm.shape[d] && b.lo[d] == o[d] &&
+           b.hi[d] == o[d] + want.shape[d];
+  };
+  while (k > 0 && whole(k)) --k;
+  const uint64_t run = static_cast<uint64_t>(b.hi[k] - b.lo[k]) * ps[k];
+  if (k == 0) {  // whole dim-0 slices: contiguous in both, read straight into dst
+    return ReadRange(b.shard, *b.entry, static_cast<uint64_t>(b.lo[0] - po[0]) * ps[0], run,
+                     dst + static_cast<uint64_t>(b.lo[0] - o[0]) * ws[0]);
+  }
+  // Otherwise slabs of the piece's dim-0 slices are read and scattered run by run.
+  const int64_t slab_rows = static_cast<int64_t>(std::max<uint64_t>(1, kSlabBytes / ps[0]));
+  for (int64_t r0 = b.lo[0]; r0 < b.hi[0]; r0 += slab_rows) {
+    const int64_t r1 = std::min(b.hi[0], r0 + slab_rows);
+    slab.resize(static_cast<uint64_t>(r1 - r0) * ps[0]);
+    BW_RETURN_IF_ERROR(ReadRange(b.shard, *b.entry, static_cast<uint64_t>(r0 - po[0]) * ps[0],
+                                 slab.size(), slab.data()));
+    std::vector<int64_t> idx(b.lo.begin(), b.lo.begin() + k);  // odometer over dims [0, k)
+    idx[0] = r0;
+    while (true) {
+      uint64_t from = static_cast<uint64_t>(idx[0] - r0) * ps[0];
+      uint64_t to = static_cast<uint64_t>(idx[0] - o[0]) * ws[0];
+      for (size_t d = 1; d < k; ++d) {
+        from += static_cast<uint64_t>(idx[d] - po[d]) * ps[d];
+        to += static_cast<uint64_t>(idx[d] - o[d]) * ws[d];
+      }
+      from += static_cast<uint64_t>(b.lo[k] - po[k]) * ps[k];
+      to += static_cast<uint64_t>(b.lo[k] - o[k]) * ws[k];
+      std::memcpy(dst + to, slab.data() + from, run);
+      size_t d = k;
+      while (d-- > 0) {
+        if (++idx[d] < (d == 0 ? r1 : b.hi[d])) break;
+        idx[d] = d == 0 ? r0 : b.lo[d];
+      }
+      if (d == static_cast<size_t>(-1)) break;
+    }
+  }
+  return Status::Ok();
+}
 
 Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank) {
   BW_RETURN_IF_ERROR(want.Validate());
@@ -254,55 +343,74 @@ Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank)
       return impl_->ReadRange(s, *e, 0, want.nbytes(), dst);
     }
   }
-  // Resharding along dim 0: every piece and the target span all other dims.
+  const uint64_t want_volume = want.nbytes() / DTypeSize(want.dtype);
+  if (want_volume == 0) return Status::Ok();
   if (want.shape.empty()) return NotFound("scalar tensor '" + want.name + "' has no exact piece");
-  uint64_t row_bytes = DTypeSize(want.dtype);
-  for (size_t d = 1; d < g.size(); ++d) {
-    row_bytes *= static_cast<uint64_t>(g[d]);
-    if (o[d] != 0 || want.shape[d] != g[d]) {
-      return InvalidArgument("tensor '" + want.name + "': only dim-0 sharding can be resharded; " +
-                             "asked for shape " + internal::Dims(want.shape) + " at " +
-                             internal::Dims(o));
-    }
-  }
-  const int64_t a = o[0], b = o[0] + want.shape[0];
-  std::vector<std::pair<int64_t, int64_t>> covered;
-  std::map<int64_t, bool> done_origin;  // one copy per piece origin (replicas)
-  bool split_elsewhere = false;         // a piece split along another dim was skipped
+  // Stitching: the region is assembled from every saved piece overlapping it, one
+  // copy per distinct piece (replicas are read once).
+  const size_t n = g.size();
+  std::vector<int64_t> want_hi(n);
+  for (size_t d = 0; d < n; ++d) want_hi[d] = o[d] + want.shape[d];
+  std::vector<Box> boxes;
+  std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> seen;  // (offsets, shape)
   for (const auto& [s, e] : pieces) {
-    const auto po = e->meta.Offsets();
-    bool full_rows = true;
-    for (size_t d = 1; d < po.size(); ++d) {
-      full_rows = full_rows && po[d] == 0 && e->meta.shape[d] == g[d];
+    const std::vector<int64_t> po = e->meta.Offsets();
+    Box b{s, e, std::vector<int64_t>(n), std::vector<int64_t>(n)};
+    bool empty = false;
+    for (size_t d = 0; d < n; ++d) {
+      b.lo[d] = std::max(o[d], po[d]);
+      b.hi[d] = std::min(want_hi[d], po[d] + e->meta.shape[d]);
+      empty = empty || b.lo[d] >= b.hi[d];
     }
-    split_elsewhere = split_elsewhere || !full_rows;
-    if (!full_rows || done_origin.count(po[0])) continue;
-    const int64_t pa = po[0], pb = po[0] + e->meta.shape[0];
-    const int64_t lo = std::max(a, pa), hi = std::min(b, pb);
-    if (lo >= hi) continue;
-    done_origin[po[0]] = true;
-    BW_RETURN_IF_ERROR(impl_->ReadRange(s, *e, static_cast<uint64_t>(lo - pa) * row_bytes,
-                                        static_cast<uint64_t>(hi - lo) * row_bytes,
-                                        dst + static_cast<uint64_t>(lo - a) * row_bytes));
-    covered.emplace_back(lo, hi);
+    if (empty || !seen.insert({po, e->meta.shape}).second) continue;
+    boxes.push_back(std::move(b));
   }
-  std::sort(covered.begin(), covered.end());
-  int64_t at = a;
-  for (const auto& [lo, hi] : covered) {
-    if (lo > at) break;
-    at = std::max(at, hi);
+  // Distinct pieces of one save never overlap; a step whose pieces do is refused
+  // rather than stitched from whichever copy comes last. Sweep along dim 0.
+  std::sort(boxes.begin(), boxes.end(),
+            [](const Box& a, const Box& b) { return a.lo[0] < b.lo[0]; });
+  std::vector<const Box*> active;
+  uint64_t covered = 0;
+  for (const Box& b : boxes) {
+    std::erase_if(active, [&](const Box* a) { return a->hi[0] <= b.lo[0]; });
+    for (const Box* a : active) {
+      if (!Overlap(*a, b)) continue;
+      return DataLoss("tensor '" + want.name + "' of step " + std::to_string(step) +
+                      ": the pieces saved by rank " + std::to_string(a->shard->index.rank) +
+                      " (" + internal::Dims(a->entry->meta.shape) + " at " +
+                      internal::Dims(a->entry->meta.Offsets()) + ") and rank " +
+                      std::to_string(b.shard->index.rank) + " (" +
+                      internal::Dims(b.entry->meta.shape) + " at " +
+                      internal::Dims(b.entry->meta.Offsets()) +
+                      ") overlap; the step's sharding is inconsistent");
+    }
+    active.push_back(&b);
+    covered += Volume(b.lo, b.hi);
   }
-  if (at < b && split_elsewhere) {
-    return InvalidArgument("tensor '" + want.name + "' was saved in pieces split along a " +
-                           "dimension other than 0 in step " + std::to_string(step) +
-                           "; only dim-0 sharding can be resharded: load it with the " +
-                           "saving ranks' exact shapes and offsets");
+  if (covered < want_volume) {
+    // Pieces that span every dimension but 0 leave whole rows out: name the first.
+    int64_t at = o[0];
+    bool rows = true;
+    for (const Box& b : boxes) {
+      for (size_t d = 1; d < n; ++d) rows = rows && b.lo[d] == o[d] && b.hi[d] == want_hi[d];
+      if (rows && b.lo[0] <= at) at = std::max(at, b.hi[0]);
+    }
+    if (rows) {
+      int64_t next = want_hi[0];
+      for (const Box& b : boxes) {
+        if (b.lo[0] > at) next = std::min(next, b.lo[0]);
+      }
+      return NotFound("tensor '" + want.name + "': rows " + std::to_string(at) + ".." +
+                      std::to_string(next) + " of dim 0 were not saved by any rank of step " +
+                      std::to_string(step));
+    }
+    return NotFound("tensor '" + want.name + "': the pieces saved in step " +
+                    std::to_string(step) + " cover " + std::to_string(covered) + " of the " +
+                    std::to_string(want_volume) + " elements of the wanted piece " +
+                    internal::Dims(want.shape) + " at " + internal::Dims(o) + " (global " +
+                    internal::Dims(g) + "); the rest was not saved by any rank");
   }
-  if (at < b) {
-    return NotFound("tensor '" + want.name + "': rows " + std::to_string(at) + ".." +
-                    std::to_string(b) + " of dim 0 were not saved by any rank of step " +
-                    std::to_string(step));
-  }
+  for (const Box& b : boxes) BW_RETURN_IF_ERROR(impl_->CopyBox(b, want, o, dst));
   return Status::Ok();
 }
 

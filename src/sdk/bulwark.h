@@ -54,9 +54,16 @@ class LoadSession {
   virtual ~LoadSession() = default;
   virtual const std::string& tier() const = 0;  // "memory", "disk" or "shared"
   virtual long step() const = 0;
-  // The tensors this rank saved.
+  // The tensors this rank saved (on the file tiers of a step saved by another
+  // world size: rank `rank mod saved world`'s), with their global shapes and offsets.
   virtual const std::vector<ckpt::TensorMeta>& tensors() const = 0;
-  // Fills dst for `want` (see ckpt::StepReader::Load), every chunk verified.
+  // Fills dst (want.nbytes() bytes) with the region `want` describes: its dtype,
+  // piece shape, global shape and offsets. The file tiers read it from the pieces
+  // any world and sharding saved (ckpt::StepReader::Load). The memory tier serves
+  // a piece this rank's snapshot holds exactly and reads any other region from the
+  // file tiers holding the step, opened on first need (if none does, the error names
+  // the tensor and each tier's reason). Every chunk is verified (DATA_LOSS).
+  // INVALID_ARGUMENT if the dtype or global shape differs from the saved one.
   virtual Status Load(const ckpt::TensorMeta& want, void* dst) = 0;
 };
 

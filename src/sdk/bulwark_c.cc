@@ -41,6 +41,81 @@ int Ensure() {
   return st.ok() ? BW_OK : Fail(st);
 }
 
+// A tensor's meta from the C arrays: dims taken from `shape` (and, when non-null,
+// `global_shape` and `offsets`), each holding `ndim` entries. `fn` names the
+// calling function in errors.
+bulwark::Result<bulwark::ckpt::TensorMeta> MetaFromC(const char* fn, const char* name,
+                                                     const char* dtype, int ndim,
+                                                     const long long* shape,
+                                                     const long long* global_shape,
+                                                     const long long* offsets) {
+  if (name == nullptr || dtype == nullptr) {
+    return bulwark::InvalidArgument(std::string(fn) + ": a tensor has a null name or dtype");
+  }
+  const std::string what = std::string(fn) + ": tensor '" + name + "'";
+  if (ndim < 0 || ndim > 64) {
+    return bulwark::InvalidArgument(what + " has " + std::to_string(ndim) +
+                                    " dimensions; 0 to 64 are supported");
+  }
+  if (ndim > 0 && shape == nullptr) {
+    return bulwark::InvalidArgument(what + " has " + std::to_string(ndim) +
+                                    " dimensions but the shape array is null");
+  }
+  auto dt = bulwark::ckpt::ParseDType(dtype);
+  if (!dt.ok()) return dt.status().Annotate(what);
+  bulwark::ckpt::TensorMeta m;
+  m.name = name;
+  m.dtype = *dt;
+  m.shape.assign(shape, shape + ndim);
+  if (global_shape != nullptr) m.global_shape.assign(global_shape, global_shape + ndim);
+  if (offsets != nullptr) m.offsets.assign(offsets, offsets + ndim);
+  if (Status st = m.Validate(); !st.ok()) return st.Annotate(fn);
+  return m;
+}
+
+// bw_ckpt_save[_sharded]: `fn` names the entry point in errors.
+int SaveC(const char* fn, long step, size_t n, const char* const* names,
+          const char* const* dtypes, const int* ndims, const long long* shapes,
+          const long long* global_shapes, const long long* offsets, const void* const* data,
+          const int* flags) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  if (n > 0 && (names == nullptr || dtypes == nullptr || ndims == nullptr || data == nullptr ||
+                flags == nullptr)) {
+    return Fail(bulwark::InvalidArgument(std::string(fn) +
+                                         ": names, dtypes, ndims, data and flags must be "
+                                         "non-null"));
+  }
+  std::vector<bulwark::ckpt::TensorView> ts(n);
+  size_t dim = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (names[i] == nullptr || dtypes[i] == nullptr) {
+      return Fail(bulwark::InvalidArgument(std::string(fn) + ": tensor " + std::to_string(i) +
+                                           " has a null name or dtype"));
+    }
+    auto at = [&](const long long* a) { return a != nullptr ? a + dim : a; };
+    auto m = MetaFromC(fn, names[i], dtypes[i], ndims[i], at(shapes), at(global_shapes),
+                       at(offsets));
+    if (!m.ok()) return Fail(m.status());
+    dim += static_cast<size_t>(ndims[i]);
+    bulwark::ckpt::TensorMeta& meta = ts[i].meta = std::move(*m);
+    if (meta.GlobalShape() == meta.shape &&
+        meta.Offsets() == std::vector<int64_t>(meta.shape.size(), 0)) {
+      meta.global_shape.clear();  // whole: stored like an unsharded tensor
+      meta.offsets.clear();
+    }
+    meta.replicated = (flags[i] & 1) != 0;
+    if (meta.replicated && !meta.global_shape.empty()) {
+      return Fail(bulwark::InvalidArgument(
+          std::string(fn) + ": tensor '" + meta.name + "' is the piece " + meta.PieceString() +
+          " and flagged replicated; a replicated tensor is whole and identical on every "
+          "rank: clear bit 0 of its flags"));
+    }
+    ts[i].data = data[i];
+  }
+  Status st = TheClient().SaveTensors(step, ts);
+  return st.ok() ? BW_OK : Fail(st);
+}
+
 }  // namespace
 
 extern "C" {
@@ -193,28 +268,16 @@ void bw_blobs_free(bw_blobs* b) { delete b; }
 int bw_ckpt_save(long step, size_t n, const char* const* names, const char* const* dtypes,
                  const int* ndims, const long long* shapes, const void* const* data,
                  const int* flags) {
-  if (int rc = Ensure(); rc != BW_OK) return rc;
-  if (n > 0 && (names == nullptr || dtypes == nullptr || ndims == nullptr || data == nullptr ||
-                flags == nullptr)) {
-    return Fail(bulwark::InvalidArgument("bw_ckpt_save: array arguments must be non-null"));
-  }
-  std::vector<bulwark::ckpt::TensorView> ts(n);
-  size_t dim = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (names[i] == nullptr || dtypes[i] == nullptr || ndims[i] < 0 || ndims[i] > 64) {
-      return Fail(bulwark::InvalidArgument("bw_ckpt_save: tensor " + std::to_string(i) +
-                                           " has a null name/dtype or bad ndim"));
-    }
-    auto dt = bulwark::ckpt::ParseDType(dtypes[i]);
-    if (!dt.ok()) return Fail(dt.status().Annotate(std::string("tensor '") + names[i] + "'"));
-    ts[i].meta.name = names[i];
-    ts[i].meta.dtype = *dt;
-    for (int d = 0; d < ndims[i]; ++d) ts[i].meta.shape.push_back(shapes[dim++]);
-    ts[i].meta.replicated = (flags[i] & 1) != 0;
-    ts[i].data = data[i];
-  }
-  Status st = TheClient().SaveTensors(step, ts);
-  return st.ok() ? BW_OK : Fail(st);
+  return SaveC("bw_ckpt_save", step, n, names, dtypes, ndims, shapes, nullptr, nullptr, data,
+               flags);
+}
+
+int bw_ckpt_save_sharded(long step, size_t n, const char* const* names,
+                         const char* const* dtypes, const int* ndims, const long long* shapes,
+                         const long long* global_shapes, const long long* offsets,
+                         const void* const* data, const int* flags) {
+  return SaveC("bw_ckpt_save_sharded", step, n, names, dtypes, ndims, shapes, global_shapes,
+               offsets, data, flags);
 }
 
 int bw_ckpt_open(long step, int min_tier, bw_reader** out) {
@@ -254,6 +317,16 @@ long long bw_load_dim(const bw_reader* l, size_t i, int d) {
   auto* m = MetaAt(l, i);
   return (m && d >= 0 && d < static_cast<int>(m->shape.size())) ? m->shape[d] : -1;
 }
+long long bw_load_global_dim(const bw_reader* l, size_t i, int d) {
+  auto* m = MetaAt(l, i);
+  if (m == nullptr || d < 0 || d >= static_cast<int>(m->shape.size())) return -1;
+  return m->GlobalShape()[d];
+}
+long long bw_load_offset(const bw_reader* l, size_t i, int d) {
+  auto* m = MetaAt(l, i);
+  if (m == nullptr || d < 0 || d >= static_cast<int>(m->shape.size())) return -1;
+  return m->Offsets()[d];
+}
 size_t bw_load_nbytes(const bw_reader* l, size_t i) {
   auto* m = MetaAt(l, i);
   return m ? m->nbytes() : 0;
@@ -266,6 +339,21 @@ int bw_load_read(bw_reader* l, size_t i, void* dst, size_t nbytes) {
     return Fail(bulwark::InvalidArgument("bw_load_read: tensor '" + m->name + "' has " +
                                          std::to_string(m->nbytes()) + " bytes, destination has " +
                                          std::to_string(nbytes)));
+  }
+  Status st = l->session->Load(*m, dst);
+  return st.ok() ? BW_OK : Fail(st);
+}
+int bw_load_piece(bw_reader* l, const char* name, const char* dtype, int ndim,
+                  const long long* shape, const long long* global_shape,
+                  const long long* offsets, void* dst, size_t nbytes) {
+  if (l == nullptr) return Fail(bulwark::InvalidArgument("bw_load_piece: the reader is null"));
+  auto m = MetaFromC("bw_load_piece", name, dtype, ndim, shape, global_shape, offsets);
+  if (!m.ok()) return Fail(m.status());
+  if (nbytes != m->nbytes() || (nbytes > 0 && dst == nullptr)) {
+    return Fail(bulwark::InvalidArgument(
+        "bw_load_piece: tensor '" + m->name + "': the piece " + m->PieceString() + " of " +
+        dtype + " has " + std::to_string(m->nbytes()) + " bytes, the destination " +
+        (dst == nullptr ? std::string("is null") : "has " + std::to_string(nbytes))));
   }
   Status st = l->session->Load(*m, dst);
   return st.ok() ? BW_OK : Fail(st);

@@ -87,6 +87,18 @@ void bw_blobs_free(bw_blobs* b);
 int bw_ckpt_save(long step, size_t n, const char* const* names, const char* const* dtypes,
                  const int* ndims, const long long* shapes, const void* const* data,
                  const int* flags);
+/* bw_ckpt_save for pieces of sharded tensors (FSDP, DTensor, ShardedTensor): tensor
+ * i is the piece, of shape shapes[...], at offsets[...] of a tensor of shape
+ * global_shapes[...]; both arrays are laid out like `shapes` (ndims[i] entries per
+ * tensor, in order). Each rank saves its own piece under the same name; a loader
+ * reads any region of the global tensor (bw_load_piece). A tensor whose global
+ * shape is its shape at offsets 0 is stored whole. A piece smaller than its global
+ * tensor must not be flagged replicated. global_shapes and offsets NULL: every
+ * tensor whole (= bw_ckpt_save). */
+int bw_ckpt_save_sharded(long step, size_t n, const char* const* names,
+                         const char* const* dtypes, const int* ndims, const long long* shapes,
+                         const long long* global_shapes, const long long* offsets,
+                         const void* const* data, const int* flags);
 
 /* An open checkpoint step on one tier (see bulwark::sdk::Client::OpenLoad). */
 typedef struct bw_reader bw_reader;
@@ -97,10 +109,26 @@ size_t bw_load_count(const bw_reader* l);
 const char* bw_load_name(const bw_reader* l, size_t i);
 const char* bw_load_dtype(const bw_reader* l, size_t i);
 int bw_load_ndim(const bw_reader* l, size_t i);
+/* Dim d of tensor i as saved: its piece's shape, the global tensor's shape, and the
+ * piece's offset in it (a whole tensor: global = shape, offsets 0). -1 if out of range. */
 long long bw_load_dim(const bw_reader* l, size_t i, int d);
+long long bw_load_global_dim(const bw_reader* l, size_t i, int d);
+long long bw_load_offset(const bw_reader* l, size_t i, int d);
 size_t bw_load_nbytes(const bw_reader* l, size_t i);
 /* Reads tensor i (verified) into dst, which must hold exactly its nbytes. */
 int bw_load_read(bw_reader* l, size_t i, void* dst, size_t nbytes);
+/* Reads the region of tensor `name` of the open step that a piece of shape
+ * shape[0..ndim) at offsets[0..ndim) of a tensor of shape global_shape[0..ndim)
+ * covers, as `dtype`, into dst (exactly the piece's bytes, row-major), whatever
+ * ranks, world size and sharding saved it: the memory tier serves the piece this
+ * rank saved; any other region is stitched from the pieces on the file tiers
+ * (bulwark::sdk::LoadSession::Load). global_shape NULL = shape (the whole tensor),
+ * offsets NULL = 0s. BW_ERR_INVALID_ARGUMENT for another dtype or global shape
+ * than saved, BW_ERR_NOT_FOUND if no tier holds the region; the message names the
+ * tensor and the shapes. */
+int bw_load_piece(bw_reader* l, const char* name, const char* dtype, int ndim,
+                  const long long* shape, const long long* global_shape,
+                  const long long* offsets, void* dst, size_t nbytes);
 void bw_load_close(bw_reader* l);
 
 #ifdef __cplusplus

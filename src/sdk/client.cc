@@ -303,32 +303,22 @@ Status Client::Commit(long step) {
 
 namespace {
 
-class MemorySession : public LoadSession {
- public:
-  MemorySession(std::unique_ptr<ckpt::RingReader> r, std::unique_ptr<ckpt::Snapshot> s)
-      : reader_(std::move(r)), snap_(std::move(s)) {
-    for (const ckpt::TensorView& v : snap_->tensors()) metas_.push_back(v.meta);
-  }
-  const std::string& tier() const override { return tier_; }
-  long step() const override { return snap_->step(); }
-  const std::vector<ckpt::TensorMeta>& tensors() const override { return metas_; }
-  Status Load(const ckpt::TensorMeta& want, void* dst) override {
-    for (const ckpt::TensorView& v : snap_->tensors()) {
-      if (v.meta.name != want.name) continue;
-      if (v.meta.dtype != want.dtype || v.meta.shape != want.shape) {
-        return InvalidArgument("tensor '" + want.name +
-                               "' in the memory tier has another dtype or shape");
-      }
-      return ckpt::CopyVerified(v, snap_->chunk_size(), dst);
+// Why each tier could not serve a step, and the most severe reason's code.
+struct TierReasons {
+  std::vector<std::string> list;
+  Code code = Code::kNotFound;
+  void Add(const std::string& tier, const Status& st) {
+    list.push_back(tier + ": " + st.message());
+    const Code c = st.code();
+    if (c == Code::kDataLoss || (c == Code::kFailedPrecondition && code == Code::kNotFound)) {
+      code = c;
     }
-    return NotFound("tensor '" + want.name + "' is not in the memory tier snapshot");
   }
-
- private:
-  std::string tier_ = "memory";
-  std::unique_ptr<ckpt::RingReader> reader_;
-  std::unique_ptr<ckpt::Snapshot> snap_;
-  std::vector<ckpt::TensorMeta> metas_;
+  std::string Joined() const {
+    std::string all;
+    for (const std::string& s : list) all += (all.empty() ? "" : "; ") + s;
+    return all;
+  }
 };
 
 class FileSession : public LoadSession {
@@ -351,6 +341,91 @@ class FileSession : public LoadSession {
   std::vector<ckpt::TensorMeta> metas_;
 };
 
+// Opens committed `step` on the first file tier numbered >= min_tier (1 disk, 2
+// shared) that holds it; null, with each configured tier's reason added to `why`,
+// if none does.
+std::unique_ptr<LoadSession> OpenFileTier(const Config& cfg, long step, int min_tier,
+                                          TierReasons* why) {
+  const std::pair<const char*, std::string> files[] = {{"disk", cfg.ckpt_dir},
+                                                       {"shared", cfg.shared_dir}};
+  for (int t = 1; t <= 2; ++t) {
+    const auto& [name, dir] = files[t - 1];
+    if (t < min_tier || dir.empty()) continue;
+    Result<std::unique_ptr<ckpt::StepReader>> r =
+        ckpt::StepReader::Open(ckpt::Env::Default(), dir, step);
+    if (!r.ok()) {
+      why->Add(name, r.status());
+      continue;
+    }
+    // Another world size (an elastic job resized): this rank reads the entries of
+    // rank `rank mod saved world`; pieces of sharded tensors are stitched and
+    // re-split by StepReader::Load, replicated ones are the same on every rank.
+    const int saved = (*r)->manifest().world;
+    const int source = saved > 0 ? cfg.rank % saved : 0;
+    if (saved != cfg.world_size) {
+      std::fprintf(stderr,
+                   "bulwark: step %ld was saved by %d ranks and WORLD_SIZE is %d: rank %d "
+                   "reads rank %d's entries from the %s tier\n",
+                   step, saved, cfg.world_size, cfg.rank, source, name);
+    }
+    return std::make_unique<FileSession>(name, std::move(*r), source);
+  }
+  return nullptr;
+}
+
+// This rank's sealed snapshot in the staging ring. Regions other than the pieces
+// it holds are read from the file tiers, opened on first need.
+class MemorySession : public LoadSession {
+ public:
+  MemorySession(std::unique_ptr<ckpt::RingReader> r, std::unique_ptr<ckpt::Snapshot> s,
+                Config cfg)
+      : reader_(std::move(r)), snap_(std::move(s)), cfg_(std::move(cfg)) {
+    for (const ckpt::TensorView& v : snap_->tensors()) metas_.push_back(v.meta);
+  }
+  const std::string& tier() const override { return tier_; }
+  long step() const override { return snap_->step(); }
+  const std::vector<ckpt::TensorMeta>& tensors() const override { return metas_; }
+  Status Load(const ckpt::TensorMeta& want, void* dst) override {
+    const std::string of_step = "this rank's memory snapshot of step " + std::to_string(step());
+    std::string held = "is not in " + of_step;
+    for (const ckpt::TensorView& v : snap_->tensors()) {
+      if (v.meta.name != want.name) continue;
+      if (v.meta.dtype != want.dtype || v.meta.GlobalShape() != want.GlobalShape()) {
+        return InvalidArgument("tensor '" + want.name + "' was saved as " +
+                               ckpt::DTypeName(v.meta.dtype) + " " + v.meta.PieceString() +
+                               ", asked for " + ckpt::DTypeName(want.dtype) + " " +
+                               want.PieceString() + ": dtype and global shape must match");
+      }
+      if (v.meta.shape == want.shape && v.meta.Offsets() == want.Offsets()) {
+        return ckpt::CopyVerified(v, snap_->chunk_size(), dst);
+      }
+      held = "is not the piece " + of_step + " holds (" + v.meta.PieceString() + ")";
+      break;
+    }
+    if (!files_) {
+      TierReasons why;
+      files_ = OpenFileTier(cfg_, step(), 1, &why);
+      if (!files_) {
+        return Status(why.code,
+                      "tensor '" + want.name + "': the wanted piece " + want.PieceString() +
+                          " " + held + ", and no file tier holds the step to reshard from (" +
+                          (why.list.empty() ? std::string("none configured") : why.Joined()) +
+                          "); load with the sharding this rank saved, or from a step "
+                          "persisted to disk");
+      }
+    }
+    return files_->Load(want, dst);
+  }
+
+ private:
+  std::string tier_ = "memory";
+  std::unique_ptr<ckpt::RingReader> reader_;
+  std::unique_ptr<ckpt::Snapshot> snap_;
+  Config cfg_;
+  std::vector<ckpt::TensorMeta> metas_;
+  std::unique_ptr<LoadSession> files_;  // the file tiers' copy, once needed
+};
+
 }  // namespace
 
 int Client::TierNumber(const std::string& tier) {
@@ -363,58 +438,30 @@ Result<std::unique_ptr<LoadSession>> Client::OpenLoad(long step, int min_tier,
   if (!initialized_) return FailedPrecondition("load called before init()");
   if (step < 0) step = cfg_.resume_step;
   if (step < 0) return NotFound("no checkpoint to resume from (BULWARK_RESUME_STEP is -1)");
-  std::vector<std::string> reasons;
-  Code code = Code::kNotFound;  // becomes the most severe reason's code
-  auto note = [&](Code c) {
-    if (c == Code::kDataLoss || (c == Code::kFailedPrecondition && code == Code::kNotFound))
-      code = c;
-  };
+  TierReasons why;
   if (min_tier <= 0 && !cfg_.staging_dir.empty()) {
     Result<std::unique_ptr<ckpt::RingReader>> r =
         ckpt::RingReader::Open(ckpt::RingPath(cfg_.staging_dir, cfg_.rank));
-    Status why = r.status();
+    Status st = r.status();
     if (r.ok()) {
       Result<std::unique_ptr<ckpt::Snapshot>> s = (*r)->PinStep(step);
       if (s.ok() && (*s)->world() == cfg_.world_size) {
-        return std::unique_ptr<LoadSession>(new MemorySession(std::move(*r), std::move(*s)));
+        return std::unique_ptr<LoadSession>(
+            new MemorySession(std::move(*r), std::move(*s), cfg_));
       }
-      why = s.ok() ? FailedPrecondition("saved by another world size") : s.status();
+      st = s.ok() ? FailedPrecondition("saved by another world size") : s.status();
     }
-    reasons.push_back("memory: " + why.message());
-    if (why.code() == Code::kDataLoss) note(Code::kDataLoss);
+    // Only a corrupt memory copy raises the error's severity.
+    why.Add("memory", st.code() == Code::kDataLoss ? st : Status(Code::kNotFound, st.message()));
   }
-  const std::pair<const char*, std::string> files[] = {{"disk", cfg_.ckpt_dir},
-                                                       {"shared", cfg_.shared_dir}};
-  for (int t = 1; t <= 2; ++t) {
-    const auto& [name, dir] = files[t - 1];
-    if (t < min_tier || dir.empty()) continue;
-    Result<std::unique_ptr<ckpt::StepReader>> r =
-        ckpt::StepReader::Open(ckpt::Env::Default(), dir, step);
-    if (r.ok()) {
-      // Another world size (an elastic job resized): this rank reads the entries of
-      // rank `rank mod saved world`; tensors split along dim 0 are re-sharded by
-      // StepReader::Load, replicated ones are the same on every rank.
-      const int saved = (*r)->manifest().world;
-      const int source = saved > 0 ? cfg_.rank % saved : 0;
-      if (saved != cfg_.world_size) {
-        std::fprintf(stderr,
-                     "bulwark: step %ld was saved by %d ranks and WORLD_SIZE is %d: rank %d "
-                     "reads rank %d's entries from the %s tier\n",
-                     step, saved, cfg_.world_size, cfg_.rank, source, name);
-      }
-      return std::unique_ptr<LoadSession>(new FileSession(name, std::move(*r), source));
-    }
-    note(r.status().code());
-    reasons.push_back(std::string(name) + ": " + r.status().message());
+  if (std::unique_ptr<LoadSession> files = OpenFileTier(cfg_, step, min_tier, &why)) {
+    return files;
   }
-  std::string all;
-  for (const std::string& s : reasons) {
-    all += (all.empty() ? "" : "; ") + s;
-    if (skipped != nullptr) skipped->push_back(s);
-  }
-  if (all.empty())
+  if (skipped != nullptr) skipped->insert(skipped->end(), why.list.begin(), why.list.end());
+  if (why.list.empty())
     return FailedPrecondition("cannot load: no checkpoint tier configured (set BULWARK_CKPT_DIR)");
-  return Status(code, "step " + std::to_string(step) + " is not loadable from any tier: " + all);
+  return Status(why.code,
+                "step " + std::to_string(step) + " is not loadable from any tier: " + why.Joined());
 }
 
 Result<std::vector<ckpt::OwnedBlob>> Client::Load(long step) {

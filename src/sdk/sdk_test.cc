@@ -308,5 +308,222 @@ TEST_F(SdkTest, CAbiRoundTrip) {
   EXPECT_EQ(bw_shutdown(), BW_OK);
 }
 
+
+// Rows [a, b) and columns [c, d) of a row-major {rows, 4} float tensor whose element
+// (i, j) is 10 * i + j + base.
+std::vector<float> Grid(int64_t a, int64_t b, int64_t c, int64_t d, float base = 0) {
+  std::vector<float> v;
+  for (int64_t i = a; i < b; ++i) {
+    for (int64_t j = c; j < d; ++j) v.push_back(static_cast<float>(10 * i + j) + base);
+  }
+  return v;
+}
+
+// Sets the rank environment the C ABI's client reads and re-initialises it.
+void InitRank(const std::string& ckpt_dir, int rank, int world) {
+  ::setenv("BULWARK_CKPT_DIR", ckpt_dir.c_str(), 1);
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  ASSERT_EQ(bw_init(), BW_OK) << bw_last_error();
+}
+
+// bw_load_piece of a {rows, 4} float32 region of "w" or "col".
+int LoadPiece(bw_reader* r, const char* name, std::vector<long long> shape,
+              std::vector<long long> offsets, std::vector<float>* out,
+              const char* dtype = "float32") {
+  const long long global[] = {5, 4};
+  out->assign(static_cast<size_t>(shape[0] * shape[1]), -1.0f);
+  return bw_load_piece(r, name, dtype, 2, shape.data(), global, offsets.data(), out->data(),
+                       out->size() * sizeof(float));
+}
+
+TEST_F(SdkTest, CAbiSavesPiecesAndLoadsAnyRegionInAnyWorld) {
+  // Step 5 saved by 2 ranks: "w" {5, 4} split along dim 0 (3 + 2 rows), "col" split
+  // along dim 1 (2 + 2 columns), "b" replicated and whole.
+  const std::string root = dir_ + "/sharded";
+  const std::vector<float> bias = {1, 2, 3, 4};
+  for (int r = 0; r < 2; ++r) {
+    InitRank(root, r, 2);
+    const std::vector<float> w = r == 0 ? Grid(0, 3, 0, 4) : Grid(3, 5, 0, 4);
+    const std::vector<float> col = Grid(0, 5, 2 * r, 2 * r + 2, 0.5f);
+    const char* names[] = {"w", "col", "b"};
+    const char* dtypes[] = {"float32", "float32", "float32"};
+    const int ndims[] = {2, 2, 1};
+    const long long shapes[] = {r == 0 ? 3 : 2, 4, 5, 2, 4};
+    const long long globals[] = {5, 4, 5, 4, 4};
+    const long long offsets[] = {r == 0 ? 0 : 3, 0, 0, 2 * r, 0};
+    const void* data[] = {w.data(), col.data(), bias.data()};
+    const int flags[] = {0, 0, 1};
+    ASSERT_EQ(bw_ckpt_save_sharded(5, 3, names, dtypes, ndims, shapes, globals, offsets, data,
+                                   flags),
+              BW_OK)
+        << bw_last_error();
+  }
+  ASSERT_EQ(bw_commit(5), BW_OK) << bw_last_error();
+
+  // The same world reads its own pieces, with the saved global shapes and offsets.
+  InitRank(root, 1, 2);
+  bw_reader* r = nullptr;
+  ASSERT_EQ(bw_ckpt_open(5, 0, &r), BW_OK) << bw_last_error();
+  ASSERT_EQ(bw_load_count(r), 3u);
+  EXPECT_STREQ(bw_load_name(r, 0), "w");
+  EXPECT_EQ(bw_load_dim(r, 0, 0), 2);
+  EXPECT_EQ(bw_load_global_dim(r, 0, 0), 5);
+  EXPECT_EQ(bw_load_offset(r, 0, 0), 3);
+  EXPECT_EQ(bw_load_offset(r, 1, 1), 2);
+  EXPECT_EQ(bw_load_global_dim(r, 2, 0), 4);  // whole: its own shape, offset 0
+  EXPECT_EQ(bw_load_offset(r, 2, 0), 0);
+  EXPECT_EQ(bw_load_offset(r, 0, 2), -1);
+  EXPECT_EQ(bw_load_global_dim(r, 3, 0), -1);
+  std::vector<float> got(8);
+  ASSERT_EQ(bw_load_read(r, 0, got.data(), 32), BW_OK) << bw_last_error();
+  EXPECT_EQ(got, Grid(3, 5, 0, 4));
+  // Another split of the same world: rows 1..5 on this rank.
+  ASSERT_EQ(LoadPiece(r, "w", {4, 4}, {1, 0}, &got), BW_OK) << bw_last_error();
+  EXPECT_EQ(got, Grid(1, 5, 0, 4));
+  // Rows instead of columns, and columns instead of rows.
+  ASSERT_EQ(LoadPiece(r, "col", {2, 4}, {3, 0}, &got), BW_OK) << bw_last_error();
+  EXPECT_EQ(got, Grid(3, 5, 0, 4, 0.5f));
+  ASSERT_EQ(LoadPiece(r, "w", {5, 1}, {0, 3}, &got), BW_OK) << bw_last_error();
+  EXPECT_EQ(got, Grid(0, 5, 3, 4));
+  bw_load_close(r);
+
+  // World 3: rank 2 reads rank 0's entries and the rows 4..5 of a 2 + 2 + 1 split.
+  InitRank(root, 2, 3);
+  ASSERT_EQ(bw_ckpt_open(5, 0, &r), BW_OK) << bw_last_error();
+  EXPECT_EQ(bw_load_offset(r, 0, 0), 0);  // rank 0's entry
+  ASSERT_EQ(LoadPiece(r, "w", {1, 4}, {4, 0}, &got), BW_OK) << bw_last_error();
+  EXPECT_EQ(got, Grid(4, 5, 0, 4));
+  bw_load_close(r);
+
+  // World 1: the whole tensors (offsets and global shape omitted: the whole).
+  InitRank(root, 0, 1);
+  ASSERT_EQ(bw_ckpt_open(5, 0, &r), BW_OK) << bw_last_error();
+  const long long whole[] = {5, 4};
+  got.assign(20, -1.0f);
+  ASSERT_EQ(bw_load_piece(r, "w", "float32", 2, whole, nullptr, nullptr, got.data(), 80), BW_OK)
+      << bw_last_error();
+  EXPECT_EQ(got, Grid(0, 5, 0, 4));
+  ASSERT_EQ(LoadPiece(r, "col", {5, 4}, {0, 0}, &got), BW_OK) << bw_last_error();
+  EXPECT_EQ(got, Grid(0, 5, 0, 4, 0.5f));
+  const long long four[] = {4};
+  std::vector<float> b(4);
+  ASSERT_EQ(bw_load_piece(r, "b", "float32", 1, four, nullptr, nullptr, b.data(), 16), BW_OK)
+      << bw_last_error();
+  EXPECT_EQ(b, bias);
+
+  // Bad requests: clear errors naming the tensor, nothing crashes.
+  EXPECT_EQ(LoadPiece(r, "w", {5, 4}, {0, 0}, &got, "float64"), BW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bw_last_error()).find("'w'"), std::string::npos) << bw_last_error();
+  const long long other[] = {6, 4};
+  got.assign(24, 0);
+  EXPECT_EQ(bw_load_piece(r, "w", "float32", 2, other, nullptr, nullptr, got.data(), 96),
+            BW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bw_last_error()).find("global shape [5,4]"), std::string::npos)
+      << bw_last_error();
+  EXPECT_EQ(LoadPiece(r, "w", {3, 4}, {3, 0}, &got), BW_ERR_INVALID_ARGUMENT);  // 3..6 > 5
+  EXPECT_NE(std::string(bw_last_error()).find("does not fit"), std::string::npos)
+      << bw_last_error();
+  EXPECT_EQ(bw_load_piece(r, "w", "float32", 2, whole, nullptr, nullptr, got.data(), 4),
+            BW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bw_last_error()).find("has 80 bytes"), std::string::npos)
+      << bw_last_error();
+  EXPECT_EQ(bw_load_piece(r, "w", "float32", 2, nullptr, nullptr, nullptr, got.data(), 80),
+            BW_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bw_load_piece(r, "nope", "float32", 2, whole, nullptr, nullptr, got.data(), 80),
+            BW_ERR_NOT_FOUND);
+  EXPECT_NE(std::string(bw_last_error()).find("'nope'"), std::string::npos) << bw_last_error();
+  EXPECT_EQ(bw_load_piece(r, "w", "cfloat", 2, whole, nullptr, nullptr, got.data(), 80),
+            BW_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bw_load_piece(nullptr, "w", "float32", 2, whole, nullptr, nullptr, got.data(), 80),
+            BW_ERR_INVALID_ARGUMENT);
+  bw_load_close(r);
+
+  // A piece flagged replicated, and a piece outside its global shape, are refused.
+  const char* names[] = {"p"};
+  const char* dtypes[] = {"float32"};
+  const int ndims[] = {1};
+  const long long shape[] = {2}, global[] = {4}, off[] = {3};
+  const void* data[] = {bias.data()};
+  const int replicated[] = {1}, plain[] = {0};
+  EXPECT_EQ(bw_ckpt_save_sharded(6, 1, names, dtypes, ndims, shape, global, nullptr, data,
+                                 replicated),
+            BW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bw_last_error()).find("'p' is the piece [2] at [0] of [4]"),
+            std::string::npos)
+      << bw_last_error();
+  EXPECT_EQ(bw_ckpt_save_sharded(6, 1, names, dtypes, ndims, shape, global, off, data, plain),
+            BW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(bw_last_error()).find("'p'"), std::string::npos) << bw_last_error();
+  EXPECT_EQ(bw_ckpt_save_sharded(6, 1, names, dtypes, ndims, nullptr, global, off, data, plain),
+            BW_ERR_INVALID_ARGUMENT);
+  for (const char* v : {"RANK", "WORLD_SIZE", "BULWARK_CKPT_DIR"}) ::unsetenv(v);
+  EXPECT_EQ(bw_shutdown(), BW_OK);
+}
+
+TEST_F(SdkTest, MemoryTierServesItsOwnPieceAndReshardsFromTheFileTier) {
+  // Rank 0 of 2 stages its piece of "w" (rows 0..3 of {5, 4}) in the memory tier.
+  fs::create_directories(dir_ + "/stg");
+  const std::string root = dir_ + "/ckpt";
+  Client c;
+  ASSERT_TRUE(c.Init({{"RANK", "0"},
+                      {"WORLD_SIZE", "2"},
+                      {"BULWARK_CKPT_DIR", root},
+                      {"BULWARK_STAGING_DIR", dir_ + "/stg"}})
+                  .ok());
+  const std::vector<float> mine = Grid(0, 3, 0, 4);
+  ckpt::TensorView v;
+  v.meta.name = "w";
+  v.meta.dtype = ckpt::DType::kF32;
+  v.meta.shape = {3, 4};
+  v.meta.global_shape = {5, 4};
+  v.meta.offsets = {0, 0};
+  v.data = mine.data();
+  ASSERT_TRUE(c.SaveTensors(7, {v}).ok());
+  auto s = c.OpenLoad(7);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->tier(), "memory");
+  ASSERT_EQ((*s)->tensors().size(), 1u);
+  EXPECT_EQ((*s)->tensors()[0].GlobalShape(), (std::vector<int64_t>{5, 4}));
+  std::vector<float> got(12);
+  ASSERT_TRUE((*s)->Load(v.meta, got.data()).ok());
+  EXPECT_EQ(got, mine);
+  // The whole tensor is not in memory and the step is not on disk yet.
+  ckpt::TensorMeta whole = v.meta;
+  whole.shape = {5, 4};
+  whole.offsets = {};
+  got.assign(20, -1.0f);
+  Status st = (*s)->Load(whole, got.data());
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
+  EXPECT_NE(st.message().find("'w'"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("holds ([3,4] at [0,0] of [5,4])"), std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("disk:"), std::string::npos) << st.ToString();
+  ckpt::TensorMeta f64 = v.meta;
+  f64.dtype = ckpt::DType::kF64;
+  std::vector<double> d(12);
+  EXPECT_EQ((*s)->Load(f64, d.data()).code(), Code::kInvalidArgument);
+
+  // Persisted (rank 0's disk copy marked +100 so the source of each read shows).
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<float> rows = r == 0 ? Grid(0, 3, 0, 4, 100) : Grid(3, 5, 0, 4);
+    ckpt::TensorView p = v;
+    p.meta.shape = {r == 0 ? 3 : 2, 4};
+    p.meta.offsets = {r == 0 ? 0 : 3, 0};
+    p.data = rows.data();
+    ASSERT_TRUE(ckpt::WriteShard(ckpt::Env::Default(), root, 7, r, 2, {p}, ckpt::WriteOptions())
+                    .ok());
+  }
+  ASSERT_TRUE(ckpt::Commit(ckpt::Env::Default(), root, 7, 2).ok());
+  ASSERT_TRUE((*s)->Load(whole, got.data()).ok());
+  std::vector<float> want = Grid(0, 3, 0, 4, 100);
+  for (float x : Grid(3, 5, 0, 4)) want.push_back(x);
+  EXPECT_EQ(got, want);  // stitched from the disk copies
+  got.assign(12, -1.0f);
+  ASSERT_TRUE((*s)->Load(v.meta, got.data()).ok());
+  EXPECT_EQ(got, mine);  // its own piece still from memory
+  EXPECT_EQ((*s)->tier(), "memory");
+}
+
 }  // namespace
 }  // namespace bulwark::sdk

@@ -1,9 +1,12 @@
 """Tests of bulwark.checkpoint (tensor checkpoints of nested torch state) against the
-real libbulwark.so, standalone (each save writes and commits its shard).
+real libbulwark.so, standalone (each save writes its shard; world size 1 also commits it).
+Pieces of sharded tensors are saved here through the module's internals, as plain
+tensors with their global shapes and offsets (DTensor itself: test_sharded.py).
 
 Run with /usr/bin/python3 (has torch) and BULWARK_LIB pointing at the built library;
 ctest does this (sdk_python_checkpoint_test).
 """
+import ctypes
 import os
 import shutil
 import sys
@@ -17,6 +20,7 @@ import torch  # noqa: E402
 
 import bulwark  # noqa: E402
 import bulwark.checkpoint as ckpt  # noqa: E402
+from bulwark import _lib  # noqa: E402
 
 _VARS = ["RANK", "WORLD_SIZE", "BULWARK_AGENT_SOCK", "BULWARK_RANK_SOCK",
          "BULWARK_RESUME_STEP", "BULWARK_CKPT_DIR", "BULWARK_STAGING_DIR"]
@@ -139,6 +143,83 @@ class CheckpointTest(unittest.TestCase):
         out = {}
         ckpt.load(out, 9)
         self.assertTrue(torch.equal(out["a"], torch.arange(6, dtype=torch.float32)))
+
+    def save_as_rank(self, rank, world, step, pieces):
+        """Saves {name: local tensor} as `rank` of `world` with each tensor's place in its
+        global tensor (pieces: name -> (local, global shape, offsets)), as a DTensor or a
+        ShardedTensor is saved, without needing either (torch 1.13 has no DTensor)."""
+        os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
+        bulwark.init()
+        tensors, none, blob = ckpt._prepare({n: p[0] for n, p in pieces.items()},
+                                            "checkpoint.save")
+        self.assertEqual(none, {})  # plain tensors: no pieces of their own
+        ckpt._stage(step, tensors, blob, False,
+                    {n: ckpt._Piece(p[1], p[2], False) for n, p in pieces.items()})
+
+    def as_rank(self, rank, world):
+        os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
+        bulwark.init()
+
+    def test_pieces_of_sharded_tensors_load_whole_in_another_world(self):
+        # "w" {5, 4} split along dim 0 (3 + 2 rows) and "col" along dim 1 by 2 ranks.
+        w = torch.arange(20, dtype=torch.float32).reshape(5, 4)
+        col = torch.arange(20, dtype=torch.int64).reshape(5, 4) * 7
+        self.save_as_rank(0, 2, 12, {"w": (w[:3].clone(), (5, 4), (0, 0)),
+                                     "col": (col[:, :2].contiguous(), (5, 4), (0, 0))})
+        self.save_as_rank(1, 2, 12, {"w": (w[3:].clone(), (5, 4), (3, 0)),
+                                     "col": (col[:, 2:].contiguous(), (5, 4), (0, 2))})
+        _lib.check(_lib.lib().bw_commit(12), "commit")
+        # The reader exposes each saved piece's global shape and offsets.
+        lib, h = _lib.lib(), ctypes.c_void_p()
+        _lib.check(lib.bw_ckpt_open(12, 0, ctypes.byref(h)), "open")
+        try:
+            got = {lib.bw_load_name(h, i).decode(): (
+                [lib.bw_load_dim(h, i, d) for d in range(2)],
+                [lib.bw_load_global_dim(h, i, d) for d in range(2)],
+                [lib.bw_load_offset(h, i, d) for d in range(2)]) for i in range(2)}
+        finally:
+            lib.bw_load_close(h)
+        self.assertEqual(got["w"], ([2, 4], [5, 4], [3, 0]))
+        self.assertEqual(got["col"], ([5, 2], [5, 4], [0, 2]))
+        # World 1: plain targets of the global shape are filled in place, a strided one
+        # through a copy, a missing one created whole.
+        self.as_rank(0, 1)
+        target, strided = torch.zeros(5, 4), torch.zeros(4, 5, dtype=torch.int64).t()
+        state = {"w": target, "col": strided}
+        self.assertEqual(ckpt.load(state, 12).tier, "disk")
+        self.assertIs(state["w"], target)
+        self.assertTrue(torch.equal(target, w))
+        self.assertIs(state["col"], strided)
+        self.assertTrue(torch.equal(strided, col))
+        out = {}
+        ckpt.load(out, 12)
+        self.assertTrue(torch.equal(out["w"], w))
+        self.assertTrue(torch.equal(out["col"], col))
+        # World 3: every rank gets the whole tensors; another shape is replaced.
+        self.as_rank(2, 3)
+        other = {"w": torch.zeros(3, 4), "col": None}
+        ckpt.load(other, 12)
+        self.assertTrue(torch.equal(other["w"], w))
+        self.assertTrue(torch.equal(other["col"], col))
+
+    def test_bad_pieces_are_clear_errors(self):
+        with self.assertRaises(ckpt.CheckpointError) as cm:  # outside its global shape
+            self.save_as_rank(0, 1, 13, {"w": (torch.zeros(3, 4), (5, 4), (3, 0))})
+        self.assertIn("'w'", str(cm.exception))
+        self.assertIn("does not fit", str(cm.exception))
+        self.as_rank(0, 1)
+        tensors, _, blob = ckpt._prepare({"w": torch.zeros(2, 4)}, "checkpoint.save")
+        with self.assertRaises(ckpt.CheckpointError) as cm:  # a piece flagged replicated
+            ckpt._stage(13, tensors, blob, False, {"w": ckpt._Piece((5, 4), (0, 0), True)})
+        self.assertIn("'w' is the piece [2,4] at [0,0] of [5,4]", str(cm.exception))
+        # Rows nobody saved: a clear error naming the tensor, not garbage.
+        self.save_as_rank(0, 2, 14, {"w": (torch.ones(2, 4), (5, 4), (0, 0))})
+        self.save_as_rank(1, 2, 14, {"w": (torch.ones(2, 4), (5, 4), (3, 0))})
+        _lib.check(_lib.lib().bw_commit(14), "commit")
+        self.as_rank(0, 1)
+        with self.assertRaises(ckpt.CheckpointError) as cm:
+            ckpt.load({}, 14)
+        self.assertIn("'w': rows 2..3 of dim 0 were not saved", str(cm.exception))
 
     def test_bad_input_is_a_clear_error(self):
         with self.assertRaises(ckpt.CheckpointError) as cm:
