@@ -43,6 +43,7 @@ _SIGNATURES = {
     "bw_declare_in_process": (_c_int, [_c_int]),
     "bw_abort_requested": (_c_int, []),
     "bw_park": (_c_int, [ctypes.c_char_p]),
+    "bw_finished": (_c_int, []),
     "bw_wait_generation": (_c_int, [ctypes.c_double, ctypes.c_char_p, _c_size]),
     "bw_ckpt_save": (_c_int, [_c_long, _c_size, ctypes.POINTER(ctypes.c_char_p),
                               ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_c_int),

@@ -27,6 +27,7 @@ import gc
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, TypeVar
@@ -84,6 +85,8 @@ class _Runtime:
         self.in_process = False      # the agent can give us a next generation
         self.generation: Optional[Generation] = None
         self._store = None           # (host, port, TCPStore client), long-lived
+        self._group_sockets: set = set()  # (fd, inode) of the current group's connections
+        self._watcher: Optional[threading.Thread] = None
         self._backend: Optional[str] = None
         self._timeout = datetime.timedelta(seconds=300)
         self._buf = ctypes.create_string_buffer(1 << 16)
@@ -104,6 +107,7 @@ class _Runtime:
     # ---- the process group of a generation
     def _form(self) -> None:
         self.state = "forming"
+        self._group_sockets = set()
         if self._backend is not None:
             import torch.distributed as dist
             g = self.generation
@@ -115,11 +119,15 @@ class _Runtime:
                                                              self._timeout))
                 run_id = os.environ.get("TORCHELASTIC_RUN_ID", "job")
                 store = dist.PrefixStore(f"bulwark/{run_id}/gen{g.number}/", self._store[2])
+                before = _tcp_sockets()  # the long-lived store's connection is not the group's
                 dist.init_process_group(self._backend, store=store, rank=g.rank,
                                         world_size=g.world_size, timeout=self._timeout)
-            else:
+                self._group_sockets = _tcp_sockets() - before
+            else:  # env:// (the first generation): its store is the group's own
+                before = _tcp_sockets()
                 dist.init_process_group(self._backend, init_method="env://", rank=g.rank,
                                         world_size=g.world_size, timeout=self._timeout)
+                self._group_sockets = _tcp_sockets() - before
         self.state = "running"
 
     def _destroy(self) -> None:
@@ -131,6 +139,24 @@ class _Runtime:
                 dist.destroy_process_group()
         except Exception:  # noqa: BLE001 - a broken group is what we are leaving
             pass
+
+    def _watch_aborts(self) -> None:
+        """Daemon thread: when the agent asks this rank to leave while it is blocked in a
+        collective (inside C++, the GIL released, no safe point reached), shuts the
+        group's connections down so the collective fails at once and the rank parks.
+        Polls every 50 ms; the sticky abort flag is cleared by the park."""
+        lib = _lib.lib()
+        while True:
+            time.sleep(0.05)
+            socks = self._group_sockets
+            if not socks or self.state != "running":
+                continue
+            try:
+                aborted = lib.bw_abort_requested() == 1
+            except Exception:  # noqa: BLE001 - the watcher must never die noisily
+                aborted = False
+            if aborted and socks is self._group_sockets:
+                _shutdown_sockets(socks)
 
     # ---- leaving and rejoining
     def _recoverable(self, e: BaseException) -> Optional[str]:
@@ -150,6 +176,12 @@ class _Runtime:
 
     def _park(self, error: str) -> None:
         self.state = "parked"
+        # Close this rank's side of every connection of the group first: a peer still
+        # blocked in a collective with us fails at once instead of at the collective
+        # timeout. destroy_process_group alone does not close them while a failed
+        # collective's work still holds the group (torch 2.x gloo).
+        _shutdown_sockets(self._group_sockets)
+        self._group_sockets = set()
         self._destroy()
         gc.collect()
         _lib.check(_lib.lib().bw_park(error.encode("utf-8", "replace")), "run (park)")
@@ -200,6 +232,10 @@ class _Runtime:
                                os.environ.get("BULWARK_RANK_SOCK"))
         if self.in_process:
             _lib.check(lib.bw_declare_in_process(int(self._backend is not None)), "run")
+            if self._backend is not None and self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch_aborts, daemon=True,
+                                                 name="bulwark-abort-watch")
+                self._watcher.start()
         self.active = True
         self.generation = Generation.from_env(restarted=False)
         try:
@@ -215,6 +251,8 @@ class _Runtime:
                 if error is None:
                     self.state = "done"
                     self._destroy()
+                    if self.in_process:
+                        lib.bw_finished()  # best effort: the exit may take seconds
                     return result
                 # Outside the except block: the traceback (and the training function's
                 # frames, its model and DDP) are released before the group is destroyed.
@@ -227,6 +265,43 @@ class _Runtime:
 
 
 _RUNTIME = _Runtime()
+
+
+def _tcp_sockets() -> set:
+    """(fd, inode) of this process's connected TCP sockets, listeners left out (Linux
+    /proc; empty elsewhere)."""
+    import socket
+    out = set()
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            with socket.socket(fileno=os.dup(int(fd))) as s:
+                if s.family in (socket.AF_INET, socket.AF_INET6) and \
+                        s.type == socket.SOCK_STREAM and \
+                        not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                    out.add((int(fd), os.fstat(int(fd)).st_ino))
+        except OSError:
+            continue
+    return out
+
+
+def _shutdown_sockets(socks: set) -> None:
+    """shutdown(2)s the sockets of `socks` still open under the same fd and inode (the
+    fds stay open: their owner closes them); never raises."""
+    import socket
+    for fd, ino in socks:
+        try:
+            if os.fstat(fd).st_ino != ino:
+                continue  # closed, and the number reused by something else
+            with socket.socket(fileno=os.dup(fd)) as s:
+                s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            continue
 
 
 def _pick_backend(backend: Optional[str]) -> Optional[str]:

@@ -614,6 +614,15 @@ void Agent::HandleDatagram(const std::string& payload) {
     }
     return;
   }
+  if (type == "finished") {
+    auto rank = JInt(m, "rank");
+    if (!rank.ok()) {
+      Warn("sdk: dropped finished: " + rank.status().message());
+      return;
+    }
+    detector_.OnFinished(static_cast<int>(*rank));
+    return;
+  }
   if (type == "staged") {
     auto rank = JInt(m, "rank");
     if (!rank.ok()) {

@@ -71,6 +71,13 @@ std::optional<DetectedFault> FaultDetector::OnExit(int rank, const ExitInfo& exi
   return Make(FaultKind::kCrash, what, rank, 0, "rank " + std::to_string(rank) + " died: " + what);
 }
 
+void FaultDetector::OnFinished(int rank) {
+  RankState* s = Live(rank);
+  if (!s) return;
+  s->finished = true;
+  s->last_progress_mono = clock_->NowMono();
+}
+
 std::optional<DetectedFault> FaultDetector::OnLogLine(int rank, std::string_view line) {
   if (!Live(rank)) return std::nullopt;
   auto subtype = ClassifyLogLine(line);
@@ -84,6 +91,7 @@ double FaultDetector::HangTimeoutFor(int rank) const {
   auto it = ranks_.find(rank);
   if (it == ranks_.end()) return -1;
   const RankState& s = it->second;
+  if (s.finished) return cfg_.finished_exit_timeout_s;
   if (!s.has_step) return cfg_.startup_timeout_s;
   FaultPolicySpec spec;
   spec.hang_timeout_floor_seconds = cfg_.hang_floor_s;
@@ -112,8 +120,13 @@ std::optional<DetectedFault> FaultDetector::CheckHangs() {
     const double idle = now - s.last_progress_mono;
     if (idle < timeout) continue;
     stalled.push_back(rank);
-    d << (stalled.size() > 1 ? "; " : "") << "rank " << rank << " made no progress for " << idle
-      << " s (timeout " << timeout << " s, "
+    d << (stalled.size() > 1 ? "; " : "") << "rank " << rank;
+    if (s.finished) {
+      d << " finished training but has not exited for " << idle << " s (timeout " << timeout
+        << " s)";
+      continue;
+    }
+    d << " made no progress for " << idle << " s (timeout " << timeout << " s, "
       << (s.has_step ? "last step " + std::to_string(s.last_step) : std::string("no step yet"))
       << ")";
   }

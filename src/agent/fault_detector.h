@@ -25,6 +25,7 @@ struct DetectorConfig {
   double hang_multiplier = 10;     // k in max(floor, k * p99(step intervals))
   double startup_timeout_s = 300;  // launch -> first step report
   size_t step_history = 200;       // step intervals kept per rank for the p99
+  double finished_exit_timeout_s = 120;  // `finished` -> process exit
 };
 
 struct DetectedFault {
@@ -58,6 +59,9 @@ class FaultDetector {
   std::optional<DetectedFault> OnStep(int rank, long step, double loss, double sdk_time);
   // A rank exited. Non-zero code or a signal is a crash; exit 0 ends its monitoring.
   std::optional<DetectedFault> OnExit(int rank, const ExitInfo& exit);
+  // The rank's training function returned (the SDK's `finished`): its progress is no
+  // longer watched; it must exit within finished_exit_timeout_s or it is reported hung.
+  void OnFinished(int rank);
   // One line of a rank's output; a fatal_log fault if ClassifyLogLine matches.
   std::optional<DetectedFault> OnLogLine(int rank, std::string_view line);
   // All unreported live ranks whose hang deadline has passed, as one hang fault
@@ -77,6 +81,7 @@ class FaultDetector {
     bool exited = false;
     long last_step = -1;
     bool has_step = false;
+    bool finished = false;          // the training function returned; now exiting
     double last_progress_mono = 0;  // launch or last step report
     std::deque<double> intervals;   // seconds between consecutive step reports
   };

@@ -45,6 +45,27 @@ TEST_F(DetectorTest, StartupTimeoutBeforeFirstStep) {
   EXPECT_FALSE(det_.CheckHangs().has_value()) << "each rank is reported once per attempt";
 }
 
+TEST_F(DetectorTest, AFinishedRankMayTakeItsTimeToExitButNotForever) {
+  DetectorConfig cfg = Cfg(2, 10, 300);
+  cfg.finished_exit_timeout_s = 60;
+  det_.StartAttempt(0, cfg, {0, 1});
+  Steps(0, 10, 0.1);
+  Steps(1, 1, 0.1, 9);
+  det_.OnFinished(0);  // rank 0's interpreter is exiting (slow); rank 1 still trains
+  EXPECT_DOUBLE_EQ(det_.HangTimeoutFor(0), 60);
+  clock_.Advance(2.5);
+  auto hang = det_.CheckHangs();
+  ASSERT_TRUE(hang.has_value());
+  EXPECT_EQ(hang->stalled_ranks, (std::vector<int>{1})) << "only the training rank hangs";
+  clock_.Advance(57.6);  // 60.1 s after `finished`
+  auto exit = det_.CheckHangs();
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->rank, 0);
+  EXPECT_NE(exit->detail.find("finished training but has not exited"), std::string::npos)
+      << exit->detail;
+  det_.OnFinished(7);  // an unknown rank is ignored
+}
+
 TEST_F(DetectorTest, HangTimeoutFollowsStepHistory) {
   det_.StartAttempt(3, Cfg(2, 10, 300), {4});
   Steps(4, 50, 0.5);  // 49 intervals of 0.5 s -> timeout max(2, 10 * 0.5) = 5 s

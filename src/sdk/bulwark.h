@@ -149,6 +149,9 @@ class Client {
   // The rank left its generation, after an abort or on its own (`error`, e.g. a
   // collective that failed because a peer died): sends `parked` and forgets the abort.
   Status Park(const std::string& error);
+  // The training function returned: sends `finished`, so the agent stops watching this
+  // rank for progress while the process exits (an interpreter's exit can take seconds).
+  Status Finished();
   // Waits up to timeout_s for the agent's `generation` message and returns it
   // ({"type": "generation", "attempt", "env": {...}}); DEADLINE_EXCEEDED if none came.
   // The caller applies `env` to the process environment and calls Init again.

@@ -190,6 +190,12 @@ int bw_park(const char* error) {
   return st.ok() ? BW_OK : Fail(st);
 }
 
+int bw_finished(void) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  Status st = TheClient().Finished();
+  return st.ok() ? BW_OK : Fail(st);
+}
+
 int bw_wait_generation(double timeout_s, char* buf, size_t cap) {
   static thread_local std::string held;  // a message that did not fit the last buffer
   if (int rc = Ensure(); rc != BW_OK) return rc;

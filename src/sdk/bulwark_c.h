@@ -57,10 +57,12 @@ int bw_mark_step_start(void);
  * to timeout_s for the next generation and copies its JSON ({"attempt", "env"}) into
  * buf (NUL-terminated); returns its length, BW_ERR_DEADLINE_EXCEEDED on timeout, or
  * BW_ERR_INVALID_ARGUMENT if buf is too small (the message is kept for the next call
- * with a larger buffer). After applying env, call bw_init. */
+ * with a larger buffer). After applying env, call bw_init. bw_finished: the training
+ * function returned; the agent stops watching the rank for progress while it exits. */
 int bw_declare_in_process(int process_group);
 int bw_abort_requested(void);
 int bw_park(const char* error);
+int bw_finished(void);
 int bw_wait_generation(double timeout_s, char* buf, size_t cap);
 
 /* Saves `n` blobs (names[i], data[i], sizes[i]) as this rank's shard of `step`. */

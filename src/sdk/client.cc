@@ -550,6 +550,14 @@ Status Client::Park(const std::string& error) {
   return Status::Ok();
 }
 
+Status Client::Finished() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!initialized_) return FailedPrecondition("finished called before init()");
+  Json msg = {{"type", "finished"}, {"rank", cfg_.rank}, {"attempt", cfg_.attempt}};
+  SendLocked(msg.dump());
+  return Status::Ok();
+}
+
 Result<Json> Client::WaitGeneration(double timeout_s) {
   std::unique_lock<std::mutex> l(mu_);
   if (!initialized_) return FailedPrecondition("wait_generation called before init()");

@@ -195,6 +195,47 @@ class RuntimeTest(unittest.TestCase):
             server.wait()
 
 
+class GroupSocketsTest(unittest.TestCase):
+    """Parking shuts the group's connections so a peer blocked in a collective with this
+    rank fails at once (torch 2.x gloo keeps a failed group's sockets open)."""
+
+    def test_parking_shuts_the_groups_connections_and_nothing_else(self):
+        from bulwark import _runtime
+        lst = socket.socket()
+        lst.bind(("127.0.0.1", 0))
+        lst.listen()
+        other = socket.create_connection(lst.getsockname())  # e.g. the long-lived store
+        other_peer, _ = lst.accept()
+        before = _runtime._tcp_sockets()
+        group_listener = socket.socket()
+        group_listener.bind(("127.0.0.1", 0))
+        group_listener.listen()
+        mine = socket.create_connection(lst.getsockname())
+        peer, _ = lst.accept()
+        group = _runtime._tcp_sockets() - before
+        self.assertIn(mine.fileno(), {fd for fd, _ in group})
+        self.assertNotIn(group_listener.fileno(), {fd for fd, _ in group})
+        self.assertNotIn(other.fileno(), {fd for fd, _ in group})
+        group = {(fd, ino) for fd, ino in group if fd == mine.fileno()}
+        _runtime._shutdown_sockets(group)
+        peer.settimeout(10)
+        self.assertEqual(peer.recv(1), b"")  # the peer sees the close at once
+        other.sendall(b"x")  # untouched
+        other_peer.settimeout(10)
+        self.assertEqual(other_peer.recv(1), b"x")
+        # A closed fd whose number is reused is left alone (inode check).
+        fd = mine.fileno()
+        mine.close()
+        reuse = socket.create_connection(lst.getsockname())
+        reuse_peer, _ = lst.accept()
+        _runtime._shutdown_sockets({(fd, ino) for _, ino in group})
+        reuse.sendall(b"y")
+        reuse_peer.settimeout(10)
+        self.assertEqual(reuse_peer.recv(1), b"y")
+        for s in (lst, other, other_peer, group_listener, peer, reuse, reuse_peer):
+            s.close()
+
+
 class WarmRankTest(unittest.TestCase):
     def test_a_warm_rank_becomes_the_rank_it_is_given(self):
         d = tempfile.mkdtemp(prefix="bw_py_warm.")
