@@ -173,9 +173,8 @@ bool SameFault(const Incident& a, const Incident& b) {
 }
 
 double RecoveryPolicy::Backoff(int n) const {
-  if (!(spec_.backoff_base_seconds > 0)) return 0;
-  n = std::max(n, 1);
-  const double raw = std::ldexp(spec_.backoff_base_seconds, std::min(n - 1, 60));
+  if (!(spec_.backoff_base_seconds > 0) || n <= 1) return 0;
+  const double raw = std::ldexp(spec_.backoff_base_seconds, std::min(n - 2, 60));
   const double capped =
       spec_.backoff_cap_seconds > 0 ? std::min(raw, spec_.backoff_cap_seconds) : raw;
   const uint64_t h = SplitMix64(seed_ ^ SplitMix64(static_cast<uint64_t>(n)));
@@ -232,8 +231,9 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
   }
 
   d.backoff_seconds = Backoff(history.consecutive_failures + 1);
-  const std::string tail = Fmt(" (restart %d of %d) after %.1f s backoff",
-                               history.restarts_used + 1, spec_.restart_budget, d.backoff_seconds);
+  const std::string tail =
+      Fmt(" (restart %d of %d)", history.restarts_used + 1, spec_.restart_budget) +
+      (d.backoff_seconds > 0 ? Fmt(" after %.1f s backoff", d.backoff_seconds) : std::string());
 
   if (incident.kind == FaultKind::kNan) {
     const long nan_step = incident.step >= 0 ? incident.step : history.high_water_step + 1;

@@ -88,9 +88,11 @@ class RecoveryPolicy {
   // time-windowed rules), so equal inputs give equal outputs.
   Decision Decide(const Incident& incident, const JobHistory& history, double now) const;
 
-  // Exponential backoff with jitter for the n-th consecutive failure (n >= 1):
-  // min(cap, base * 2^(n-1)) scaled by a factor in [0.5, 1.0] drawn from (seed, n)
-  // with splitmix64 (deterministic). n < 1 is treated as 1; base <= 0 gives 0.
+  // Backoff before the restart after the n-th consecutive failure (failures with no new
+  // step between them). The first (n <= 1) restarts at once: one failure after progress
+  // is no crash loop, and waiting would only add to every fault's cost. From n = 2 it is
+  // exponential with jitter: min(cap, base * 2^(n-2)) scaled by a factor in [0.5, 1.0]
+  // drawn from (seed, n) with splitmix64 (deterministic); base <= 0 gives 0.
   double Backoff(int n) const;
 
   // Hang timeout given recent step durations: max(floor, multiplier * p99(durations)),

@@ -73,10 +73,15 @@ TEST(RecoveryPolicyTest, CrashRestartsInPlaceFromNewestWithReadableReason) {
   EXPECT_EQ(d.resume_step_max, -1);
   EXPECT_FALSE(d.resume_from_scratch);
   EXPECT_EQ(d.skip_batches_from, -1);
+  EXPECT_EQ(d.backoff_seconds, 0) << "the first failure after progress restarts at once";
+  EXPECT_THAT(d.reason, HasSubstr("rank 3 crashed (SIGKILL) at step 120; restarting in place "
+                                  "from step 100 (restart 2 of 10)"));
+  EXPECT_THAT(d.reason, Not(HasSubstr("backoff")));
+  h.consecutive_failures = 1;  // the last restart made no progress: now it waits
+  d = p.Decide(Crash(3, 120), h, 0);
   EXPECT_GE(d.backoff_seconds, 0.5);
   EXPECT_LE(d.backoff_seconds, 1.0);
-  EXPECT_THAT(d.reason, HasSubstr("rank 3 crashed (SIGKILL) at step 120; restarting in place "
-                                  "from step 100 (restart 2 of 10) after "));
+  EXPECT_THAT(d.reason, HasSubstr("(restart 2 of 10) after "));
   EXPECT_THAT(d.reason, HasSubstr(" s backoff"));
 }
 
@@ -254,15 +259,16 @@ TEST(RecoveryPolicyTest, RepeatedNanClampsToOldestCheckpointThenGivesUp) {
 
 TEST(RecoveryPolicyTest, BackoffGrowsAndCaps) {
   RecoveryPolicy p(Spec(), 42);
-  for (int n = 1; n <= 12; ++n) {
-    const double nominal = std::min(30.0, static_cast<double>(1L << (n - 1)));
+  EXPECT_EQ(p.Backoff(1), 0) << "one failure after progress is no crash loop";
+  for (int n = 2; n <= 13; ++n) {
+    const double nominal = std::min(30.0, static_cast<double>(1L << (n - 2)));
     const double b = p.Backoff(n);
     EXPECT_GE(b, 0.5 * nominal) << n;
     EXPECT_LE(b, nominal) << n;
   }
   EXPECT_LE(p.Backoff(1000000), 30.0);
   EXPECT_GE(p.Backoff(1000000), 15.0);
-  EXPECT_EQ(p.Backoff(0), p.Backoff(1));
+  EXPECT_EQ(p.Backoff(0), 0);
   FaultPolicySpec zero = Spec();
   zero.backoff_base_seconds = 0;
   EXPECT_EQ(RecoveryPolicy(zero, 1).Backoff(5), 0);
@@ -273,10 +279,10 @@ TEST(RecoveryPolicyTest, BackoffJitterIsDeterministicAndSpread) {
   double lo = 1, hi = 0;
   int differs = 0;
   for (uint64_t seed = 0; seed < 1000; ++seed) {
-    const double f = RecoveryPolicy(Spec(), seed).Backoff(1);  // nominal 1 s
+    const double f = RecoveryPolicy(Spec(), seed).Backoff(2);  // nominal 1 s
     lo = std::min(lo, f);
     hi = std::max(hi, f);
-    if (f != RecoveryPolicy(Spec(), seed + 1).Backoff(1)) ++differs;
+    if (f != RecoveryPolicy(Spec(), seed + 1).Backoff(2)) ++differs;
   }
   EXPECT_GE(lo, 0.5);
   EXPECT_LE(hi, 1.0);
@@ -289,13 +295,13 @@ TEST(RecoveryPolicyTest, ConsecutiveFailuresDriveBackoff) {
   RecoveryPolicy p(Spec(), 3);
   JobHistory h = History(10, {});
   h.consecutive_failures = 0;
-  EXPECT_EQ(p.Decide(Crash(1, 10), h, 0).backoff_seconds, p.Backoff(1));
+  EXPECT_EQ(p.Decide(Crash(1, 10), h, 0).backoff_seconds, 0);
   h.consecutive_failures = 4;
   h.incidents = {Crash(2, 1), Crash(4, 2), Crash(6, 3), Crash(7, 4)};
   h.progress_at_incident = {10, 10, 10, 10};
   const double b = p.Decide(Crash(1, 10), h, 0).backoff_seconds;
   EXPECT_EQ(b, p.Backoff(5));
-  EXPECT_GE(b, 8.0);
+  EXPECT_GE(b, 4.0);
 }
 
 TEST(RecoveryPolicyTest, HangTimeoutMath) {
