@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO, "docs", "benchmarks.md")
@@ -59,3 +60,27 @@ def machine():
     return {"cpu": cpu, "nproc": os.cpu_count(), "mem_gib": round(mem_gib, 1),
             "kernel": platform.release(), "loadavg_before": " ".join(load),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def publish(section, name, write):
+    """Prints a rendered section and, if `write`, puts it into docs/benchmarks.md."""
+    print(section)
+    if write:
+        update_docs(section, name)
+
+
+def kill_env_tagged(tag, value, spare_self=True):
+    """SIGKILLs every process whose environment holds tag=value (a benchmark's
+    processes, including daemons that left its process groups); returns how many."""
+    want, me, n = f"{tag}={value}".encode(), os.getpid(), 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if spare_self and int(pid) == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    os.kill(int(pid), signal.SIGKILL)
+                    n += 1
+        except (OSError, ProcessLookupError):
+            pass
+    return n

@@ -32,6 +32,8 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchdoc  # noqa: E402
 DEFAULT_JOB = os.path.join(REPO, "examples", "pytorch-ddp", "job.yaml")
 PYTHON = "/usr/bin/python3"  # Debian's python with torch 1.13
 
@@ -120,17 +122,7 @@ def kill_run(proc, run_id):
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-    tag = f"BASELINE_RUN_ID={run_id}".encode()
-    me = os.getpid()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == me:
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if tag in f.read().split(b"\0"):
-                    os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            pass
+    benchdoc.kill_env_tagged("BASELINE_RUN_ID", run_id)
 
 
 def copy_timestamped(src, dst, t0):
@@ -140,16 +132,22 @@ def copy_timestamped(src, dst, t0):
         dst.flush()
 
 
-def summarize(steplog, target_steps):
-    """Ledger-style accounting over the rank-0 step log (appended across attempts)."""
+def read_steps(path):
+    """The records of a per-step JSONL log (none if it does not exist)."""
     recs = []
-    if os.path.exists(steplog):
-        with open(steplog) as f:
+    if os.path.exists(path):
+        with open(path) as f:
             for line in f:
                 try:
                     recs.append(json.loads(line))
                 except json.JSONDecodeError:
                     pass  # a line torn by a SIGKILL
+    return recs
+
+
+def summarize(steplog, target_steps):
+    """Ledger-style accounting over the rank-0 step log (appended across attempts)."""
+    recs = read_steps(steplog)
     hw, productive, ckpt, rework, tokens, rework_steps = 0, 0.0, 0.0, 0.0, 0, 0
     attempts = set()
     for r in recs:

@@ -83,6 +83,9 @@ def parse_args():
                    help="an elastic job on fewer ranks than at full size: keep the global "
                         "batch (each rank accumulates the gradients of the missing ranks' "
                         "micro-batches) or scale it with the world size")
+    p.add_argument("--snapshot-every", type=int, default=1,
+                   help="with the agent's memory tier: snapshot every N steps (a fault then "
+                        "redoes at most N-1 more steps; each snapshot stalls ~2 ms here)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--val-every", type=int, default=100)
     p.add_argument("--snapshot-ab", type=int, default=0,
@@ -93,8 +96,8 @@ def parse_args():
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--context", type=int, default=64)
     a = p.parse_args()
-    if a.steps < 1 or a.batch_size < 1 or a.ckpt_every < 1:
-        p.error("--steps, --batch-size and --ckpt-every must be >= 1")
+    if a.steps < 1 or a.batch_size < 1 or a.ckpt_every < 1 or a.snapshot_every < 1:
+        p.error("--steps, --batch-size, --ckpt-every and --snapshot-every must be >= 1")
     return a
 
 
@@ -288,8 +291,8 @@ def train_bulwark(args, corpus):
             print(f"[rank 0] generation {gen.number}: resumed step {loaded.step} from the "
                   f"{loaded.tier} tier in {loaded.seconds * 1e3:.1f} ms"
                   f"{' (same process)' if gen.restarted else ''}", flush=True)
-    # With the agent's memory tier, snapshot every step (a fault loses at most one);
-    # the agent persists every checkpoint.intervalSteps-th to disk.
+    # With the agent's memory tier, snapshot every --snapshot-every steps (a fault redoes
+    # fewer than that many); the agent persists every checkpoint.intervalSteps-th to disk.
     memory_tier = bool(os.environ.get("BULWARK_STAGING_DIR"))
     report_start(rank, "bulwark", gen.number, world, model, corpus, start, t_launch)
     # An elastic job on fewer ranks than at full size (gen.max_world_size): with
@@ -335,11 +338,30 @@ def train_bulwark(args, corpus):
         log_step(rank, step, start, loss_v, args, tokens, world, step_time, model, corpus)
         if args.snapshot_ab > 0 and (step // args.snapshot_ab) % 2 == 1:
             continue  # an "off" block of the A/B benchmark
-        if memory_tier or bulwark.should_checkpoint(step):
+        if (memory_tier and step % args.snapshot_every == 0) or bulwark.should_checkpoint(step):
             checkpoint.save(state, step, replicated=True)
     if rank == 0:
         print(f"done: steps={args.steps} final_loss={loss_v:.4f}" if start <= args.steps
               else "done: nothing to do", flush=True)
+
+
+def guarded_step(ddp, model, opt, x, y, fault, rank, step):
+    """One plain step with the baseline's fault hooks and the usual user guard: a
+    non-finite loss or gradient norm raises (the launcher then restarts). Returns the
+    loss; the optimizer step is the caller's."""
+    if fault == "hang":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    loss = ddp(x, y)
+    if fault == "nan":
+        loss = loss * float("nan")  # poisons every rank's weights via allreduce
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    loss_v = loss.item()
+    if not (math.isfinite(loss_v) and math.isfinite(gnorm)):
+        raise RuntimeError(f"rank {rank}: non-finite loss {loss_v} / grad norm "
+                           f"{gnorm} at step {step}")
+    return loss_v
 
 
 def train_plain(args, corpus):
@@ -382,19 +404,7 @@ def train_plain(args, corpus):
         fault = chaos.due(step) if chaos else None
         if fault in ("kill", "nodeloss"):
             os.kill(os.getpid(), signal.SIGKILL)
-        elif fault == "hang":
-            os.kill(os.getpid(), signal.SIGSTOP)
-        loss = ddp(x, y)
-        if fault == "nan":
-            loss = loss * float("nan")  # poisons every rank's weights via allreduce
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-        loss_v = loss.item()
-        if not (math.isfinite(loss_v) and math.isfinite(gnorm)):
-            # The usual user guard: crash, let torchrun restart from the checkpoint.
-            raise RuntimeError(f"rank {rank}: non-finite loss {loss_v} / grad norm "
-                               f"{gnorm} at step {step}")
+        loss_v = guarded_step(ddp, model, opt, x, y, fault, rank, step)
         opt.step()
         t_end = time.time()
         step_time, prev_end = t_end - prev_end, t_end
