@@ -69,18 +69,32 @@ def publish(section, name, write):
         update_docs(section, name)
 
 
-def kill_env_tagged(tag, value, spare_self=True):
-    """SIGKILLs every process whose environment holds tag=value (a benchmark's
-    processes, including daemons that left its process groups); returns how many."""
-    want, me, n = f"{tag}={value}".encode(), os.getpid(), 0
+def env_tagged_pids(tag, value, live_only=False):
+    """Pids of the other processes whose environment holds tag=value (a benchmark's
+    processes, including daemons that left its process groups); `live_only` leaves
+    zombies out."""
+    want, me, out = f"{tag}={value}".encode(), os.getpid(), []
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        if spare_self and int(pid) == me:
+        if int(pid) == me:
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if want in f.read().split(b"\0"):
-                    os.kill(int(pid), signal.SIGKILL)
-                    n += 1
-        except (OSError, ProcessLookupError):
+                if want not in f.read().split(b"\0"):
+                    continue
+            if live_only:
+                with open(f"/proc/{pid}/stat") as s:
+                    if s.read().split(")")[-1].split()[0] == "Z":
+                        continue
+            out.append(int(pid))
+        except OSError:
             pass
-    return n
+    return out
+
+
+def kill_env_tagged(tag, value):
+    """SIGKILLs every other process whose environment holds tag=value."""
+    for pid in env_tagged_pids(tag, value):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -54,20 +54,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def tagged_alive(run_id):
-    tag = f"PEER_RUN_ID={run_id}".encode()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if tag in f.read().split(b"\0"):
-                    with open(f"/proc/{pid}/stat") as s:
-                        if s.read().split(")")[-1].split()[0] != "Z":
-                            return True
-        except OSError:
-            pass
-    return False
-
-
 def account(recs, t0, t_exit, groups, fault_steps, target):
     """Ledger-style accounting of a peer's step log; per fault, the time lost between
     the end of the step before it and the end of the step before the next fault (or the
@@ -182,7 +168,8 @@ def run_nvrx(cfg, out):
             time.sleep(0.05)
         t_exit = time.time()
         timed_out = t_exit >= deadline
-        while tagged_alive(env["PEER_RUN_ID"]) and time.time() < t_exit + 15:
+        while (benchdoc.env_tagged_pids("PEER_RUN_ID", env["PEER_RUN_ID"], live_only=True)
+               and time.time() < t_exit + 15):
             time.sleep(0.1)  # the monitor daemons finish their termination barrier
     r = account(base.read_steps(os.path.join(ckpt, "steps.jsonl")), t0, t_exit, n_active,
                 cfg["fault_steps"], cfg["steps"])

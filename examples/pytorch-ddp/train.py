@@ -85,7 +85,7 @@ def parse_args():
                         "micro-batches) or scale it with the world size")
     p.add_argument("--snapshot-every", type=int, default=1,
                    help="with the agent's memory tier: snapshot every N steps (a fault then "
-                        "redoes at most N-1 more steps; each snapshot stalls ~2 ms here)")
+                        "redoes at most N-1 more steps; each snapshot stalls the step)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--val-every", type=int, default=100)
     p.add_argument("--snapshot-ab", type=int, default=0,
