@@ -54,13 +54,18 @@ def _preimport(target):
             pass
 
 
-def _say_ready():
+def say_ready():
+    """Tells the agent (datagram `warm_ready`) that this process can take a rank."""
+    send_agent({"type": "warm_ready", "pid": os.getpid()})
+
+
+def send_agent(msg):
     path = os.environ.get("BULWARK_AGENT_SOCK")
     if not path:
         return
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        s.sendto(json.dumps({"type": "warm_ready", "pid": os.getpid()}).encode(), path)
+        s.sendto(json.dumps(msg).encode(), path)
         s.close()
     except OSError:
         pass
@@ -84,9 +89,13 @@ def _split(argv):
     raise SystemExit(f"bulwark.warm: cannot run {argv!r}: no script or -m module")
 
 
-def main():
+def preimport():
+    """Imports what the rank will need ($BULWARK_WARM_TARGET's top-level imports)."""
     _preimport(os.environ.get("BULWARK_WARM_TARGET", ""))
-    _say_ready()
+
+
+def become_assigned():
+    """Waits for the assignment on stdin and runs it; its exit status is the script's."""
     line = sys.stdin.readline()
     if not line.strip():
         return 0  # the agent let us go without a rank
@@ -111,6 +120,12 @@ def main():
         sys.path[0] = os.path.dirname(path)
         runpy.run_path(path, run_name="__main__")
     return 0
+
+
+def main():
+    preimport()
+    say_ready()
+    return become_assigned()
 
 
 if __name__ == "__main__":

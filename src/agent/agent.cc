@@ -101,7 +101,8 @@ Status Agent::Setup() {
     po.log = [](const std::string& line) { Warn("peer: " + line); };
     BW_ASSIGN_OR_RETURN(peer_, ckpt::PeerServer::Start(po));
   }
-  (void)BecomeSubreaper();  // orphaned rank descendants come back to us for reaping
+  // Orphaned rank descendants, and ranks forked by the zygote, come back to us.
+  subreaper_ = BecomeSubreaper().ok();
   BW_ASSIGN_OR_RETURN(adopt_listen_, TcpListen(opts_.peer_host, opts_.adopt_port));
   BW_ASSIGN_OR_RETURN(adopt_port_, LocalPort(adopt_listen_.get()));
   const double deadline = clock_->NowMono() + opts_.connect_timeout_s;
@@ -254,6 +255,7 @@ int Agent::RunOnce() {
     if (w.out.valid()) fds.push_back(w.out.get());
   }
   if (store_.out.valid()) fds.push_back(store_.out.get());
+  if (zygote_.out.valid()) fds.push_back(zygote_.out.get());
   clock_->WaitReadable(fds, timers_.Until(kPollS));
   AcceptAdopters();
   if (conn_) {
@@ -282,6 +284,7 @@ int Agent::RunOnce() {
   CheckHangs();
   MaybeHeartbeat();
   FinishFetchIfDone();
+  MaybeLaunchAfterZygote();
   MaybeFillPool();
   if (warm_spec_.size > 0) ReportWarm();
   MaybeStartStore();
@@ -378,6 +381,7 @@ void Agent::HandleController(const Json& msg) {
   } else if (type == "shutdown") {
     shutdown_requested_ = true;
     pending_start_.reset();
+    zygote_wait_.reset();
     if (!ranks_.empty() && !stopping_) BeginStop(spec_ ? spec_->stop_grace_s : 5, -1);
   } else {
     Warn("controller: dropped message of unknown type '" + type + "'");
@@ -490,6 +494,9 @@ void Agent::HandleStop(const Json& msg) {
   if (pending_start_ && (*attempt < 0 || pending_start_->attempt == *attempt)) {
     pending_start_.reset();
   }
+  if (zygote_wait_ && (*attempt < 0 || zygote_wait_->attempt == *attempt)) {
+    zygote_wait_.reset();  // its ranks never start; answered below like any unknown attempt
+  }
   if (fetching_ && (*attempt < 0 || fetching_->attempt == *attempt)) {
     fetch_cancelled_ = true;  // its ranks never start
     SendStopped(*attempt, Json::object());
@@ -573,6 +580,11 @@ void Agent::HandleDatagram(const std::string& payload) {
   }
   const Json& m = *parsed;
   const std::string type = m["type"].get<std::string>();
+  if (type == "zygote_ready") {
+    auto pid = JInt(m, "pid");
+    if (pid.ok() && *pid == zygote_.pid) zygote_.ready = true;
+    return;
+  }
   if (type == "warm_ready") {
     auto pid = JInt(m, "pid");
     for (WarmRank& w : warm_) {

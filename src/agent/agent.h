@@ -167,6 +167,26 @@ class Agent {
   void OnParked(const Json& m, Rank& r);
   // The warm pool (agent_warm.cc).
   void SetWarmSpec(const StartSpec& spec, int size);
+  // The fork server (python/bulwark/zygote.py) warm ranks are forked from: usable for
+  // the warm spec (a Python rank command, warm ranks wanted, this agent a subreaper).
+  bool ZygoteUsable() const;
+  // A warm rank forked from the ready zygote; nullopt if it is not ready or the fork
+  // failed (ZygoteFailed).
+  std::optional<WarmRank> ForkWarm();
+  void EnsureZygote();
+  void KillZygote();
+  // SIGKILLs the group of a helper process (warm rank, zygote, store) and reaps it,
+  // waiting at most kHelperKillWaitS.
+  void KillHelper(pid_t pid, pid_t pgid);
+  // The zygote failed (died and was `reaped`, or a fork request failed: killed now):
+  // back off, or give up on it.
+  void ZygoteFailed(const std::string& why, bool reaped);
+  // Whether `spec`'s launch should wait for the zygote's imports: it needs more new
+  // processes than the pool holds and the zygote is importing (started now if
+  // absent), for at most kZygoteWaitS. Then the launch is kept in zygote_wait_.
+  bool WaitForZygote(const StartSpec& spec);
+  // Launches zygote_wait_ once the zygote is ready, failed, or the wait expired.
+  void MaybeLaunchAfterZygote();
   void MaybeFillPool();
   std::optional<WarmRank> TakeWarm();
   Status AssignWarm(WarmRank& w, const StartSpec& spec, const std::map<std::string, std::string>& env);
@@ -255,7 +275,7 @@ class Agent {
   std::optional<StartSpec> pending_start_;
   bool parking_ = false;       // the stop in progress parks survivors (BeginPark)
   bool park_killed_ = false;   // the park deadline passed and stragglers were killed
-  Timers timers_;              // "park", "park_kill", "warm_retry"
+  Timers timers_;  // "park", "park_kill", "warm_retry", "zygote_retry", "zygote_wait"
   WarmSpec warm_spec_;
   std::vector<WarmRank> warm_;
   int warm_failures_ = 0;      // consecutive warm ranks that died before assignment
@@ -269,6 +289,19 @@ class Agent {
     int port = 0;  // once it said it listens
   } store_;
   bool store_wanted_ = false;
+  struct ZygoteServer {
+    pid_t pid = -1;
+    pid_t pgid = -1;
+    Fd out;
+    Fd control;  // the agent's end of the fork channel
+    std::string partial;
+    bool ready = false;  // said zygote_ready: its imports are done
+    double started_mono = 0;
+  } zygote_;
+  int zygote_failures_ = 0;  // consecutive failures (deaths, failed forks)
+  bool zygote_disabled_ = false;
+  std::optional<StartSpec> zygote_wait_;  // a launch waiting for the zygote's imports
+  bool subreaper_ = false;                // forked ranks are reparented to this agent
   bool shutdown_requested_ = false;
   double next_heartbeat_ = 0;
   std::unique_ptr<ckpt::Persister> persister_;

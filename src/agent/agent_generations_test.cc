@@ -65,7 +65,7 @@ class AgentGenerationsTest : public ::testing::Test {
   }
 
   // The next controller message of `type` (others are kept for later).
-  Json Expect(const std::string& type) {
+  Json Expect(const std::string& type, int turns = 200) {
     Json found;
     RunUntil([&] {
       for (const Json& m : ctl_->Read()) inbox_.push_back(m);
@@ -77,7 +77,7 @@ class AgentGenerationsTest : public ::testing::Test {
         }
       }
       return false;
-    });
+    }, turns);
     EXPECT_FALSE(found.is_null()) << "no '" << type << "' from the agent";
     return found;
   }
@@ -326,25 +326,45 @@ TEST_F(AgentGenerationsTest, ARankThatParksOnItsOwnIsReportedAndAPlainStopEndsPa
   EXPECT_FALSE(procs_.Alive(p1));
 }
 
-TEST_F(AgentGenerationsTest, AWarmRankBecomesTheReplacementAndThePoolRefills) {
-  StartTwoRanks(/*warm_ranks=*/1);
-  const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;
-  // No warm rank while the ranks start: they would compete for the cores.
+TEST_F(AgentGenerationsTest, TheFirstLaunchWaitsForTheZygoteAndWarmRanksAreItsForks) {
+  for (int r : {0, 1}) sdk_[r] = BindRank(r);
+  Send(Start(0, /*warm_ranks=*/1));
+  // One import for the node: the launch waits for the zygote instead of spawning two
+  // interpreters that would each import torch.
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 1u; }));
+  const pid_t zygote = procs_.Spawned()[0];
+  const SpawnOptions zo = procs_.Options(zygote);
+  EXPECT_EQ(zo.argv, (std::vector<std::string>{"/usr/bin/python3", "-m", "bulwark.zygote"}));
+  EXPECT_GE(zo.control_fd, 0);
+  EXPECT_EQ(zo.env.at("BULWARK_WARM_TARGET"), "train.py");
+  EXPECT_EQ(zo.env.at("BULWARK_STACK_FILE"), "");
   RunUntil([] { return false; }, 10);
-  EXPECT_EQ(procs_.Spawned().size(), 2u);
-  EXPECT_LT(clock_.NowMono() - 100, 5);  // (rank start-up counts for 5 s at most)
+  for (const Json& m : ctl_->Read()) inbox_.push_back(m);
+  for (const Json& m : inbox_) EXPECT_NE(m["type"], "started") << "launched before the zygote";
+  EXPECT_EQ(procs_.Spawned().size(), 1u);
+
+  FromRank({{"type", "zygote_ready"}, {"pid", zygote}});
+  started0_ = Expect("started");
+  const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;
   for (int r : {0, 1}) {
-    FromRank({{"type", "step"}, {"rank", r}, {"step", 1}, {"loss", 1.0}, {"t", 1.0}});
+    const pid_t p = Of(started0_, r).first;
+    EXPECT_EQ(Of(started0_, r).second, "warm");
+    EXPECT_EQ(procs_.Options(p).argv,
+              (std::vector<std::string>{"fork-of", std::to_string(zygote)}));
+    const Json job = Json::parse(procs_.ReadStdin(p));
+    EXPECT_EQ(job["env"]["RANK"], std::to_string(r));
+    EXPECT_EQ(job["argv"], (Json{"/usr/bin/python3", "train.py", "--steps", "9"}));
+    EXPECT_EQ(job["cwd"], dir_);
+    FromRank({{"type", "hello"}, {"rank", r}, {"pid", p}, {"in_process", true}});
+    EXPECT_EQ(Expect("rank_info")["rank"], r);
   }
-  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 3u; }));
+  // A fork costs no import: the pool refills at once, while the ranks still start.
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 4u; }));
   const pid_t warm = procs_.Spawned().back();
-  const SpawnOptions wo = procs_.Options(warm);
-  EXPECT_EQ(wo.argv, (std::vector<std::string>{"/usr/bin/python3", "-m", "bulwark.warm"}));
-  EXPECT_TRUE(wo.stdin_pipe);
-  EXPECT_EQ(wo.env.at("BULWARK_WARM_TARGET"), "train.py");
+  EXPECT_EQ(procs_.Options(warm).argv[0], "fork-of");
   FromRank({{"type", "warm_ready"}, {"pid", warm}});
   RunUntil([] { return false; }, 5);
-  EXPECT_EQ(procs_.Spawned().size(), 3u);  // the pool holds one
+  EXPECT_EQ(procs_.Spawned().size(), 4u);  // the pool holds one
 
   ASSERT_TRUE(procs_.Signal(p1, SIGKILL).ok());
   Expect("incident");
@@ -353,27 +373,119 @@ TEST_F(AgentGenerationsTest, AWarmRankBecomesTheReplacementAndThePoolRefills) {
   Expect("stopped");
   Send(Start(1, 1));
   Json started1 = Expect("started");
+  EXPECT_EQ(Of(started1, 0), std::make_pair(p0, std::string("kept")));
   EXPECT_EQ(Of(started1, 1), std::make_pair(warm, std::string("warm")));
   const Json job = Json::parse(procs_.ReadStdin(warm));
-  EXPECT_EQ(job["argv"], (Json{"/usr/bin/python3", "train.py", "--steps", "9"}));
   EXPECT_EQ(job["env"]["RANK"], "1");
   EXPECT_EQ(job["env"]["BULWARK_ATTEMPT"], "1");
-  EXPECT_EQ(job["cwd"], dir_);
-  // The pool refills once the new generation's ranks have stepped.
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 5u; }));
+  EXPECT_EQ(procs_.Options(procs_.Spawned().back()).argv[0], "fork-of");
+
+  // New code (a hot update's `prepare`): the zygote and its forks imported the old.
+  Json prep = {{"type", "prepare"},
+               {"command", {"/usr/bin/python3", "train2.py"}},
+               {"env", Json::object()},
+               {"workdir", dir_},
+               {"warm_ranks", 1},
+               {"version", "v2"}};
+  Send(prep);
+  ASSERT_TRUE(RunUntil([&] { return !procs_.Alive(zygote); }));
+  EXPECT_FALSE(procs_.Alive(procs_.Spawned()[4]));
   for (int r : {0, 1}) {
     FromRank({{"type", "step"}, {"rank", r}, {"step", 8}, {"loss", 1.0}, {"t", 2.0}});
   }
-  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 4u; }));
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 6u; }));
+  EXPECT_EQ(procs_.Options(procs_.Spawned()[5]).env.at("BULWARK_WARM_TARGET"), "train2.py");
 }
 
-TEST_F(AgentGenerationsTest, RanksThatNeverReportAStepDelayThePoolOnlyFiveSeconds) {
+TEST_F(AgentGenerationsTest, TheStoreServerIsAForkOfTheZygote) {
+  for (int r : {0, 1}) sdk_[r] = BindRank(r);
+  Send(Start(0, /*warm_ranks=*/1));
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 1u; }));
+  const pid_t zygote = procs_.Spawned()[0];
+  FromRank({{"type", "zygote_ready"}, {"pid", zygote}});
+  started0_ = Expect("started");
+  for (int r : {0, 1}) {
+    FromRank({{"type", "hello"}, {"rank", r}, {"pid", Of(started0_, r).first},
+              {"in_process", true}, {"process_group", true}});
+    Expect("rank_info");
+    FromRank({{"type", "step"}, {"rank", r}, {"step", 1}, {"loss", 1.0}, {"t", 1.0}});
+  }
+  // Ranks 0 and 1, the pool's one, then the store: all forks, no second import.
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 5u; }));
+  for (size_t i = 1; i < 5; ++i) EXPECT_EQ(procs_.Options(procs_.Spawned()[i]).argv[0], "fork-of");
+  const pid_t store = procs_.Spawned()[4];
+  const Json job = Json::parse(procs_.ReadStdin(store));
+  EXPECT_EQ(job["argv"], (Json{"/usr/bin/python3", "-m", "bulwark.store_server"}));
+  EXPECT_EQ(job["env"]["BULWARK_STACK_FILE"], "");
+  ASSERT_TRUE(procs_.Print(store, "bulwark-store: listening on port 41234\n"));
+  EXPECT_EQ(Expect("store")["port"], 41234);
+}
+
+TEST_F(AgentGenerationsTest, ALaunchWaitsForTheZygoteThirtySecondsAtMostThenSpawns) {
+  const double t0 = clock_.NowMono();
+  Send(Start(0, 1));
+  Json started = Expect("started", /*turns=*/1000);
+  ASSERT_FALSE(started.is_null());
+  EXPECT_GE(clock_.NowMono() - t0, 30.0);
+  EXPECT_LT(clock_.NowMono() - t0, 30.5);
+  for (int r : {0, 1}) {
+    const pid_t p = Of(started, r).first;
+    EXPECT_EQ(Of(started, r).second, "spawned");
+    EXPECT_EQ(procs_.Options(p).argv,
+              (std::vector<std::string>{"/usr/bin/python3", "train.py", "--steps", "9"}));
+  }
+  // Once ready, the slow zygote still fills the pool.
+  FromRank({{"type", "zygote_ready"}, {"pid", procs_.Spawned()[0]}});
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 4u; }));
+  EXPECT_EQ(procs_.Options(procs_.Spawned()[3]).argv[0], "fork-of");
+}
+
+TEST_F(AgentGenerationsTest, AZygoteThatDiesLetsTheLaunchSpawnAndStartsAgainAfterRankStartUp) {
   // A script without the SDK reports no steps: its start-up counts for 5 s.
   const double t0 = clock_.NowMono();
   Send(Start(0, 1));
-  Expect("started");
-  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 3u; }, 400));
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 1u; }));
+  ASSERT_TRUE(procs_.Exit(procs_.Spawned()[0], 1));  // e.g. a broken interpreter option
+  Json started = Expect("started");
+  EXPECT_LT(clock_.NowMono() - t0, 1.0);
+  EXPECT_EQ(Of(started, 0).second, "spawned");
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 4u; }, 400));
+  EXPECT_EQ(procs_.Options(procs_.Spawned()[3]).argv,
+            (std::vector<std::string>{"/usr/bin/python3", "-m", "bulwark.zygote"}));
   EXPECT_GE(clock_.NowMono() - t0, 5.0);
   EXPECT_LT(clock_.NowMono() - t0, 5.5);
+}
+
+TEST_F(AgentGenerationsTest, ZygotesThatKeepFailingGiveWayToWarmProcessesOfTheirOwn) {
+  Json s = Start(0, 1);
+  s["nproc_per_node"] = 1;
+  s["world_size"] = 1;
+  Send(s);
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 1u; }));
+  const pid_t z1 = procs_.Spawned()[0];
+  procs_.FailForks(z1);  // its channel is broken: ready, but no fork succeeds
+  FromRank({{"type", "zygote_ready"}, {"pid", z1}});
+  Json started = Expect("started");
+  EXPECT_EQ(Of(started, 0).second, "spawned");
+  EXPECT_FALSE(procs_.Alive(z1));
+  FromRank({{"type", "step"}, {"rank", 0}, {"step", 1}, {"loss", 1.0}, {"t", 1.0}});
+  for (int failure = 2; failure <= 3; ++failure) {
+    const size_t before = procs_.Spawned().size();
+    ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == before + 1; }, 400))
+        << "failure " << failure;
+    const pid_t z = procs_.Spawned().back();
+    EXPECT_EQ(procs_.Options(z).argv.back(), "bulwark.zygote");
+    ASSERT_TRUE(procs_.Exit(z, 1));
+  }
+  const size_t before = procs_.Spawned().size();
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == before + 1; }, 400));
+  const pid_t warm = procs_.Spawned().back();
+  const SpawnOptions wo = procs_.Options(warm);
+  EXPECT_EQ(wo.argv, (std::vector<std::string>{"/usr/bin/python3", "-m", "bulwark.warm"}));
+  EXPECT_TRUE(wo.stdin_pipe);
+  EXPECT_EQ(wo.control_fd, -1);
+  EXPECT_EQ(wo.env.at("BULWARK_WARM_TARGET"), "train.py");
 }
 
 TEST_F(AgentGenerationsTest, WarmRanksThatKeepDyingTurnThePoolOff) {
@@ -381,13 +493,15 @@ TEST_F(AgentGenerationsTest, WarmRanksThatKeepDyingTurnThePoolOff) {
   s["nproc_per_node"] = 1;
   s["world_size"] = 1;
   Send(s);
+  ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 1u; }));
+  FromRank({{"type", "zygote_ready"}, {"pid", procs_.Spawned()[0]}});
   Json started = Expect("started");
   FromRank({{"type", "step"}, {"rank", 0}, {"step", 1}, {"loss", 1.0}, {"t", 1.0}});
-  for (int round = 0; round < 3; ++round) {
-    const size_t before = procs_.Spawned().size();
-    ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == before + 1; }, 2000))
+  for (int round = 0; round < 3; ++round) {  // the zygote, the rank, then warm ranks
+    ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 3u + round; }, 2000))
         << "round " << round;
-    ASSERT_TRUE(procs_.Exit(procs_.Spawned().back(), 1));  // e.g. an import error
+    EXPECT_EQ(procs_.Options(procs_.Spawned().back()).argv[0], "fork-of");
+    ASSERT_TRUE(procs_.Exit(procs_.Spawned().back(), 1));  // e.g. a broken reparenting
   }
   const size_t spawned = procs_.Spawned().size();
   RunUntil([] { return false; }, 2000);  // 100 s of fake time: no further attempt

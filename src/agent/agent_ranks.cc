@@ -41,6 +41,8 @@ std::string WallStamp(double wall) {
 }  // namespace
 
 void Agent::Launch(const StartSpec& spec) {
+  SetWarmSpec(spec, spec.warm_ranks);
+  if (WaitForZygote(spec)) return;  // MaybeLaunchAfterZygote launches it
   spec_ = spec;
   EnsurePersister(spec);
   stopping_ = false;
@@ -48,7 +50,6 @@ void Agent::Launch(const StartSpec& spec) {
   std::error_code ec;
   std::filesystem::create_directories(spec.log_dir + "/stacks", ec);
   if (ec) Warn("cannot create " + spec.log_dir + "/stacks: " + ec.message());
-  SetWarmSpec(spec, spec.warm_ranks);
   const auto base_env = CurrentEnv();
   Json started = Json::array();
   std::vector<int> monitored;
@@ -170,8 +171,7 @@ bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::stri
     } else {
       Warn("warm rank (pid " + std::to_string(pid) + ") could not take rank " +
            std::to_string(rank) + ": " + st.ToString() + "; spawning a new process");
-      (void)procs_->SignalGroup(w->pgid, SIGKILL);
-      for (int i = 0; i < 100 && !procs_->Reap(w->pid); ++i) clock_->SleepFor(0.01);
+      KillHelper(w->pid, w->pgid);
     }
   }
   if (!r->alive) {

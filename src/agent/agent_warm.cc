@@ -1,14 +1,23 @@
 // Agent: the warm rank pool and the job's long-lived store server.
 //
 // Warm ranks (docs/agent.md, "Warm ranks"): for a rank command that starts Python
-// (python_command.h), the agent keeps up to `warm_ranks` processes running
-// `python -m bulwark.warm`: they import torch, the SDK and the script's top-level
-// imports, say `warm_ready` on the agent socket, and block on stdin. A rank that needs a
-// new process takes one: the agent writes {"argv", "env", "cwd"} as one line and closes
-// stdin; the process becomes that rank (docs/protocol.md section 2). The pool refills
-// one process at a time, and only while no rank of this node is starting (its imports
-// would compete with the ranks' on the same cores). A warm rank that dies before use is
-// replaced after a backoff; three in a row turn the pool off with a warning.
+// (python_command.h), the agent keeps up to `warm_ranks` processes that have imported
+// torch, the SDK and the script's top-level imports, said `warm_ready` on the agent
+// socket, and block on stdin. A rank that needs a new process takes one: the agent
+// writes {"argv", "env", "cwd"} as one line and closes stdin; the process becomes that
+// rank (docs/protocol.md section 2).
+//
+// Warm ranks are forked from the node's zygote (`python -m bulwark.zygote`, which
+// states the fork protocol): it imports once, so a node pays one import instead of one
+// per rank, and a warm rank costs a fork. The zygote starts with the first launch that
+// needs new processes, which waits for its imports (at most kZygoteWaitS, then spawns),
+// or, on an agent without ranks (a standby), when the pool is first wanted; otherwise
+// only while no rank of this node is starting (its imports would compete with theirs).
+// A zygote that dies or fails a fork is restarted after a backoff; three failures in
+// a row turn it off, and warm ranks are then started as processes of their own
+// (`python -m bulwark.warm`), one at a time and only while no rank of this node is
+// starting. A warm rank that dies before use is replaced after a backoff; three in a
+// row turn the pool off with a warning.
 //
 // The store server (slot 0's agent): `python -m bulwark.store_server`, a TCPStore on an
 // ephemeral port that outlives every generation, so kept ranks re-form their process
@@ -33,8 +42,11 @@ namespace {
 using agent_internal::Warn;
 
 constexpr int kMaxWarmFailures = 3;
+constexpr int kMaxZygoteFailures = 3;
 constexpr double kRankStartupS = 5;
 constexpr double kHelperKillWaitS = 2;
+constexpr double kZygoteWaitS = 30;   // longest a launch waits for the zygote's imports
+constexpr double kZygoteForkS = 5;    // longest a fork request may take
 
 // Splits complete lines off `partial` after appending `data`.
 std::vector<std::string> TakeLines(std::string* partial, const std::string& data) {
@@ -58,24 +70,35 @@ void Agent::SetWarmSpec(const StartSpec& spec, int size) {
   }
   warm_spec_.spec = spec;
   warm_spec_.size = size;
+  if (size <= 0) KillZygote();
   while (static_cast<int>(warm_.size()) > std::max(0, size)) {
     WarmRank& w = warm_.back();
-    (void)procs_->SignalGroup(w.pgid, SIGKILL);
-    for (double t = 0; t < kHelperKillWaitS && !procs_->Reap(w.pid); t += 0.01) {
-      clock_->SleepFor(0.01);
-    }
+    KillHelper(w.pid, w.pgid);
     warm_.pop_back();
   }
 }
 
 void Agent::MaybeFillPool() {
-  // The retry backoff first: an expired timer left armed would keep the loop from
-  // sleeping (Timers::Until would be 0).
+  // The retry backoffs first: an expired timer left armed would keep the loop from
+  // sleeping (Timers::Until would be 0). EnsureZygote waits while zygote_retry is armed.
+  (void)timers_.TakeIfExpired("zygote_retry");
   if (timers_.Armed("warm_retry") && !timers_.TakeIfExpired("warm_retry")) return;
   if (warm_disabled_ || warm_spec_.size <= 0 || shutdown_requested_ || stopping_ || fetching_) {
     return;
   }
   if (static_cast<int>(warm_.size()) >= warm_spec_.size) return;
+  if (ZygoteUsable()) {
+    if (zygote_.pid <= 0) {
+      if (!NodeRanksStarting()) EnsureZygote();
+      return;
+    }
+    while (zygote_.ready && static_cast<int>(warm_.size()) < warm_spec_.size) {
+      std::optional<WarmRank> w = ForkWarm();
+      if (!w) return;
+      warm_.push_back(std::move(*w));
+    }
+    return;
+  }
   for (const WarmRank& w : warm_) {
     if (!w.ready) return;  // one at a time
   }
@@ -109,7 +132,7 @@ void Agent::MaybeFillPool() {
 }
 
 std::optional<Agent::WarmRank> Agent::TakeWarm() {
-  if (warm_.empty()) return std::nullopt;
+  if (warm_.empty()) return ForkWarm();  // none waiting: a fork, if the zygote is ready
   auto it = std::find_if(warm_.begin(), warm_.end(), [](const WarmRank& w) { return w.ready; });
   if (it == warm_.end()) it = warm_.begin();  // still importing: sooner than a new process
   WarmRank w = std::move(*it);
@@ -153,6 +176,14 @@ void Agent::PumpWarm() {
     }
     if (eof) w.out.Reset();
   }
+  if (zygote_.out.valid()) {
+    bool eof = false;
+    for (const std::string& l :
+         TakeLines(&zygote_.partial, ReadAvailable(zygote_.out.get(), &eof))) {
+      std::cout << "[" << opts_.node << "/zygote] " << l << "\n";
+    }
+    if (eof) zygote_.out.Reset();
+  }
   std::cout.flush();
 }
 
@@ -166,6 +197,8 @@ void Agent::ReportWarm() {
 }
 
 void Agent::KillWarm() {
+  zygote_wait_.reset();
+  KillZygote();
   for (WarmRank& w : warm_) (void)procs_->SignalGroup(w.pgid, SIGKILL);
   const double until = clock_->NowMono() + kHelperKillWaitS;
   for (WarmRank& w : warm_) {
@@ -196,6 +229,14 @@ void Agent::ReapHelpers(std::set<pid_t>* tracked) {
     }
     it = warm_.erase(it);
   }
+  if (zygote_.pid > 0) {
+    if (auto e = procs_->Reap(zygote_.pid)) {
+      PumpWarm();
+      ZygoteFailed("it exited (" + e->Describe() + ")", /*reaped=*/true);
+    } else {
+      tracked->insert(zygote_.pid);
+    }
+  }
   if (store_.pid > 0) {
     if (auto e = procs_->Reap(store_.pid)) {
       PumpStore();
@@ -207,6 +248,116 @@ void Agent::ReapHelpers(std::set<pid_t>* tracked) {
       tracked->insert(store_.pid);
     }
   }
+}
+
+std::optional<Agent::WarmRank> Agent::ForkWarm() {
+  if (!ZygoteUsable() || !zygote_.ready) return std::nullopt;
+  auto child = procs_->ForkFrom(zygote_.pid, zygote_.control.get(), kZygoteForkS);
+  if (!child.ok()) {
+    ZygoteFailed("a fork request failed: " + child.status().ToString(), /*reaped=*/false);
+    return std::nullopt;
+  }
+  zygote_failures_ = 0;
+  WarmRank w;
+  w.pid = child->pid;
+  w.pgid = child->pgid;
+  w.out = std::move(child->output);
+  w.in = std::move(child->input);
+  return w;
+}
+
+bool Agent::ZygoteUsable() const {
+  return subreaper_ && !zygote_disabled_ && warm_spec_.size > 0 &&
+         ParsePythonCommand(warm_spec_.spec.command).has_value();
+}
+
+void Agent::EnsureZygote() {
+  if (zygote_.pid > 0 || !ZygoteUsable() || shutdown_requested_) return;
+  if (timers_.Armed("zygote_retry")) return;  // backing off (MaybeFillPool disarms it)
+  const std::optional<PythonCommand> cmd = ParsePythonCommand(warm_spec_.spec.command);
+  auto pair = UnixStreamPair();
+  if (!pair.ok()) {
+    ZygoteFailed("no channel: " + pair.status().ToString(), /*reaped=*/false);
+    return;
+  }
+  SpawnOptions so;
+  so.argv = PythonModuleArgv(*cmd, "bulwark.zygote");
+  so.env = BuildRankEnv(warm_spec_.spec, 0, paths_, CurrentEnv());
+  so.env["BULWARK_STACK_FILE"] = "";  // not a rank: no stack dumps
+  so.env["BULWARK_WARM_TARGET"] = cmd->module.empty() ? cmd->script : "-m " + cmd->module;
+  so.workdir = warm_spec_.spec.workdir;
+  so.control_fd = pair->second.get();
+  auto child = procs_->Spawn(so);
+  if (!child.ok()) {
+    ZygoteFailed("it could not start: " + child.status().ToString(), /*reaped=*/false);
+    return;
+  }
+  zygote_ = ZygoteServer{};
+  zygote_.pid = child->pid;
+  zygote_.pgid = child->pgid;
+  zygote_.out = std::move(child->output);
+  zygote_.control = std::move(pair->first);
+  zygote_.started_mono = clock_->NowMono();
+}
+
+void Agent::KillHelper(pid_t pid, pid_t pgid) {
+  (void)procs_->SignalGroup(pgid, SIGKILL);
+  const double until = clock_->NowMono() + kHelperKillWaitS;
+  while (!procs_->Reap(pid) && clock_->NowMono() < until) clock_->SleepFor(0.01);
+}
+
+void Agent::KillZygote() {
+  if (zygote_.pid <= 0) return;
+  KillHelper(zygote_.pid, zygote_.pgid);
+  zygote_ = ZygoteServer{};
+}
+
+void Agent::ZygoteFailed(const std::string& why, bool reaped) {
+  const pid_t pid = zygote_.pid;
+  if (reaped) {
+    zygote_ = ZygoteServer{};
+  } else {
+    KillZygote();
+  }
+  ++zygote_failures_;
+  const std::string who = pid > 0 ? "zygote (pid " + std::to_string(pid) + ")" : "zygote";
+  if (zygote_failures_ >= kMaxZygoteFailures) {
+    zygote_disabled_ = true;
+    Warn(who + " failed: " + why + "; " + std::to_string(zygote_failures_) +
+         " in a row: warm ranks start as processes of their own");
+  } else {
+    const int backoff = 1 << zygote_failures_;
+    Warn(who + " failed: " + why + "; another in " + std::to_string(backoff) + " s");
+    timers_.Arm("zygote_retry", backoff);
+  }
+}
+
+bool Agent::WaitForZygote(const StartSpec& spec) {
+  if (!ZygoteUsable() || zygote_.ready) return false;
+  int need = spec.nproc_per_node;
+  for (const Rank& r : ranks_) need -= (r.alive && r.parked) ? 1 : 0;
+  if (need <= static_cast<int>(warm_.size())) return false;
+  EnsureZygote();  // no rank of this node is starting: the launch is waiting for it
+  if (zygote_.pid <= 0) return false;
+  const double left = zygote_.started_mono + kZygoteWaitS - clock_->NowMono();
+  if (left <= 0) return false;
+  zygote_wait_ = spec;
+  timers_.Arm("zygote_wait", left);
+  return true;
+}
+
+void Agent::MaybeLaunchAfterZygote() {
+  if (!zygote_wait_) return;
+  const bool expired = timers_.TakeIfExpired("zygote_wait");
+  if (!expired && zygote_.pid > 0 && !zygote_.ready && ZygoteUsable()) return;
+  if (!expired) timers_.Disarm("zygote_wait");
+  StartSpec spec = std::move(*zygote_wait_);
+  zygote_wait_.reset();
+  if (expired && !zygote_.ready) {
+    Warn("zygote (pid " + std::to_string(zygote_.pid) + ") still importing after " +
+         std::to_string(static_cast<int>(kZygoteWaitS)) + " s; starting ranks as new processes");
+  }
+  Launch(spec);
 }
 
 bool Agent::NodeRanksStarting() const {
@@ -235,6 +386,22 @@ void Agent::EnsureStore(const StartSpec& spec) {
   so.env = BuildRankEnv(spec, 0, paths_, CurrentEnv());
   so.env["BULWARK_STACK_FILE"] = "";
   so.workdir = spec.workdir;
+  // A fork of the zygote has torch imported already: no import beside the ranks.
+  if (std::optional<WarmRank> w = ForkWarm()) {
+    StartSpec as_store = spec;
+    as_store.command = so.argv;
+    Status st = AssignWarm(*w, as_store, so.env);
+    if (st.ok()) {
+      store_ = StoreServer{};
+      store_.pid = w->pid;
+      store_.pgid = w->pgid;
+      store_.out = std::move(w->out);
+      return;
+    }
+    Warn("store server: a fork of the zygote could not take it (" + st.ToString() +
+         "); starting it as a process of its own");
+    KillHelper(w->pid, w->pgid);
+  }
   auto child = procs_->Spawn(so);
   if (!child.ok()) {
     Warn("store server could not start: " + child.status().ToString() +
@@ -269,9 +436,7 @@ void Agent::PumpStore() {
 
 void Agent::KillStore() {
   if (store_.pid <= 0) return;
-  (void)procs_->SignalGroup(store_.pgid, SIGKILL);
-  const double until = clock_->NowMono() + kHelperKillWaitS;
-  while (!procs_->Reap(store_.pid) && clock_->NowMono() < until) clock_->SleepFor(0.01);
+  KillHelper(store_.pid, store_.pgid);
   store_ = StoreServer{};
 }
 

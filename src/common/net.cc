@@ -199,6 +199,14 @@ Result<Fd> UnixDgramSocket() {
   return fd;
 }
 
+Result<std::pair<Fd, Fd>> UnixStreamPair() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoStatus("socketpair", errno);
+  }
+  return std::make_pair(Fd(sv[0]), Fd(sv[1]));
+}
+
 Status UnixDgramSend(int fd, const std::string& path, const std::string& payload) {
   sockaddr_un a{};
   if (path.size() >= sizeof(a.sun_path)) return InvalidArgument("socket path too long: " + path);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -75,6 +76,8 @@ class JsonLineConn {
 Result<Fd> UnixDgramBind(const std::string& path);
 // Unbound datagram socket for sending.
 Result<Fd> UnixDgramSocket();
+// A connected pair of Unix stream sockets (blocking, close-on-exec).
+Result<std::pair<Fd, Fd>> UnixStreamPair();
 // Non-blocking send of one datagram; Unavailable if the peer is absent or full.
 Status UnixDgramSend(int fd, const std::string& path, const std::string& payload);
 // Non-blocking receive of all pending datagrams.

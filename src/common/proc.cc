@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,14 +118,23 @@ Result<Child> Spawn(const SpawnOptions& opts) {
       dup2(pipefd[1], 2);
     }
     if (opts.stdin_pipe) dup2(inpipe[0], 0);
+    int errfd = errpipe[1];
+    if (opts.control_fd >= 0) {
+      if (errfd == 3) errfd = fcntl(errfd, F_DUPFD_CLOEXEC, 4);
+      if (opts.control_fd == 3) {
+        fcntl(3, F_SETFD, 0);
+      } else {
+        dup2(opts.control_fd, 3);
+      }
+    }
     if (!opts.workdir.empty() && chdir(opts.workdir.c_str()) != 0) {
       int e = errno;
-      (void)!write(errpipe[1], &e, sizeof(e));
+      (void)!write(errfd, &e, sizeof(e));
       _exit(127);
     }
     for (const auto& c : candidates) execve(c.c_str(), argv.data(), envp.data());
     int e = errno;
-    (void)!write(errpipe[1], &e, sizeof(e));
+    (void)!write(errfd, &e, sizeof(e));
     _exit(127);
   }
   if (opts.new_process_group) setpgid(pid, pid);  // close the race with the child's setpgid
@@ -148,6 +159,76 @@ Result<Child> Spawn(const SpawnOptions& opts) {
     WaitExit(pid, 5);
     return ErrnoStatus("spawn '" + exe + "' in '" + opts.workdir + "'", child_errno);
   }
+  return c;
+}
+
+Result<Child> ForkFromServer(int server_fd, double timeout_s) {
+  int inpipe[2], outpipe[2];
+  if (pipe2(inpipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  Fd in_r(inpipe[0]), in_w(inpipe[1]);
+  if (pipe2(outpipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  Fd out_r(outpipe[0]), out_w(outpipe[1]);
+  static const char kRequest[] = "fork\n";
+  iovec iov{const_cast<char*>(kRequest), sizeof(kRequest) - 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  const int fds[2] = {in_r.get(), out_w.get()};
+  memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+  ssize_t sent;
+  do {
+    sent = sendmsg(server_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (sent < 0 && errno == EINTR);
+  if (sent != static_cast<ssize_t>(iov.iov_len)) {
+    return sent < 0 ? ErrnoStatus("send to the fork server", errno)
+                    : Unavailable("fork server: short send");
+  }
+  in_r.Reset();  // the server holds its copies now
+  out_w.Reset();
+  const double deadline = SystemClock::Get()->NowMono() + timeout_s;
+  std::string reply;
+  while (reply.find('\n') == std::string::npos) {
+    const double left = deadline - SystemClock::Get()->NowMono();
+    if (left <= 0) {
+      char what[96];
+      snprintf(what, sizeof what, "fork server: no reply within %.1f s", timeout_s);
+      return DeadlineExceeded(what);
+    }
+    pollfd p{server_fd, POLLIN, 0};
+    const int pr = poll(&p, 1, static_cast<int>(left * 1000) + 1);
+    if (pr < 0 && errno != EINTR) return ErrnoStatus("poll the fork server", errno);
+    if (pr <= 0) continue;
+    char buf[256];
+    const ssize_t n = recv(server_fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0) return Unavailable("fork server: closed its channel (it exited)");
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return ErrnoStatus("read from the fork server", errno);
+    }
+    reply.append(buf, static_cast<size_t>(n));
+    if (reply.size() > 4096) return DataLoss("fork server: reply without a newline");
+  }
+  reply.resize(reply.find('\n'));
+  if (reply.rfind("error ", 0) == 0) return Unavailable("fork server: " + reply.substr(6));
+  char* end = nullptr;
+  const long pid = reply.rfind("pid ", 0) == 0 ? std::strtol(reply.c_str() + 4, &end, 10) : 0;
+  if (pid <= 1 || !end || *end != '\0') {
+    return DataLoss("fork server: malformed reply '" + reply + "' (want 'pid N')");
+  }
+  fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
+  fcntl(in_w.get(), F_SETFL, O_NONBLOCK);
+  Child c;
+  c.pid = static_cast<pid_t>(pid);
+  c.pgid = c.pid;
+  c.output = std::move(out_r);
+  c.input = std::move(in_w);
   return c;
 }
 
@@ -280,6 +361,10 @@ namespace {
 class RealProcesses : public Processes {
  public:
   Result<Child> Spawn(const SpawnOptions& opts) override { return bulwark::Spawn(opts); }
+  Result<Child> ForkFrom(pid_t server_pid, int server_fd, double timeout_s) override {
+    (void)server_pid;
+    return ForkFromServer(server_fd, timeout_s);
+  }
   std::optional<ExitInfo> Reap(pid_t pid) override { return bulwark::Reap(pid); }
   Status Signal(pid_t pid, int sig) override {
     if (::kill(pid, sig) == 0 || errno == ESRCH) return Status::Ok();

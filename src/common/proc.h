@@ -29,6 +29,7 @@ struct SpawnOptions {
   bool die_with_parent = true;             // PR_SET_PDEATHSIG(SIGKILL)
   bool capture_output = true;              // stdout+stderr -> one pipe (else inherit)
   bool stdin_pipe = false;                 // stdin <- a pipe written through Child::input
+  int control_fd = -1;                     // if >= 0: the child's fd 3 (e.g. a socketpair end)
 };
 
 struct Child {
@@ -39,6 +40,16 @@ struct Child {
 };
 
 Result<Child> Spawn(const SpawnOptions& opts);
+
+// Asks a fork server (python/bulwark/zygote.py, which states the protocol) on the
+// stream socket `server_fd` for a child: sends "fork\n" with the read end of a new
+// stdin pipe and the write end of a new output pipe (SCM_RIGHTS) and reads "pid N\n"
+// (or "error TEXT\n") within timeout_s. The child leads its own process group and,
+// because the server double-forks, is a child of this process once the reply arrives
+// (which must be a child subreaper, BecomeSubreaper) -- Reap it like a spawned one.
+// On DEADLINE_EXCEEDED or a malformed reply the server's channel is out of step: kill
+// the server. Not thread-safe for one server_fd.
+Result<Child> ForkFromServer(int server_fd, double timeout_s);
 
 // The calling process's environment as a map.
 std::map<std::string, std::string> CurrentEnv();
@@ -83,6 +94,9 @@ class Processes {
  public:
   virtual ~Processes() = default;
   virtual Result<Child> Spawn(const SpawnOptions& opts) = 0;
+  // A child from the fork server `server_pid`, whose channel is `server_fd`
+  // (ForkFromServer).
+  virtual Result<Child> ForkFrom(pid_t server_pid, int server_fd, double timeout_s) = 0;
   // Non-blocking reap of a child: its exit once it has exited (then it is gone).
   virtual std::optional<ExitInfo> Reap(pid_t pid) = 0;
   virtual Status Signal(pid_t pid, int sig) = 0;

@@ -49,6 +49,28 @@ Result<Child> FakeProcesses::Spawn(const SpawnOptions& opts) {
   return c;
 }
 
+Result<Child> FakeProcesses::ForkFrom(pid_t server_pid, int server_fd, double timeout_s) {
+  (void)server_fd;
+  (void)timeout_s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const Proc* server = Find(server_pid);
+    if (!server || server->state == 'Z' || server->state == '?') {
+      return Unavailable("fork server: closed its channel (it exited)");
+    }
+    if (failing_servers_.count(server_pid)) return Unavailable("fork server: scripted failure");
+  }
+  SpawnOptions opts;
+  opts.argv = {"fork-of", std::to_string(server_pid)};
+  opts.stdin_pipe = true;
+  return Spawn(opts);
+}
+
+void FakeProcesses::FailForks(pid_t server_pid) {
+  std::lock_guard<std::mutex> l(mu_);
+  failing_servers_.insert(server_pid);
+}
+
 std::optional<ExitInfo> FakeProcesses::Reap(pid_t pid) {
   std::lock_guard<std::mutex> l(mu_);
   Proc* p = Find(pid);

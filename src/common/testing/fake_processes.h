@@ -10,6 +10,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ class FakeProcesses : public Processes {
   };
 
   Result<Child> Spawn(const SpawnOptions& opts) override;
+  // A new process as Spawn with stdin_pipe makes, recorded with argv {"fork-of", "<server
+  // pid>"}; UNAVAILABLE when the server is not alive or the test made its forks fail.
+  Result<Child> ForkFrom(pid_t server_pid, int server_fd, double timeout_s) override;
   std::optional<ExitInfo> Reap(pid_t pid) override;
   Status Signal(pid_t pid, int sig) override;
   Status SignalGroup(pid_t pgid, int sig) override { return Signal(pgid, sig); }
@@ -49,6 +53,8 @@ class FakeProcesses : public Processes {
   // The process exits by itself with `code`.
   bool Exit(pid_t pid, int code);
   void IgnoreTerm(pid_t pid);
+  // ForkFrom(pid, ...) fails from now on.
+  void FailForks(pid_t server_pid);
   // Writes `text` to the process's output pipe (as if it printed it).
   bool Print(pid_t pid, const std::string& text);
   // Everything written to the process's stdin so far (non-blocking read).
@@ -65,6 +71,7 @@ class FakeProcesses : public Processes {
   std::map<pid_t, Proc> procs_;
   std::vector<pid_t> order_;
   std::map<pid_t, std::string> stdin_;
+  std::set<pid_t> failing_servers_;
 };
 
 }  // namespace bulwark::testing
