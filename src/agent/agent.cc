@@ -756,7 +756,11 @@ void Agent::EnsurePersister(const StartSpec& spec) {
                   {"step", e.step},     {"tier", e.tier},
                   {"bytes", e.bytes},   {"write_s", e.seconds},
                   {"hash_s", e.hash_s}, {"t", SystemClock::Get()->NowWall()}};
-        if (!e.status.ok()) m["error"] = e.status.ToString();
+        if (e.superseded) {
+          m["skipped"] = e.status.message();  // not a failure: no warning, no error
+        } else if (!e.status.ok()) {
+          m["error"] = e.status.ToString();
+        }
         std::lock_guard<std::mutex> l(outbox_mu_);
         outbox_.push_back(std::move(m));
       });

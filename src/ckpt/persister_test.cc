@@ -92,6 +92,37 @@ class PersisterTest : public ::testing::Test {
     std::lock_guard<std::mutex> l(mu_);
     return events_;
   }
+  // A persister of `world` ranks whose object uploads block until Release(), so what
+  // is staged after the first upload began queues up behind it.
+  struct UploadGate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false, uploading = false;
+    bool WaitUploading() {
+      std::unique_lock<std::mutex> l(mu);
+      return cv.wait_for(l, std::chrono::seconds(60), [&] { return uploading; });
+    }
+    void Release() {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        release = true;
+      }
+      cv.notify_all();
+    }
+  };
+  std::unique_ptr<Persister> MakeGated(UploadGate* g, int world) {
+    return Make("", [g, world](PersistConfig* c) {
+      c->world = world;
+      c->object_upload = [g](const std::string&, long, int, int) {
+        std::unique_lock<std::mutex> l(g->mu);
+        g->uploading = true;
+        g->cv.notify_all();
+        g->cv.wait(l, [g] { return g->release; });
+        return Status::Ok();
+      };
+      c->object_newest = [](long) -> Result<long> { return -1; };
+    });
+  }
   void ExpectLoads(const std::string& root, long step) {
     Result<std::unique_ptr<StepReader>> rd = StepReader::Open(Env::Default(), root, step);
     ASSERT_TRUE(rd.ok()) << rd.status().ToString();
@@ -377,38 +408,19 @@ TEST_F(PersisterTest, BehindPersisterSealsTheSameStepsForAllRanks) {
   ASSERT_TRUE(r0.ok() && r1.ok());
   // Hold the persister in an upload of rank 0's step 1 until released, so the seal
   // requests below queue up behind it.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false, uploading = false;
-  auto p = Make("", [&](PersistConfig* c) {
-    c->world = 2;
-    c->object_upload = [&](const std::string&, long, int, int) {
-      std::unique_lock<std::mutex> l(mu);
-      uploading = true;
-      cv.notify_all();
-      cv.wait(l, [&] { return release; });
-      return Status::Ok();
-    };
-    c->object_newest = [](long) -> Result<long> { return -1; };
-  });
+  UploadGate gate;
+  auto p = MakeGated(&gate, 2);
   auto stage = [&](Stager* st, int rank, long step, bool persist) {
     Result<StageResult> sr = st->Stage(step, Views(tensors_));
     ASSERT_TRUE(sr.ok()) << sr.status().ToString();
     p->OnStaged(rank, sr->slot, sr->seq, sr->generation, step, persist);
   };
   stage(r0->get(), 0, 1, true);
-  {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return uploading; }));
-  }
+  ASSERT_TRUE(gate.WaitUploading());
   // Rank 0 is ahead (staged 2, 3, 4); rank 1 has staged 2 and 3.
   for (long step : {2, 3, 4}) stage(r0->get(), 0, step, false);
   for (long step : {2, 3}) stage(r1->get(), 1, step, false);
-  {
-    std::lock_guard<std::mutex> l(mu);
-    release = true;
-  }
-  cv.notify_all();
+  gate.Release();
   ASSERT_TRUE(p->Drain(60));
   // Step 3 (the newest both have) is sealed for both; step 2 is skipped for both
   // alike; then rank 0's step 4.
@@ -417,4 +429,35 @@ TEST_F(PersisterTest, BehindPersisterSealsTheSameStepsForAllRanks) {
 }
 
 }  // namespace
+TEST_F(PersisterTest, AQueuedPersistThatANewerStepReplacesIsSupersededNotFailed) {
+  auto st = Stager::Open(staging_, 0, 1, 4, kChunk);
+  ASSERT_TRUE(st.ok());
+  // Hold the persister in the object upload of step 1, so steps 2 and 3 queue.
+  UploadGate gate;
+  auto p = MakeGated(&gate, 1);
+  auto stage = [&](long step) {
+    Result<StageResult> sr = (*st)->Stage(step, Views(tensors_));
+    ASSERT_TRUE(sr.ok()) << sr.status().ToString();
+    p->OnStaged(0, sr->slot, sr->seq, sr->generation, step, /*persist=*/true);
+  };
+  stage(1);
+  ASSERT_TRUE(gate.WaitUploading());
+  stage(2);
+  stage(3);  // before step 2's write began: step 2's persist is superseded
+  gate.Release();
+  ASSERT_TRUE(p->Drain(60));
+  std::map<long, PersistEvent> disk;
+  for (const PersistEvent& e : Events()) {
+    if (e.tier == "disk") disk[e.step] = e;
+  }
+  ASSERT_EQ(disk.size(), 3u);
+  EXPECT_TRUE(disk[1].status.ok() && !disk[1].superseded) << disk[1].status.ToString();
+  EXPECT_TRUE(disk[2].superseded);
+  EXPECT_NE(disk[2].status.message().find("step 3 was staged before it started"),
+            std::string::npos)
+      << disk[2].status.ToString();
+  EXPECT_TRUE(disk[3].status.ok() && !disk[3].superseded) << disk[3].status.ToString();
+  BW_ASSERT_OK(Commit(Env::Default(), disk_, 3, 1, /*verify_data=*/true));
+}
+
 }  // namespace bulwark::ckpt

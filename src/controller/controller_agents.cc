@@ -300,6 +300,10 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
                        .c_str());
       return;
     }
+    if (m.contains("skipped")) {  // a newer step replaced it in the queue: not a failure
+      OnPersistSkipped(*step, m["skipped"].is_string() ? m["skipped"].get<std::string>() : "");
+      return;
+    }
     if (m.contains("error")) {
       Event("CheckpointShardFailed", "rank " + std::to_string(*rank) + " step " +
                                          std::to_string(*step) + " (" + *tier +
@@ -413,6 +417,26 @@ void ControllerImpl::RunChaos() {
     if (!chaos_[i].fired && spec_.chaos[i].at_seconds >= 0 && elapsed >= spec_.chaos[i].at_seconds)
       FireChaos(i);
   }
+}
+
+void ControllerImpl::OnPersistSkipped(long step, const std::string& why) {
+  constexpr double kSkipEventEveryS = 60;
+  if (step == last_skipped_step_) return;  // the same step, another rank
+  last_skipped_step_ = step;
+  const double now = clock_->NowWall();
+  if (now < next_skip_event_) {
+    ++skipped_unreported_;
+    return;
+  }
+  next_skip_event_ = now + kSkipEventEveryS;
+  std::string msg = "the disk write of step " + std::to_string(step) +
+                    " was skipped: a newer step was staged before it began (" + why +
+                    "); the newer step is persisted instead";
+  if (skipped_unreported_ > 0) {
+    msg += "; " + std::to_string(skipped_unreported_) + " more since the last such event";
+  }
+  skipped_unreported_ = 0;
+  Event("CheckpointPersistSkipped", msg);
 }
 
 }  // namespace bulwark

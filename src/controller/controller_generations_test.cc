@@ -212,6 +212,43 @@ TEST_F(ControllerGenerationsTest, ACrashParksTheSurvivorsAndReportsKeptAndReplac
       << text;
 }
 
+TEST_F(ControllerGenerationsTest, ASupersededPersistIsOneEventPerMinuteNotAShardFailure) {
+  Begin(kSpec);
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  auto skipped = [&](int rank, long step) {
+    Send(rank / 2, {{"type", "ckpt"}, {"attempt", 0}, {"rank", rank}, {"step", step},
+                    {"tier", "disk"}, {"skipped", "persist of step " + std::to_string(step) +
+                                                      " skipped: step " +
+                                                      std::to_string(step + 10) +
+                                                      " was staged before it started"}});
+  };
+  auto events = [&](const std::string& reason) {
+    for (int i = 0; i < 20; ++i) ctl_->RunOnce();
+    std::vector<std::string> out;
+    auto all = store_->ListEvents("gen");
+    EXPECT_TRUE(all.ok());
+    for (const EventRecord& e : *all) {
+      if (e.reason == reason) out.push_back(e.message);
+    }
+    return out;
+  };
+  for (int r = 0; r < 4; ++r) skipped(r, 10);  // every rank skips step 10
+  std::vector<std::string> got = events("CheckpointPersistSkipped");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0].find("step 10 was skipped"), std::string::npos) << got[0];
+  for (int r = 0; r < 4; ++r) skipped(r, 20);  // within the minute: counted, not told
+  EXPECT_EQ(events("CheckpointPersistSkipped").size(), 1u);
+  clock_.Advance(61);
+  skipped(0, 30);
+  got = events("CheckpointPersistSkipped");
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_NE(got[1].find("step 30 was skipped"), std::string::npos) << got[1];
+  EXPECT_NE(got[1].find("1 more since the last such event"), std::string::npos) << got[1];
+  EXPECT_TRUE(events("CheckpointShardFailed").empty());
+}
+
 TEST_F(ControllerGenerationsTest, ASurvivorWithoutInProcessRecoveryMeansEveryRankRestarts) {
   Begin(kSpec);
   Expect(0, "start");

@@ -230,6 +230,8 @@ class ControllerImpl {
   bool ResumeReady();
   Status Launch();
   void OnCheckpointShard(int rank, long step, const std::string& tier);
+  // A rank's disk persist of `step` was superseded (`why`): an Event, rate-limited.
+  void OnPersistSkipped(long step, const std::string& why);
   void DrainCatalog();
   void OnCatalogEvent(const CatalogEvent& ev);
   void MaybeAnnounceCadence(double now);
@@ -296,6 +298,11 @@ class ControllerImpl {
   long object_restored_ = -1;                    // step restored from the object tier
   std::set<std::pair<int, long>> bad_replicas_;  // (rank, step) a peer failed to serve
   std::optional<CadenceTracker> cadence_;        // checkpoint.intervalSteps: auto
+  // Superseded disk persists (`ckpt` with `skipped`): one Event per step at most every
+  // kSkipEventEveryS, counting those in between.
+  long last_skipped_step_ = -1;
+  double next_skip_event_ = 0;
+  int skipped_unreported_ = 0;
   // In-process recovery (policy/regroup.h).
   std::map<int, int> rank_pids_;     // rank -> pid in the current attempt (`started`)
   std::map<int, int> prev_pids_;     // ... in the attempt before it
