@@ -418,5 +418,41 @@ TEST_F(E2E, BadSpecIsRejectedWithFieldAndLine) {
   EXPECT_NE(o.output.find("nodes"), std::string::npos) << o.output;
 }
 
+TEST_F(E2E, UsageErrorsExitTwoAndAMistypedCommandGetsASuggestion) {
+  const std::string bin = build_ + "/bin/bulwark";
+  auto [rc, out] = RunProcess({bin, "rn", "job.yaml"}, {}, 30);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown command 'rn' (did you mean 'run'?)"), std::string::npos) << out;
+  // Each of CLI11's own error codes (106 required, 109 extras, 105 validation) is 2.
+  for (const std::vector<std::string>& argv :
+       std::vector<std::vector<std::string>>{{bin, "run"},
+                                             {bin, "validate", "a", "b", "c"},
+                                             {bin, "run", dir_ + "/missing.yaml"},
+                                             {bin, "--no-such-flag"}}) {
+    auto [code, text] = RunProcess(argv, {}, 30);
+    EXPECT_EQ(code, 2) << argv[1] << ": " << text;
+  }
+  auto [vrc, version] = RunProcess({bin, "--version"}, {}, 30);
+  EXPECT_EQ(vrc, 0);
+  EXPECT_EQ(version.rfind("bulwark ", 0), 0u) << version;
+  auto [hrc, help] = RunProcess({bin, "--help"}, {}, 30);
+  EXPECT_EQ(hrc, 0);
+  EXPECT_NE(help.find("Exit status: 0 success, 1 failure, 2 usage error"), std::string::npos);
+}
+
+TEST_F(E2E, ASpecWithInvalidUtf8IsAnErrorNotACrash) {
+  // Raw 0xff in a value: rendering it as JSON used to abort (nlohmann type_error.316).
+  const std::string path = dir_ + "/bad-utf8.yaml";
+  std::ofstream(path) << "name: a\nnodes: 1\ncommand: [\"x\"]\nenv: {X: \"\xff\"}\n";
+  const std::string bin = build_ + "/bin/bulwark";
+  for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
+           {bin, "render", path, "--trainjob", "-o", "json"}, {bin, "validate", path}}) {
+    auto [rc, out] = RunProcess(argv, {}, 30);
+    EXPECT_EQ(rc, 2) << argv[1] << ": " << out;
+    EXPECT_NE(out.find("bad-utf8.yaml:4: (encoding): byte 0xff at column 11"), std::string::npos)
+        << out;
+  }
+}
+
 }  // namespace
 }  // namespace bulwark

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,11 +32,15 @@
 #include "common/proc.h"
 #include "controller/controller.h"
 #include "spec/job_spec.h"
+#include "spec/spec_reader.h"
 #include "store/store.h"
 #include "trainjob/trainjob.h"
 
 #ifndef BULWARK_SOURCE_DIR
 #define BULWARK_SOURCE_DIR ""
+#endif
+#ifndef BULWARK_VERSION
+#define BULWARK_VERSION "unknown"
 #endif
 
 namespace bulwark {
@@ -283,6 +288,28 @@ int CmdDescribe(const std::string& store_path, const std::string& job, bool list
   return 0;
 }
 
+// A command-line error: CLI11's message (or, for an unknown command, the closest one)
+// and exit status 2, whatever CLI11's own code for the error (105, 106, 109 ...);
+// --help and --version exit 0.
+int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+    }
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const std::string near = spec_internal::SuggestKey(word, names);
+      std::fprintf(stderr, "bulwark: unknown command '%s'%s; 'bulwark --help' lists the commands\n",
+                   word.c_str(), near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
+      return 2;
+    }
+  }
+  (void)app.exit(e);  // prints the error and where to find help
+  return 2;
+}
+
 }  // namespace
 }  // namespace bulwark
 
@@ -290,6 +317,9 @@ int main(int argc, char** argv) {
   using namespace bulwark;
   CLI::App app{"Bulwark: keeps distributed training jobs training through faults"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("bulwark ") + BULWARK_VERSION);
+  app.footer("Exit status: 0 success, 1 failure, 2 usage error (a bad flag, argument or "
+             "spec).\nRun 'bulwark COMMAND --help' for a command's flags and defaults.");
   RunFlags rf;
   auto* run =
       app.add_subcommand("run", "run a job spec on the local backend and print its ETTR report");
@@ -366,7 +396,11 @@ int main(int argc, char** argv) {
   int kube_rc = 2;
   const std::vector<CLI::App*> kube_cmds = cli::AddKubeCommands(app, &kube_rc);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return UsageError(app, e, argc, argv);
+  }
   if (*ckpt_cmd) return ckpt_rc;
   if (*sim_cmd) return sim_rc;
   if (*render_cmd) return render_rc;

@@ -88,6 +88,26 @@ TEST(JobSpecTest, FullSpecRoundTrips) {
   EXPECT_EQ(s.source_path, "");
 }
 
+TEST(JobSpecTest, InvalidUtf8IsRefusedWithTheLineAndColumn) {
+  // Raw bytes, not an escape: once parsed they would make every JSON written from the
+  // spec (render, submit, the store) throw.
+  const std::string text =
+      "name: a\nnodes: 1\ncommand: [\"x\"]\nenv: {X: \"ok\\u00ff\", Y: \"\xff\"}\n";
+  auto r = ParseJobSpec(text, "job.yaml", "/jobs/a");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "job.yaml:4: (encoding): byte 0xff at column 26 is not valid UTF-8; save the file "
+            "as UTF-8 text (YAML, JSON and Kubernetes manifests are UTF-8), or write the "
+            "character as an escape in a double-quoted string (\"\\u00ff\")");
+  for (const std::string bad : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"}) {
+    EXPECT_FALSE(ParseJobSpec("name: " + bad + "\nnodes: 1\ncommand: [x]\n", "j", "/").ok())
+        << "overlong, surrogate, above U+10FFFF or truncated";
+  }
+  auto ok = ParseJobSpec("name: a\nnodes: 1\ncommand: [\"\xc3\xbf\xe2\x82\xac\xf0\x9f\x98\x80\"]\n",
+                         "j", "/");
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
 TEST(JobSpecTest, NonDefaultValuesAreRead) {
   auto r = ParseJobSpec(
       "name: j\ncommand: [x]\nfaultPolicy:\n  restartBudget: 0\n  spareNodes: 2\n"

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/eventhandler.h>
 
+#include <cstdio>
 #include <new>
 #include <sstream>
 #include <vector>
@@ -63,9 +64,62 @@ Status ScanDocuments(const std::string& text, const std::string& source, int* co
   return Status::Ok();
 }
 
+// Length of the valid UTF-8 sequence at text[i], or 0 if it is not one (overlong
+// forms, surrogates and code points above U+10FFFF are invalid).
+size_t Utf8SequenceAt(const std::string& text, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  }
+  return n;
+}
+
 }  // namespace
 
+Status CheckUtf8(const std::string& text, const std::string& source) {
+  int line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = Utf8SequenceAt(text, i);
+    if (n == 0) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[i]));
+      return InvalidArgument(source + ":" + std::to_string(line) + ": (encoding): byte " +
+                             byte + " at column " + std::to_string(i - line_start + 1) +
+                             " is not valid UTF-8; save the file as UTF-8 text (YAML, JSON "
+                             "and Kubernetes manifests are UTF-8), or write the character "
+                             "as an escape in a double-quoted string (\"\\u00ff\")");
+    }
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+    i += n;
+  }
+  return Status::Ok();
+}
+
 Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string& source) {
+  BW_RETURN_IF_ERROR(CheckUtf8(text, source));
   try {
     int count = 0, second_line = 1;
     BW_RETURN_IF_ERROR(ScanDocuments(text, source, &count, &second_line));

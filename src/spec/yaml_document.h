@@ -18,4 +18,9 @@ namespace bulwark::spec_internal {
 // are converted).
 Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string& source);
 
+// OK if `text` is valid UTF-8 (what YAML and JSON readers, and every JSON this product
+// writes, require); else InvalidArgument "<source>:<line>: (encoding): byte 0x.. at
+// column C is not valid UTF-8; ...". LoadSingleDocument checks it first.
+Status CheckUtf8(const std::string& text, const std::string& source);
+
 }  // namespace bulwark::spec_internal

@@ -6,6 +6,8 @@
 #include <regex>
 #include <system_error>
 
+#include "spec/yaml_document.h"
+
 namespace bulwark::trainjob {
 namespace {
 
@@ -160,6 +162,7 @@ std::string EmitYaml(const std::vector<Json>& docs) {
 }
 
 Result<std::vector<Json>> ParseYamlDocuments(const std::string& text, const std::string& source) {
+  BW_RETURN_IF_ERROR(spec_internal::CheckUtf8(text, source));
   try {
     std::vector<Json> out;
     for (const YAML::Node& doc : YAML::LoadAll(text)) {
