@@ -756,8 +756,8 @@ void Agent::EnsurePersister(const StartSpec& spec) {
                   {"step", e.step},     {"tier", e.tier},
                   {"bytes", e.bytes},   {"write_s", e.seconds},
                   {"hash_s", e.hash_s}, {"t", SystemClock::Get()->NowWall()}};
-        if (e.superseded) {
-          m["skipped"] = e.status.message();  // not a failure: no warning, no error
+        if (e.superseded_by >= 0) {
+          m["superseded_by"] = e.superseded_by;  // not a failure: no warning, no error
         } else if (!e.status.ok()) {
           m["error"] = e.status.ToString();
         }

@@ -287,7 +287,7 @@ void Persister::OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, 
       e.status = Unavailable("persist of step " + std::to_string(it->second.step) +
                              " skipped: step " + std::to_string(step) +
                              " was staged before it started (disk slower than the cadence)");
-      e.superseded = true;
+      e.superseded_by = step;
       impl_->on_event(e);
     }
     impl_->persist_q[rank] = r;

@@ -64,9 +64,9 @@ struct PersistEvent {
   long step = 0;
   std::string tier;  // "disk", "shared", "object" or "peer" (a push to the peer)
   Status status;
-  // Not a failure: a newer staged step of the rank replaced this queued persist before
-  // its write began (the disk is slower than the cadence); `status` says which.
-  bool superseded = false;
+  // Not a failure: the step of the rank that replaced this queued persist before its
+  // write began (the disk is slower than the cadence); -1 otherwise. `status` says so.
+  long superseded_by = -1;
   uint64_t bytes = 0;  // bytes written to the tier
   double seconds = 0;  // write + fsync wall time
   double hash_s = 0;   // sealing time (chunk checksums)

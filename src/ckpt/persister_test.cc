@@ -451,12 +451,12 @@ TEST_F(PersisterTest, AQueuedPersistThatANewerStepReplacesIsSupersededNotFailed)
     if (e.tier == "disk") disk[e.step] = e;
   }
   ASSERT_EQ(disk.size(), 3u);
-  EXPECT_TRUE(disk[1].status.ok() && !disk[1].superseded) << disk[1].status.ToString();
-  EXPECT_TRUE(disk[2].superseded);
+  EXPECT_TRUE(disk[1].status.ok() && disk[1].superseded_by < 0) << disk[1].status.ToString();
+  EXPECT_EQ(disk[2].superseded_by, 3);
   EXPECT_NE(disk[2].status.message().find("step 3 was staged before it started"),
             std::string::npos)
       << disk[2].status.ToString();
-  EXPECT_TRUE(disk[3].status.ok() && !disk[3].superseded) << disk[3].status.ToString();
+  EXPECT_TRUE(disk[3].status.ok() && disk[3].superseded_by < 0) << disk[3].status.ToString();
   BW_ASSERT_OK(Commit(Env::Default(), disk_, 3, 1, /*verify_data=*/true));
 }
 

@@ -300,8 +300,14 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
                        .c_str());
       return;
     }
-    if (m.contains("skipped")) {  // a newer step replaced it in the queue: not a failure
-      OnPersistSkipped(*step, m["skipped"].is_string() ? m["skipped"].get<std::string>() : "");
+    if (m.contains("superseded_by")) {  // a newer step replaced it in the queue: not a failure
+      auto by = JInt(m, "superseded_by");
+      if (by.ok()) {
+        OnPersistSkipped(*step, *by);
+      } else {
+        std::fprintf(stderr, "[bulwark] %s: dropped ckpt report: %s\n", n.id.c_str(),
+                     by.status().message().c_str());
+      }
       return;
     }
     if (m.contains("error")) {
@@ -419,7 +425,7 @@ void ControllerImpl::RunChaos() {
   }
 }
 
-void ControllerImpl::OnPersistSkipped(long step, const std::string& why) {
+void ControllerImpl::OnPersistSkipped(long step, long by) {
   constexpr double kSkipEventEveryS = 60;
   if (step == last_skipped_step_) return;  // the same step, another rank
   last_skipped_step_ = step;
@@ -429,9 +435,10 @@ void ControllerImpl::OnPersistSkipped(long step, const std::string& why) {
     return;
   }
   next_skip_event_ = now + kSkipEventEveryS;
-  std::string msg = "the disk write of step " + std::to_string(step) +
-                    " was skipped: a newer step was staged before it began (" + why +
-                    "); the newer step is persisted instead";
+  std::string msg = "the disk write of step " + std::to_string(step) + " was skipped: step " +
+                    std::to_string(by) +
+                    " was staged before it began and is written instead (the disk is slower "
+                    "than the checkpoint cadence)";
   if (skipped_unreported_ > 0) {
     msg += "; " + std::to_string(skipped_unreported_) + " more since the last such event";
   }

@@ -230,8 +230,8 @@ class ControllerImpl {
   bool ResumeReady();
   Status Launch();
   void OnCheckpointShard(int rank, long step, const std::string& tier);
-  // A rank's disk persist of `step` was superseded (`why`): an Event, rate-limited.
-  void OnPersistSkipped(long step, const std::string& why);
+  // A rank's disk persist of `step` was superseded by step `by`: an Event, rate-limited.
+  void OnPersistSkipped(long step, long by);
   void DrainCatalog();
   void OnCatalogEvent(const CatalogEvent& ev);
   void MaybeAnnounceCadence(double now);
@@ -298,7 +298,7 @@ class ControllerImpl {
   long object_restored_ = -1;                    // step restored from the object tier
   std::set<std::pair<int, long>> bad_replicas_;  // (rank, step) a peer failed to serve
   std::optional<CadenceTracker> cadence_;        // checkpoint.intervalSteps: auto
-  // Superseded disk persists (`ckpt` with `skipped`): one Event per step at most every
+  // Superseded disk persists (`ckpt` with `superseded_by`): one Event per step at most every
   // kSkipEventEveryS, counting those in between.
   long last_skipped_step_ = -1;
   double next_skip_event_ = 0;
