@@ -40,8 +40,13 @@ struct RunOutcome {
 
 class E2E : public E2EBase {
  protected:
-  RunOutcome Run(const std::string& spec, const std::map<std::string, std::string>& env = {}) {
+  // The store registry of the test's runs (cli/stores.h), not the user's.
+  std::map<std::string, std::string> StateEnv() const {
+    return {{"XDG_STATE_HOME", dir_ + "/state"}};
+  }
+  RunOutcome Run(const std::string& spec, std::map<std::string, std::string> env = {}) {
     RunOutcome o;
+    env.insert({"XDG_STATE_HOME", dir_ + "/state"});
     std::tie(o.exit_code, o.output) =
         RunProcess({build_ + "/bin/bulwark", "run", spec, "--report", dir_ + "/report.json",
                     "--run-dir", dir_ + "/run", "--store", dir_ + "/bulwark.db"},
@@ -68,6 +73,29 @@ TEST_F(E2E, CleanRunSucceedsAndCommitsCheckpoints) {
       << o.output;
   EXPECT_NE(o.output.find("[node-1/3]"), std::string::npos) << o.output;
   ExpectNoLeftovers();
+
+  // `get` and `describe` find the run's store from any directory (the registry), under
+  // a header row, and open it read-only.
+  const std::string bin = build_ + "/bin/bulwark";
+  auto [grc, got] = RunProcess({bin, "get"}, StateEnv(), 30);
+  EXPECT_EQ(grc, 0) << got;
+  EXPECT_EQ(got.rfind("NAME ", 0), 0u) << got;
+  EXPECT_NE(got.find("\nclean "), std::string::npos) << got;
+  EXPECT_NE(got.find("Succeeded"), std::string::npos) << got;
+  auto [drc, described] = RunProcess({bin, "describe", "clean"}, StateEnv(), 30);
+  EXPECT_EQ(drc, 0) << described;
+  EXPECT_NE(described.find("Store:     " + dir_ + "/bulwark.db"), std::string::npos) << described;
+  EXPECT_NE(described.find("ETTR"), std::string::npos) << described;
+  auto [nrc, none] = RunProcess({bin, "describe", "nosuch"}, StateEnv(), 30);
+  EXPECT_EQ(nrc, 1) << none;
+  EXPECT_NE(none.find("no job 'nosuch'"), std::string::npos) << none;
+  // Nothing is created where there is no store.
+  auto [mrc, missing] = RunProcess({bin, "get", "--store", dir_ + "/none.db"}, StateEnv(), 30);
+  EXPECT_EQ(mrc, 2) << missing;
+  EXPECT_FALSE(fs::exists(dir_ + "/none.db"));
+  auto [erc, empty] = RunProcess({bin, "get"}, {{"XDG_STATE_HOME", dir_ + "/empty"}}, 30);
+  EXPECT_EQ(erc, 1) << empty;
+  EXPECT_NE(empty.find("no store found"), std::string::npos) << empty;
 }
 
 TEST_F(E2E, CrashIsDetectedAndResumesFromCommittedCheckpoint) {

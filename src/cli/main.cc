@@ -29,6 +29,7 @@
 #include "cli/kube_cmd.h"
 #include "cli/render_cmd.h"
 #include "cli/sim_cmd.h"
+#include "cli/stores.h"
 #include "common/proc.h"
 #include "controller/controller.h"
 #include "spec/job_spec.h"
@@ -95,6 +96,10 @@ int CmdRun(const RunFlags& f) {
   fs::create_directories(fs::path(store_path).parent_path(), ec);
   auto store = Store::Open(store_path);
   if (!store.ok()) return Fail(store.status());
+  if (Status st = cli::RememberStore(cli::StoreRegistryPath(), store_path); !st.ok()) {
+    std::fprintf(stderr, "note: `bulwark get` will not find this job from other "
+                         "directories: %s\n", st.message().c_str());
+  }
   auto existing = (*store)->GetJob(spec->name);
   if (!existing.ok()) return Fail(existing.status());
   bool resuming = existing->has_value() && !IsTerminal((*existing)->phase);
@@ -255,35 +260,76 @@ int CmdUpdate(const std::string& spec_path, const std::string& addr_in,
   return 0;
 }
 
-int CmdDescribe(const std::string& store_path, const std::string& job, bool list_only) {
-  auto store = Store::Open(store_path);
-  if (!store.ok()) return Fail(store.status());
-  auto jobs = (*store)->ListJobs();
-  if (!jobs.ok()) return Fail(jobs.status());
-  bool found = false;
-  for (const auto& j : *jobs) {
-    if (!job.empty() && j.name != job) continue;
-    found = true;
-    std::printf("%-20s %-11s attempt %-3d restarts %-3d step %-6ld committed %-6ld %s\n",
-                j.name.c_str(), JobPhaseName(j.phase), j.attempt, j.restarts, j.high_water_step,
-                j.last_committed_step, j.message.c_str());
-    if (list_only) continue;
-    auto ev = (*store)->ListEvents(j.name);
-    if (ev.ok()) {
-      std::printf("Events:\n");
-      for (const auto& e : *ev) {
-        if (e.t + 1e-3 < j.created) continue;  // an earlier run of a job of this name
-        std::printf("  %8.3f  %-22s %s\n", e.t - j.created, e.reason.c_str(), e.message.c_str());
-      }
+// get (list_only): every job of every store, under a header row. describe: the named
+// job, from the store where it was created last. `store_flag` "" means the stores
+// cli::KnownStores finds; all are opened read-only.
+int CmdDescribe(const std::string& store_flag, const std::string& job, bool list_only) {
+  const std::string registry = cli::StoreRegistryPath();
+  const std::vector<std::string> paths =
+      store_flag.empty() ? cli::KnownStores(registry) : std::vector<std::string>{store_flag};
+  if (paths.empty()) {
+    std::fprintf(stderr,
+                 "bulwark: no store found: none at ./.bulwark/bulwark.db and none remembered "
+                 "in %s (every `bulwark run` remembers its store there); give --store PATH\n",
+                 registry.c_str());
+    return 1;
+  }
+  struct Found {
+    std::string path;
+    JobRecord job;
+    Store* store;
+  };
+  std::vector<std::unique_ptr<Store>> open;
+  std::vector<Found> jobs;
+  for (const std::string& path : paths) {
+    auto store = Store::OpenReadOnly(path);
+    if (!store.ok()) return Fail(store.status());
+    auto list = (*store)->ListJobs();
+    if (!list.ok()) return Fail(list.status().Annotate(path));
+    for (const JobRecord& j : *list) {
+      if (job.empty() || j.name == job) jobs.push_back({path, j, store->get()});
     }
-    if (!j.report_json.empty()) {
-      Json rep = Json::parse(j.report_json, nullptr, false);
-      if (!rep.is_discarded()) std::printf("%s", FormatReport(rep).c_str());
+    open.push_back(std::move(*store));
+  }
+  if (list_only) {
+    const bool many = paths.size() > 1;
+    std::printf("%-20s %-11s %-7s %-8s %-6s %-9s %s\n", "NAME", "PHASE", "ATTEMPT",
+                "RESTARTS", "STEP", "COMMITTED", many ? "STORE / MESSAGE" : "MESSAGE");
+    for (const Found& f : jobs) {
+      const JobRecord& j = f.job;
+      std::printf("%-20s %-11s %-7d %-8d %-6ld %-9ld %s%s\n", j.name.c_str(),
+                  JobPhaseName(j.phase), j.attempt, j.restarts, j.high_water_step,
+                  j.last_committed_step, many ? (f.path + " / ").c_str() : "",
+                  j.message.c_str());
+    }
+    return 0;
+  }
+  if (jobs.empty()) {
+    std::fprintf(stderr, "bulwark: no job '%s' in %s%s; `bulwark get` lists the jobs\n",
+                 job.c_str(), paths.size() == 1 ? "" : "any of ",
+                 paths.size() == 1 ? paths[0].c_str() : (std::to_string(paths.size()) +
+                                                         " stores").c_str());
+    return 1;
+  }
+  const Found& f = *std::max_element(jobs.begin(), jobs.end(), [](const Found& a, const Found& b) {
+    return a.job.created < b.job.created;
+  });
+  const JobRecord& j = f.job;
+  std::printf("Name:      %s\nStore:     %s\nPhase:     %s\nAttempt:   %d (restarts %d)\n"
+              "Step:      %ld (committed %ld)\nMessage:   %s\n",
+              j.name.c_str(), f.path.c_str(), JobPhaseName(j.phase), j.attempt, j.restarts,
+              j.high_water_step, j.last_committed_step, j.message.c_str());
+  auto ev = f.store->ListEvents(j.name);
+  if (ev.ok()) {
+    std::printf("Events:\n");
+    for (const auto& e : *ev) {
+      if (e.t + 1e-3 < j.created) continue;  // an earlier run of a job of this name
+      std::printf("  %8.3f  %-22s %s\n", e.t - j.created, e.reason.c_str(), e.message.c_str());
     }
   }
-  if (!found && !job.empty()) {
-    std::fprintf(stderr, "bulwark: no job '%s' in %s\n", job.c_str(), store_path.c_str());
-    return 1;
+  if (!j.report_json.empty()) {
+    Json rep = Json::parse(j.report_json, nullptr, false);
+    if (!rep.is_discarded()) std::printf("%s", FormatReport(rep).c_str());
   }
   return 0;
 }
@@ -380,12 +426,15 @@ int main(int argc, char** argv) {
                    "rolls it back")
       ->check(CLI::PositiveNumber);
 
-  std::string store_path = ".bulwark/bulwark.db", djob;
-  auto* get = app.add_subcommand("get", "list jobs in a store");
-  get->add_option("--store", store_path, "SQLite store")->check(CLI::ExistingFile);
+  std::string store_path, djob;
+  const std::string store_help =
+      "SQLite store (default: ./.bulwark/bulwark.db and every store a `bulwark run` used, "
+      "remembered in " + cli::StoreRegistryPath() + ")";
+  auto* get = app.add_subcommand("get", "list the jobs of the stores, with their phase and step");
+  get->add_option("--store", store_path, store_help)->check(CLI::ExistingFile);
   auto* describe = app.add_subcommand("describe", "show a job's events, incidents and ETTR report");
   describe->add_option("job", djob, "job name")->required();
-  describe->add_option("--store", store_path, "SQLite store")->check(CLI::ExistingFile);
+  describe->add_option("--store", store_path, store_help)->check(CLI::ExistingFile);
 
   int ckpt_rc = 2;
   auto* ckpt_cmd = cli::AddCkptCommands(app, &ckpt_rc);

@@ -1,5 +1,7 @@
 #include "store/store.h"
 
+#include <unistd.h>
+
 #include <sqlite3.h>
 
 namespace bulwark {
@@ -106,6 +108,23 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   Status st = s->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
   if (st.ok()) st = s->Exec(kSchema);
   if (!st.ok()) return st.Annotate("store " + path + " (is it a Bulwark store?)");
+  return s;
+}
+
+Result<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& path) {
+  if (::access(path.c_str(), F_OK) != 0) return NotFound("no store at " + path);
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Unavailable("open store " + path + " read-only: " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<Store> s(new Store(db));
+  if (!s->Exec("SELECT name FROM jobs LIMIT 1").ok()) {
+    return InvalidArgument("store " + path + ": not a Bulwark store (it has no jobs table)");
+  }
   return s;
 }
 

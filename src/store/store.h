@@ -61,6 +61,9 @@ struct AgentRecord {
 class Store {
  public:
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  // Opens an existing store for reading only (NOT_FOUND if there is no file): nothing
+  // is created and the schema is not touched. Writes fail.
+  static Result<std::unique_ptr<Store>> OpenReadOnly(const std::string& path);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
