@@ -163,6 +163,9 @@ class Agent {
   // `parked` datagram, the end of the park.
   void BeginPark(long reply_attempt, const std::vector<int>& kill, double timeout_s);
   void AdvancePark();
+  // Stacks of the ranks that did not park by the deadline (bounded, 1 s), written to
+  // <log_dir>/park-attempt-N-<node>-stacks.txt before they are killed; its path or "".
+  std::string SaveLateParkerStacks();
   void FinishPark();
   void OnParked(const Json& m, Rank& r);
   // The warm pool (agent_warm.cc).

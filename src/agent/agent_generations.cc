@@ -26,9 +26,11 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "agent/agent.h"
 #include "agent/agent_internal.h"
+#include "agent/stack_capture.h"
 #include "common/json_util.h"
 
 namespace bulwark {
@@ -105,6 +107,7 @@ void Agent::AdvancePark() {
     return;
   }
   if (!park_killed_ && timers_.TakeIfExpired("park")) {
+    const std::string where = SaveLateParkerStacks();
     std::vector<int> late;
     for (Rank& r : ranks_) {
       if (!r.alive || r.parked) continue;
@@ -112,7 +115,8 @@ void Agent::AdvancePark() {
       (void)procs_->SignalGroup(r.pgid, SIGCONT);
       late.push_back(r.rank);
     }
-    Warn("rank(s) [" + RankList(late) + "] did not park in time; killed (they are replaced)");
+    Warn("rank(s) [" + RankList(late) + "] did not park in time; killed (they are replaced)" +
+         (where.empty() ? "" : "; their stacks are in " + where));
     park_killed_ = true;
     timers_.Arm("park_kill", kParkKillWaitS);
     return;
@@ -122,6 +126,23 @@ void Agent::AdvancePark() {
          " s; giving up on them");
     FinishPark();
   }
+}
+
+std::string Agent::SaveLateParkerStacks() {
+  if (!spec_) return "";
+  std::vector<StackTarget> targets;
+  for (const Rank& r : ranks_) {
+    if (r.alive && !r.parked) targets.push_back({r.rank, r.pid, r.stack_file});
+  }
+  if (targets.empty()) return "";
+  StackCaptureOptions o = opts_.stacks;
+  o.budget_s = std::min(o.budget_s, 1.0);  // the park is already late
+  const auto stacks = CaptureStacks(targets, o, clock_, [this] { MaybeHeartbeat(); });
+  const std::string path = spec_->log_dir + "/park-attempt-" + std::to_string(spec_->attempt) +
+                           "-" + opts_.node + "-stacks.txt";
+  std::ofstream f(path, std::ios::trunc);
+  for (const auto& [rank, st] : stacks) f << "===== rank " << rank << " =====\n" << st.text << "\n";
+  return f ? path : "";
 }
 
 void Agent::FinishPark() {

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <functional>
 
 #include "agent/agent.h"
@@ -287,6 +289,12 @@ TEST_F(AgentGenerationsTest, ARankThatDoesNotParkInTimeIsKilledAndReplaced) {
   EXPECT_LT(clock_.NowMono() - t0, 2.5);
   EXPECT_EQ(procs_.Signals(p1).front(), SIGKILL);
   EXPECT_EQ(stopped["parked"], (Json::array({{{"rank", 0}, {"pid", p0}}})));
+  // Where the late rank was stuck is kept for the post-mortem (only it: rank 0 parked).
+  std::ifstream stacks(dir_ + "/logs/park-attempt-0-node-0-stacks.txt");
+  std::stringstream text;
+  text << stacks.rdbuf();
+  EXPECT_NE(text.str().find("===== rank 1 ====="), std::string::npos) << text.str();
+  EXPECT_EQ(text.str().find("===== rank 0 ====="), std::string::npos) << text.str();
   Send(Start(1));
   Json started1 = Expect("started");
   EXPECT_EQ(Of(started1, 0).second, "kept");
