@@ -1,6 +1,8 @@
 #include "cli/render_cmd.h"
 
 #include <memory>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -18,10 +20,40 @@ int Usage(std::ostream& err, const std::string& msg) {
 
 void Print(const std::vector<Json>& docs, const std::string& format, std::ostream& out) {
   if (format == "json") {
-    out << Json(docs).dump(2) << "\n";
+    out << Json(docs).dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
     out << trainjob::EmitYaml(docs);
   }
+}
+
+// --node-names: each non-empty name a Kubernetes node name (RFC 1123 subdomain) and
+// none twice (two agents on one host network would collide); notes for names that do
+// not bind. 0, or the usage error's exit code.
+int CheckNodeNames(const std::vector<std::string>& names, const trainjob::TrainJob& t,
+                   std::ostream& err) {
+  static const std::regex kNodeName("[a-z0-9]([-a-z0-9.]*[a-z0-9])?");
+  std::set<std::string> seen;
+  int given = 0;
+  for (const std::string& n : names) {
+    if (n.empty()) continue;
+    ++given;
+    if (n.size() > 253 || !std::regex_match(n, kNodeName)) {
+      return Usage(err, "--node-names: '" + n + "' is not a Kubernetes node name (lowercase "
+                        "letters, digits, '-' and '.', at most 253 characters)");
+    }
+    if (!seen.insert(n).second) {
+      return Usage(err, "--node-names: '" + n + "' is named twice; each pod needs a node of "
+                        "its own (their agents share the host network)");
+    }
+  }
+  if (given > 0 && t.scheduling.gang != trainjob::GangMode::kBulwark) {
+    err << "note: --node-names binds pods only under gang: bulwark; the scheduler places "
+           "them here\n";
+  } else if (given > 0 && given < t.job.nodes) {
+    err << "note: --node-names binds " << given << " of " << t.job.nodes
+        << " worker pods; the scheduler places the others\n";
+  }
+  return 0;
 }
 
 }  // namespace
@@ -66,6 +98,7 @@ int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err) {
   std::vector<std::string> names;
   std::stringstream list(f.node_names);
   for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+  if (int rc = CheckNodeNames(names, t, err); rc != 0) return rc;
   Print(trainjob::RenderJobObjects(t, names, o), f.output, out);
   return 0;
 }

@@ -91,5 +91,28 @@ TEST(RenderCmdTest, CrdAndUsageErrors) {
   EXPECT_THAT(Render(bad_ctl).err, HasSubstr("--controller must be HOST:PORT"));
 }
 
+TEST(RenderCmdTest, NodeNamesAreCheckedBeforeTheyBindPods) {
+  RenderFlags f;
+  f.spec = std::string(BW_TEST_SOURCE_DIR) + "/examples/pytorch-ddp/job.yaml";
+  f.image = "img";
+  f.node_names = "n1,n1";
+  Out twice = Render(f);
+  EXPECT_EQ(twice.rc, 2);
+  EXPECT_THAT(twice.err, HasSubstr("--node-names: 'n1' is named twice"));
+  f.node_names = "n1,Node_2";
+  Out bad = Render(f);
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_THAT(bad.err, HasSubstr("'Node_2' is not a Kubernetes node name"));
+  f.node_names = "n1";
+  Out few = Render(f);
+  EXPECT_EQ(few.rc, 0) << few.err;
+  EXPECT_THAT(few.err, HasSubstr("binds 1 of 2 worker pods"));
+  EXPECT_THAT(few.out, HasSubstr("nodeName: n1"));
+  f.node_names = "n1,n2,n3,n4";  // more than workers and standby: extra standby pods
+  Out many = Render(f);
+  EXPECT_EQ(many.rc, 0) << many.err;
+  EXPECT_THAT(many.out, HasSubstr("nodeName: n4"));
+}
+
 }  // namespace
 }  // namespace bulwark::cli

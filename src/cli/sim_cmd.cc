@@ -52,20 +52,28 @@ int SimRun(const SimFlags& f, std::ostream& out, std::ostream& err) {
     }
     cfg->seed = seed;
   }
+  if (f.json == "-" && f.csv == "-") {
+    return Usage(err, "--json - and --csv - would both write to stdout; send one to a file");
+  }
   auto r = sim::RunSimulation(*cfg);
   if (!r.ok()) {
     err << "bulwark sim: " << r.status().message() << "\n";
     return r.status().code() == Code::kInvalidArgument ? 2 : 1;
   }
+  // '-' sends that output to stdout instead of the summary.
   if (f.json == "-") {
     sim::WriteJson(*r, out);
+  } else if (f.csv == "-") {
+    sim::WriteCsv(*r, out);
   } else {
     out << sim::FormatSummary(*r);
-    if (!f.json.empty() && !WriteTo(f.json, err, [&](std::ostream& o) { sim::WriteJson(*r, o); })) {
-      return 1;
-    }
   }
-  if (!f.csv.empty() && !WriteTo(f.csv, err, [&](std::ostream& o) { sim::WriteCsv(*r, o); })) {
+  if (!f.json.empty() && f.json != "-" &&
+      !WriteTo(f.json, err, [&](std::ostream& o) { sim::WriteJson(*r, o); })) {
+    return 1;
+  }
+  if (!f.csv.empty() && f.csv != "-" &&
+      !WriteTo(f.csv, err, [&](std::ostream& o) { sim::WriteCsv(*r, o); })) {
     return 1;
   }
   return 0;
@@ -77,7 +85,7 @@ CLI::App* AddSimCommand(CLI::App& app, int* exit_code, std::ostream& out, std::o
       "sim", "simulate a cluster of jobs through faults with the real scheduler and policy");
   cmd->add_option("config", flags->config, "simulation config (YAML; see docs/simulator.md)");
   cmd->add_option("--json", flags->json, "write the full result as JSON ('-' for stdout)");
-  cmd->add_option("--csv", flags->csv, "write the time series as CSV");
+  cmd->add_option("--csv", flags->csv, "write the time series as CSV ('-' for stdout)");
   cmd->add_option("--seed", flags->seed, "override sim.seed");
   cmd->callback([=, &out, &err] { *exit_code = SimRun(*flags, out, err); });
   return cmd;

@@ -79,6 +79,21 @@ TEST_F(SimCmdTest, RunsAndWritesJsonAndCsv) {
   EXPECT_GT(fs::file_size(dir_ + "/r.json"), 100u);
 }
 
+TEST_F(SimCmdTest, ADashSendsCsvToStdoutAndNoFileNamedDashIsWritten) {
+  const std::string good = Write("good.yaml", kGood);
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  const int rc = Run(F(good, "", "-"));
+  const int both = Run(F(good, "-", "-"));
+  fs::current_path(cwd);
+  ASSERT_EQ(rc, 0) << err_.str();
+  EXPECT_FALSE(fs::exists(dir_ + "/-"));
+  EXPECT_EQ(both, 2);
+  EXPECT_NE(err_.str().find("would both write to stdout"), std::string::npos) << err_.str();
+  ASSERT_EQ(Run(F(good, "", "-")), 0);
+  EXPECT_EQ(out_.str().rfind("time_h,running_jobs,pending_jobs,busy_gpus", 0), 0u) << out_.str();
+}
+
 TEST_F(SimCmdTest, CommandIsRegisteredOnTheApp) {
   CLI::App app;
   int rc = -1;

@@ -251,8 +251,8 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
       // The snapshot of the step before the NaN was taken before the poisoned update;
       // the launch takes the newest step <= this on any tier (memory first).
       d.resume_step_max = nan_step - 1;
-      target = Fmt("to step %ld (the step before the NaN; memory tier, else the newest "
-                   "committed step below it)",
+      target = Fmt("to step %ld (the step before the NaN), or the newest snapshot before "
+                   "it (memory tier, else the newest committed step)",
                    d.resume_step_max);
     } else if (below.empty()) {
       d.resume_step_max = -1;

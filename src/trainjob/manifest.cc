@@ -70,6 +70,18 @@ Result<LoadedManifest> ParseManifest(const std::string& text, const std::string&
     m.job = std::move(t).value();
     return m;
   }
+  if (kind == "TrainJob" && api_version.rfind("trainer.kubeflow.org/", 0) == 0) {
+    const int line = root["apiVersion"].Mark().line + 1;
+    return InvalidArgument(
+        source_name + ":" + std::to_string(line) + ": apiVersion: this is Kubeflow Trainer's "
+        "TrainJob (" + api_version + "), not Bulwark's (got " + api_version + " " + kind +
+        "); write it as a bulwark.dev/v1alpha1 TrainJob (docs/trainjob.md): "
+        "spec.trainer.image -> spec.pod.image, spec.trainer.command and args -> "
+        "spec.command and spec.args, spec.trainer.numNodes -> spec.nodes, "
+        "spec.trainer.numProcPerNode -> spec.procsPerNode, spec.trainer.env -> spec.env (the "
+        "runtimeRef's torch runtime is what Bulwark provides); or give a kubeflow.org/v1 "
+        "PyTorchJob, which Bulwark converts");
+  }
   if (kind == "TrainJob" || api_version.rfind("bulwark.dev/", 0) == 0) {
     m.kind = ManifestKind::kTrainJob;
     Result<TrainJob> t = internal::ParseTrainJobNode(root, ctx, &m.notes);

@@ -325,6 +325,16 @@ TEST(TrainJobTest, ManifestKindsAreTold) {
   EXPECT_THAT(other.status().message(),
               AllOf(HasSubstr("job.yaml:2: kind: not a manifest Bulwark runs (got batch/v1 Job)"),
                     HasSubstr("PyTorchJob")));
+  // Kubeflow Trainer v2's TrainJob shares the kind: told apart by its group, with the map.
+  auto kubeflow = ParseManifest(
+      "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: t}\n"
+      "spec:\n  runtimeRef: {name: torch-distributed}\n  trainer: {image: img, numNodes: 2}\n",
+      "tj.yaml", "/j", Target::kKubernetes);
+  EXPECT_THAT(kubeflow.status().message(),
+              AllOf(HasSubstr("tj.yaml:1: apiVersion: this is Kubeflow Trainer's TrainJob "
+                              "(trainer.kubeflow.org/v1alpha1), not Bulwark's"),
+                    HasSubstr("spec.trainer.image -> spec.pod.image"),
+                    HasSubstr("spec.trainer.numNodes -> spec.nodes")));
   EXPECT_EQ(LoadManifest("/nonexistent/tj.yaml", Target::kLocal).status().code(), Code::kNotFound);
   auto loaded = LoadManifest(kTestdata + "/trainjob-minimal.yaml", Target::kKubernetes);
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
