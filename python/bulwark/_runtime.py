@@ -124,6 +124,10 @@ class _Runtime:
                                         world_size=g.world_size, timeout=self._timeout)
                 self._group_sockets = _tcp_sockets() - before
             else:  # env:// (the first generation): its store is the group's own
+                if g.rank != 0:
+                    _wait_listening(os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                                    int(os.environ.get("MASTER_PORT", "0") or 0),
+                                    self._timeout.total_seconds())
                 before = _tcp_sockets()
                 dist.init_process_group(self._backend, init_method="env://", rank=g.rank,
                                         world_size=g.world_size, timeout=self._timeout)
@@ -288,6 +292,25 @@ def _tcp_sockets() -> set:
         except OSError:
             continue
     return out
+
+
+def _wait_listening(host: str, port: int, timeout_s: float) -> None:
+    """Returns once host:port accepts a connection (polled every 10 ms), or after
+    timeout_s (init_process_group then reports the failure). torch's TCPStore client
+    waits a whole second before it retries a refused connection, so a rank that
+    reaches the rendezvous before rank 0 listens would lose that second."""
+    import socket
+    if port <= 0:
+        return
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
 
 
 def _shutdown_sockets(socks: set) -> None:
