@@ -40,10 +40,9 @@ Result<LoadedManifest> FromJobSpec(const std::string& text, const std::string& s
   return m;
 }
 
-}  // namespace
-
-Result<LoadedManifest> ParseManifest(const std::string& text, const std::string& source_name,
-                                     const std::string& base_dir, Target target) {
+Result<LoadedManifest> ParseManifestUnbounded(const std::string& text,
+                                              const std::string& source_name,
+                                              const std::string& base_dir, Target target) {
   BW_ASSIGN_OR_RETURN(const YAML::Node root, internal::LoadDocument(text, source_name));
   std::string api_version, kind;
   try {
@@ -94,6 +93,18 @@ Result<LoadedManifest> ParseManifest(const std::string& text, const std::string&
                          ": kind: not a manifest Bulwark runs (got " + api_version + " " + kind +
                          "); give a job spec (docs/job-spec.md), a bulwark.dev/v1alpha1 TrainJob "
                          "(docs/trainjob.md) or a kubeflow.org/v1 PyTorchJob");
+}
+
+}  // namespace
+
+Result<LoadedManifest> ParseManifest(const std::string& text, const std::string& source_name,
+                                     const std::string& base_dir, Target target) {
+  try {
+    return ParseManifestUnbounded(text, source_name, base_dir, target);
+  } catch (const YamlTooLarge& e) {  // a value converted outside the field readers
+    return InvalidArgument(source_name + ":" + std::to_string(e.line()) + ": (yaml): a value " +
+                           e.what() + "; write the values out without YAML aliases");
+  }
 }
 
 Result<LoadedManifest> LoadManifest(const std::string& path, Target target) {

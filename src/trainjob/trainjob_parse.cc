@@ -72,11 +72,22 @@ class TableReader {
           r_.Error(e.line, e.path, "must be a mapping", SpecReader::Describe(e.value), e.hint);
           return nullptr;
         }
-        return YamlToJson(e.value);
+        return BoundedJson(e);
       case FieldType::kAny:
-        return YamlToJson(e.value);
+        return BoundedJson(e);
     }
     return nullptr;
+  }
+
+  // e.value as JSON; a value too large to expand (an alias bomb) is an error there.
+  Json BoundedJson(const Entry& e) {
+    try {
+      return YamlToJson(e.value);
+    } catch (const YamlTooLarge& x) {
+      r_.Error(e.line, e.path, x.what(), "a value too large to read",
+               "write the value out without YAML aliases");
+      return nullptr;
+    }
   }
 
   // A mapping read field by field; unknown keys are reported.

@@ -341,6 +341,34 @@ TEST(TrainJobTest, ManifestKindsAreTold) {
   EXPECT_EQ(loaded->job.job.source_path, kTestdata + "/trainjob-minimal.yaml");
 }
 
+TEST(TrainJobTest, AnAliasBombInThePodSectionIsAnErrorNotGigabytes) {
+  // 10^9 values once expanded: refused at the first 100000, with the field's line.
+  std::string bomb = "      l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    bomb += "      l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k ? ", *l" : "*l") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  const std::string text =
+      "apiVersion: bulwark.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: t}\nspec:\n"
+      "  command: [python3, t.py]\n  pod:\n    image: img\n    dataVolume:\n"
+      "      emptyDir: {}\n" + bomb +
+      "    tolerations:\n      - {key: a, operator: Exists, extra: *l8}\n";
+  auto r = ParseManifest(text, "tj.yaml", "/j", Target::kKubernetes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              AllOf(HasSubstr("tj.yaml:9: spec.pod.dataVolume: expands to more than 100000 "
+                              "values"),
+                    HasSubstr("write the value out without YAML aliases")));
+  // Depth too: 200 nested lists.
+  const std::string deep = "apiVersion: bulwark.dev/v1alpha1\nkind: TrainJob\nmetadata: "
+                           "{name: t}\nspec:\n  command: [x]\n  pod: {image: i, dataVolume: "
+                           "{emptyDir: " + std::string(200, '[') + std::string(200, ']') + "}}\n";
+  auto d = ParseManifest(deep, "deep.yaml", "/j", Target::kKubernetes);
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(d.status().message(), HasSubstr("nests deeper than 100 levels"));
+}
+
 TEST(TrainJobTest, SchedRequestCarriesTheScheduling) {
   auto r = ParseK8s(testing::ReadTestFile(kTestdata + "/trainjob-full.yaml"));
   ASSERT_TRUE(r.ok());

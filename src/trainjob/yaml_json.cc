@@ -97,19 +97,31 @@ void Emit(YAML::Emitter& out, const Json& j) {
 
 }  // namespace
 
-Json YamlToJson(const YAML::Node& n) {
+namespace {
+
+Json YamlToJsonBounded(const YAML::Node& n, int depth, size_t* budget, int top_line) {
+  if (*budget == 0 || depth > kMaxYamlDepth) {
+    throw YamlTooLarge(top_line,
+                       depth > kMaxYamlDepth
+                           ? "nests deeper than " + std::to_string(kMaxYamlDepth) + " levels"
+                           : "expands to more than " + std::to_string(kMaxYamlValues) +
+                                 " values (aliases count each time they are used: a YAML "
+                                 "alias bomb?)");
+  }
+  --*budget;
   if (!n.IsDefined() || n.IsNull()) return nullptr;
   if (n.IsMap()) {
     Json o = Json::object();
     for (const auto& kv : n) {
       const YAML::Node k = kv.first;
-      o[k.IsScalar() ? k.Scalar() : YamlToJson(k).dump()] = YamlToJson(kv.second);
+      o[k.IsScalar() ? k.Scalar() : YamlToJsonBounded(k, depth + 1, budget, top_line).dump()] =
+          YamlToJsonBounded(kv.second, depth + 1, budget, top_line);
     }
     return o;
   }
   if (n.IsSequence()) {
     Json a = Json::array();
-    for (const YAML::Node& item : n) a.push_back(YamlToJson(item));
+    for (const YAML::Node& item : n) a.push_back(YamlToJsonBounded(item, depth + 1, budget, top_line));
     return a;
   }
   const std::string& s = n.Scalar();
@@ -122,6 +134,14 @@ Json YamlToJson(const YAML::Node& n) {
   if (IntText(s, &i)) return i;
   if (FloatText(s, &d)) return d;
   return s;
+}
+
+}  // namespace
+
+Json YamlToJson(const YAML::Node& n) {
+  size_t budget = kMaxYamlValues;
+  const int line = n.IsDefined() && n.Mark().line >= 0 ? n.Mark().line + 1 : 1;
+  return YamlToJsonBounded(n, 0, &budget, line);
 }
 
 YAML::Node JsonToYaml(const Json& j) {
@@ -172,6 +192,9 @@ Result<std::vector<Json>> ParseYamlDocuments(const std::string& text, const std:
   } catch (const YAML::Exception& e) {
     return InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) +
                            ": (yaml syntax): " + e.msg + "; fix the YAML syntax there");
+  } catch (const YamlTooLarge& e) {
+    return InvalidArgument(source + ":" + std::to_string(e.line()) + ": (yaml): the document " +
+                           e.what() + "; write the values out");
   }
 }
 
