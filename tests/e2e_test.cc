@@ -482,5 +482,16 @@ TEST_F(E2E, ASpecWithInvalidUtf8IsAnErrorNotACrash) {
   }
 }
 
+TEST_F(E2E, ValidateForKubernetesRefusesWhatRenderWouldRefuse) {
+  // A job spec has no pod.image: render and submit cannot make its pods.
+  const std::string bin = build_ + "/bin/bulwark";
+  const std::string spec = src_ + "/examples/pytorch-ddp/job.yaml";
+  auto [rc, out] = RunProcess({bin, "validate", spec, "--target", "kubernetes"}, {}, 30);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("pod.image: required on Kubernetes"), std::string::npos) << out;
+  auto [lrc, local] = RunProcess({bin, "validate", spec}, {}, 30);
+  EXPECT_EQ(lrc, 0) << local;
+}
+
 }  // namespace
 }  // namespace bulwark

@@ -190,6 +190,14 @@ int CmdValidate(const std::string& path, const std::string& target) {
                 s.name.c_str(), s.nodes, s.procs_per_node, s.chaos.size());
     return 0;
   }
+  if (k8s && t.pod.image.empty()) {  // what render and submit refuse, refused here too
+    std::fprintf(stderr,
+                 "bulwark: %s: pod.image: required on Kubernetes (the pods run the agent and "
+                 "the trainer in it); write it as a TrainJob with spec.pod.image (`bulwark "
+                 "render %s --trainjob --image IMAGE` prints one to start from)\n",
+                 path.c_str(), path.c_str());
+    return 2;
+  }
   std::printf(
       "%s: OK (%s %s/%s for %s: %d nodes x %d ranks, %zu chaos faults; gang %s, queue %s)\n",
       path.c_str(), trainjob::ManifestKindName(m->kind), t.ns.c_str(), t.name.c_str(),

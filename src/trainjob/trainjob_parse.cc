@@ -289,16 +289,24 @@ class TrainJobParser {
       const CheckpointSpec& ck = job_.job.checkpoint;
       const bool checkpoints =
           ck.interval_steps > 0 || ck.interval_auto || ck.interval_seconds > 0;
-      if (job_.job.nodes > 1 && checkpoints && ck.dir.empty() &&
-          job_.pod.shared_checkpoint_claim.empty()) {
+      const auto under = [&](const char* root) {
+        return ck.dir == root || ck.dir.rfind(std::string(root) + "/", 0) == 0;
+      };
+      const bool claim = !job_.pod.shared_checkpoint_claim.empty();
+      if (job_.job.nodes > 1 && checkpoints &&
+          ((ck.dir.empty() && !claim) || under("/bulwark/local"))) {
         // Every rank's shard of a step must be in one directory the committing agent
         // sees; node-local disks (hostPath) are not (docs/kubernetes.md).
         r_.Error(e.line, "spec.pod.sharedCheckpointClaim",
                  "a job on " + std::to_string(job_.job.nodes) +
                      " nodes that checkpoints needs a shared volume for its checkpoints",
-                 "nothing",
+                 ck.dir.empty() ? "nothing" : "checkpoint.dir " + ck.dir + ", node-local",
                  "set pod.sharedCheckpointClaim to a ReadWriteMany PVC, or checkpoint.dir to a "
                  "path every pod mounts");
+      } else if (under("/bulwark/shared") && !claim) {
+        r_.Error(e.line, "spec.checkpoint.dir",
+                 "is under /bulwark/shared, which only pod.sharedCheckpointClaim mounts", ck.dir,
+                 "set pod.sharedCheckpointClaim to a ReadWriteMany PVC, or use another path");
       }
       if (job_.job.checkpoint.dir.empty()) {
         job_.job.checkpoint.dir =

@@ -155,6 +155,18 @@ TEST(TrainJobTest, MultiNodeCheckpointsNeedASharedVolumeOnKubernetes) {
     auto r = ParseK8s(Manifest(ok));
     EXPECT_TRUE(r.ok()) << ok << "\n" << r.status().message();
   }
+  // An explicit directory on the node-local mount is node-local all the same, and the
+  // shared mount exists only with a claim.
+  auto local_dir = ParseK8s(Manifest(
+      base + "  checkpoint: {intervalSteps: 10, dir: /bulwark/local/ck}\n  pod: {image: i}\n"));
+  EXPECT_THAT(local_dir.status().message(),
+              HasSubstr("needs a shared volume for its checkpoints (got checkpoint.dir "
+                        "/bulwark/local/ck, node-local)"));
+  auto unmounted = ParseK8s(Manifest(
+      base + "  checkpoint: {intervalSteps: 10, dir: /bulwark/shared/ck}\n  pod: {image: i}\n"));
+  EXPECT_THAT(unmounted.status().message(),
+              HasSubstr("spec.checkpoint.dir: is under /bulwark/shared, which only "
+                        "pod.sharedCheckpointClaim mounts"));
   // The local backend has one file system: no such rule there.
   EXPECT_TRUE(ParseTrainJob(Manifest(base + "  checkpoint: {intervalSteps: 10}\n"), "tj.yaml",
                             "/jobs", Target::kLocal)
