@@ -439,17 +439,33 @@ Status VerifyStep(Env* env, const std::string& root, long step, bool full, Verif
   BW_ASSIGN_OR_RETURN(auto reader, StepReader::Open(env, root, step));
   if (!full) return Status::Ok();
   std::vector<uint8_t> buf;
+  // A bad chunk read through several tensors or ranks (references) is one problem,
+  // naming who read it.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::string>> readers;
   for (const ManifestShard& ms : reader->manifest().shards) {
     for (const TensorEntry& e : reader->index(ms.rank).tensors) {
       buf.resize(e.meta.nbytes());
       Status st = reader->Load(e.meta, buf.data(), ms.rank);
       if (!st.ok()) {
-        r->problems.push_back(st.message());
+        auto [it, fresh] = readers.try_emplace(st.message());
+        if (fresh) order.push_back(st.message());
+        it->second.push_back("rank " + std::to_string(ms.rank) + " tensor '" + e.meta.name + "'");
         continue;
       }
       r->chunks += e.chunks.size();
       r->bytes += e.meta.nbytes();
     }
+  }
+  for (const std::string& m : order) {
+    const std::vector<std::string>& who = readers[m];
+    std::string p = m + " (read by " + who.front();
+    if (who.size() > 1) {
+      p += " and " + std::to_string(who.size() - 1) + " more: ";
+      for (size_t i = 1; i < who.size() && i <= 4; ++i) p += (i > 1 ? ", " : "") + who[i];
+      if (who.size() > 5) p += ", ...";
+    }
+    r->problems.push_back(p + ")");
   }
   if (!r->problems.empty()) {
     return DataLoss("step " + std::to_string(step) + ": " + r->problems.front() +

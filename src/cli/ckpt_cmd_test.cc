@@ -210,6 +210,7 @@ TEST_F(CkptCmdTest, VerifyPassesThenNamesTheCorruptedShard) {
   EXPECT_NE(o.find("step 30: OK"), std::string::npos) << o;
   EXPECT_NE(o.find("step 40: FAILED"), std::string::npos) << o;
   EXPECT_NE(o.find("shard-00001-of-00002.bws"), std::string::npos) << o;
+  EXPECT_NE(o.find("(read by rank 1 tensor '"), std::string::npos) << o;  // who read it
   EXPECT_NE(o.find("3 verified, 1 failed, 1 skipped"), std::string::npos) << o;
 
   ASSERT_EQ(Run({"verify", dir_, "40", "--json"}), 1);
