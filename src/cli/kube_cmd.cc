@@ -40,13 +40,16 @@ Result<k8s::ClientConfig> ClusterConfig(const KubeFlags& f) {
   return k8s::LoadKubeConfig(path, f.context);
 }
 
-// The cluster's client, or nullptr after printing why ("bulwark <cmd>: ...").
-std::unique_ptr<k8s::Client> Connect(const KubeFlags& f, const char* cmd, std::ostream& err) {
+// The cluster's client, or nullptr after printing why ("bulwark <cmd>: ...");
+// *context_ns (if given) gets the kubeconfig context's (or service account's) namespace.
+std::unique_ptr<k8s::Client> Connect(const KubeFlags& f, const char* cmd, std::ostream& err,
+                                     std::string* context_ns = nullptr) {
   auto cfg = ClusterConfig(f);
   if (!cfg.ok()) {
     err << "bulwark " << cmd << ": " << cfg.status().message() << "\n";
     return nullptr;
   }
+  if (context_ns) *context_ns = cfg->namespace_;
   auto client = k8s::Client::Create(*cfg);
   if (!client.ok()) {
     err << "bulwark " << cmd << ": " << client.status().message() << "\n";
@@ -124,10 +127,28 @@ int SubmitRun(const std::string& spec, const KubeFlags& f, std::ostream& out, st
     return 2;
   }
   for (const std::string& n : m->notes) out << "note: " << n << "\n";
-  std::unique_ptr<k8s::Client> client = Connect(f, "submit", err);
-  if (!client) return 2;
   trainjob::TrainJob tj = m->job;
-  if (!f.ns.empty()) tj.ns = f.ns;
+  // kubectl's rule: --namespace, else the manifest's, else the kubeconfig context's.
+  if (!f.ns.empty() && tj.ns_given && f.ns != tj.ns) {
+    err << "bulwark submit: the manifest's namespace " << tj.ns << " does not match --namespace "
+        << f.ns << "; drop one of them\n";
+    return 2;
+  }
+  std::string context_ns;
+  std::unique_ptr<k8s::Client> client = Connect(f, "submit", err, &context_ns);
+  if (!client) return 2;
+  const std::string ns = !f.ns.empty() ? f.ns
+                         : tj.ns_given ? tj.ns
+                                       : (context_ns.empty() ? "default" : context_ns);
+  if (ns != tj.ns) {
+    // The default checkpoint directories are per namespace (/bulwark/{local,shared}/NS/NAME).
+    for (const char* root : {"/bulwark/local/", "/bulwark/shared/"}) {
+      if (tj.job.checkpoint.dir == root + tj.ns + "/" + tj.name) {
+        tj.job.checkpoint.dir = root + ns + "/" + tj.name;
+      }
+    }
+    tj.ns = ns;
+  }
   auto created = client->Create(k8s::TrainJobs(), tj.ns, trainjob::ToObject(tj));
   if (!created.ok()) {
     err << "bulwark submit: " << created.status().message() << "\n";
@@ -165,7 +186,8 @@ std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostre
   s->add_option("spec", *spec, "job spec, TrainJob or PyTorchJob manifest")->required();
   s->add_option("--kubeconfig", sflags->kubeconfig, "kubeconfig file");
   s->add_option("--context", sflags->context, "kubeconfig context");
-  s->add_option("--namespace,-n", sflags->ns, "namespace (default: the manifest's)");
+  s->add_option("--namespace,-n", sflags->ns,
+                 "namespace (default: the manifest's, else the kubeconfig context's)");
   s->callback(
       [sflags, spec, exit_code, &out, &err] { *exit_code = SubmitRun(*spec, *sflags, out, err); });
   return {o, s};

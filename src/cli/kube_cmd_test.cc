@@ -101,6 +101,30 @@ TEST_F(SubmitTest, NamespaceFlagAndBadInput) {
   ASSERT_EQ(SubmitRun(kTestdata + "/trainjob-minimal.yaml", f, out, err), 0) << err.str();
   EXPECT_EQ(TrainJobsIn(*ns).size(), 1u);
 
+  // Without --namespace and without one in the manifest: the kubeconfig context's, as
+  // kubectl does, and the default checkpoint directory follows it.
+  auto ctx_ns = k8s::testing::UniqueNamespace(admin_.get(), "submit-ctx");
+  ASSERT_TRUE(ctx_ns.ok()) << ctx_ns.status().ToString();
+  k8s::ClientConfig in_ctx = cp_->AdminConfig();
+  in_ctx.namespace_ = *ctx_ns;
+  KubeFlags c = flags_;
+  c.kubeconfig = dir_ + "/kubeconfig-ns";
+  ASSERT_TRUE(k8s::testing::ControlPlane::WriteKubeconfig(c.kubeconfig, in_ctx).ok());
+  std::ostringstream oc, ec;
+  ASSERT_EQ(SubmitRun(kTestdata + "/trainjob-minimal.yaml", c, oc, ec), 0) << ec.str();
+  const std::vector<Json> in_context = TrainJobsIn(*ctx_ns);
+  ASSERT_EQ(in_context.size(), 1u);
+  EXPECT_EQ(in_context[0]["spec"]["checkpoint"].value("dir", ""),
+            "/bulwark/local/" + *ctx_ns + "/hello")
+      << in_context[0].dump();
+  // A manifest that names its namespace and a --namespace that differs: refused.
+  const std::string named = dir_ + "/named.yaml";
+  std::ofstream(named) << "apiVersion: bulwark.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: n, "
+                          "namespace: team-a}\nspec:\n  command: [x]\n  pod: {image: i}\n";
+  std::ostringstream on, en;
+  EXPECT_EQ(SubmitRun(named, f, on, en), 2);
+  EXPECT_THAT(en.str(), HasSubstr("the manifest's namespace team-a does not match --namespace"));
+
   const std::string bad = dir_ + "/bad.yaml";
   std::ofstream(bad) << "name: x\nnodes: 0\ncommand: [\"python3\"]\n";
   std::ostringstream o2, e2;

@@ -68,6 +68,7 @@ struct PodOptions {
 struct TrainJob {
   std::string name;  // metadata.name (also job.name)
   std::string ns = "default";
+  bool ns_given = false;  // metadata.namespace was in the manifest (else "default" is assumed)
   std::string uid;         // metadata.uid ("" until the API server assigns one)
   int64_t generation = 0;  // metadata.generation
   std::string resource_version;

@@ -222,6 +222,7 @@ class TrainJobParser {
       name_ok_ = false;
     }
     if (auto it = f.find("namespace"); it != f.end() && r_.ReadString(it->second, &job_.ns)) {
+      job_.ns_given = true;
       if (job_.ns.size() > 63 || !spec_internal::IsDnsLabel(job_.ns)) {
         r_.Error(it->second.line, it->second.path, "must be a DNS-1123 label",
                  SpecReader::Describe(it->second.value), it->second.hint);
