@@ -27,6 +27,7 @@ import gc
 import json
 import os
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -134,15 +135,26 @@ class _Runtime:
                 self._group_sockets = _tcp_sockets() - before
         self.state = "running"
 
-    def _destroy(self) -> None:
+    def _destroy(self) -> bool:
+        """Destroys the process group; False if that did not return within
+        _DESTROY_TIMEOUT_S (a collective wedged inside the backend: torch 2.x gloo can
+        wait on its work threads; the helper thread is then left behind)."""
         if self._backend is None:
-            return
+            return True
         import torch.distributed as dist
-        try:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - a broken group is what we are leaving
-            pass
+        done = threading.Event()
+
+        def destroy() -> None:
+            try:
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - a broken group is what we are leaving
+                pass
+            finally:
+                done.set()
+
+        threading.Thread(target=destroy, name="bulwark-destroy", daemon=True).start()
+        return done.wait(_DESTROY_TIMEOUT_S)
 
     def _watch_aborts(self) -> None:
         """Daemon thread: when the agent asks this rank to leave while it is blocked in a
@@ -186,7 +198,13 @@ class _Runtime:
         # collective's work still holds the group (torch 2.x gloo).
         _shutdown_sockets(self._group_sockets)
         self._group_sockets = set()
-        self._destroy()
+        if not self._destroy():
+            # This process cannot form another group (the old one is still the default):
+            # leave now, so the agent replaces it at once instead of at the park deadline.
+            print(f"bulwark: destroy_process_group did not return within "
+                  f"{_DESTROY_TIMEOUT_S:.0f} s; leaving this process so the agent replaces "
+                  f"it", file=sys.stderr, flush=True)
+            os._exit(_EXIT_WEDGED)
         gc.collect()
         _lib.check(_lib.lib().bw_park(error.encode("utf-8", "replace")), "run (park)")
 
@@ -269,6 +287,10 @@ class _Runtime:
 
 
 _RUNTIME = _Runtime()
+
+
+_DESTROY_TIMEOUT_S = 2.0
+_EXIT_WEDGED = 75  # a parking rank whose process group could not be destroyed
 
 
 def _tcp_sockets() -> set:

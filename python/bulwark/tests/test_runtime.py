@@ -195,6 +195,30 @@ class RuntimeTest(unittest.TestCase):
             server.wait()
 
 
+class WedgedDestroyTest(unittest.TestCase):
+    def test_a_park_whose_group_will_not_destroy_leaves_the_process_at_once(self):
+        # destroy_process_group blocking (a wedged gloo work thread on torch 2.x): the
+        # rank cannot form another group, so it exits 75 after 2 s instead of waiting
+        # for the agent's park deadline.
+        code = (
+            "import time, torch.distributed as dist\n"
+            "from bulwark import _runtime\n"
+            "dist.is_initialized = lambda: True\n"
+            "dist.destroy_process_group = lambda *a, **k: time.sleep(3600)\n"
+            "rt = _runtime._RUNTIME\n"
+            "rt._backend = 'gloo'\n"
+            "rt._park('Connection closed by peer')\n"
+            "print('parked: not expected', flush=True)\n")
+        env = dict(os.environ, PYTHONPATH=PKG_PARENT)
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 75, p.stdout + p.stderr)
+        self.assertLess(time.monotonic() - t0, 30)
+        self.assertIn("destroy_process_group did not return within 2 s", p.stderr)
+        self.assertNotIn("parked: not expected", p.stdout)
+
+
 class GroupSocketsTest(unittest.TestCase):
     """Parking shuts the group's connections so a peer blocked in a collective with this
     rank fails at once (torch 2.x gloo keeps a failed group's sockets open)."""
