@@ -1,5 +1,7 @@
 #include "common/status.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace bulwark {
@@ -42,6 +44,12 @@ std::string Status::ToString() const {
 Status Status::Annotate(const std::string& prefix) const {
   if (ok()) return *this;
   return Status(code_, prefix + ": " + msg_);
+}
+
+void DieOnErrorResultAccess(const Status& status) {
+  std::fprintf(stderr, "bulwark: the value of an error Result was read (check ok() first): %s\n",
+               status.ToString().c_str());
+  std::abort();
 }
 
 Status ErrnoStatus(const std::string& what, int err) {

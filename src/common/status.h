@@ -63,6 +63,12 @@ inline Status OutOfRange(std::string m) { return {Code::kOutOfRange, std::move(m
 // Status from errno with the failing operation and path: "open /x/y: No such file".
 Status ErrnoStatus(const std::string& what, int err);
 
+// Reached by reading the value of an error Result: a programming error. Prints the
+// status and aborts (defined behaviour, and the message says what was not checked).
+[[noreturn]] void DieOnErrorResultAccess(const Status& status);
+
+// A value or the error why there is none. Reading the value (value(), *, ->) of an
+// error Result aborts through DieOnErrorResultAccess; check ok() first.
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -73,15 +79,24 @@ class [[nodiscard]] Result {
   }
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
+  T& value() & { return Checked(); }
+  const T& value() const& { return Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  T* operator->() { return &Checked(); }
+  const T* operator->() const { return &Checked(); }
+  T& operator*() & { return Checked(); }
+  const T& operator*() const& { return Checked(); }
 
  private:
+  T& Checked() {
+    if (!value_) DieOnErrorResultAccess(status_);
+    return *value_;
+  }
+  const T& Checked() const {
+    if (!value_) DieOnErrorResultAccess(status_);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -85,5 +85,14 @@ TEST(FakeProcesses, SignalsActLikeTheKernelAndReapReportsOnce) {
   EXPECT_EQ(procs.Spawned(), (std::vector<pid_t>{c->pid, d->pid}));
 }
 
+TEST(ResultTest, ReadingTheValueOfAnErrorAbortsWithTheStatus) {
+  Result<int> ok = 7;
+  EXPECT_EQ(*ok, 7);
+  Result<std::string> bad = NotFound("no such thing");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_DEATH((void)bad.value(), "value of an error Result was read.*NOT_FOUND.*no such thing");
+  EXPECT_DEATH((void)bad->size(), "no such thing");
+}
+
 }  // namespace
 }  // namespace bulwark
