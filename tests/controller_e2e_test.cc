@@ -467,6 +467,9 @@ TEST_F(ControllerE2E, RequestCancelStopsEveryControllerInTheProcess) {
   while (Now() < deadline && (ca.Status().current_step < 1 || cb.Status().current_step < 1)) {
     PollReadable({}, 0.02);
   }
+  // Both were running (a cancel of jobs that never started would prove less).
+  EXPECT_GE(ca.Status().current_step, 1);
+  EXPECT_GE(cb.Status().current_step, 1);
   Controller::RequestCancel();
   const Result<RunResult>& ra = a->Join();
   const Result<RunResult>& rb = b->Join();
