@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
+
+#include "common/clock.h"
 
 namespace bulwark::op {
 
@@ -143,8 +146,18 @@ void KubernetesBackend::PushLoss(const std::string& node_id, const std::string& 
 std::vector<NodeLoss> KubernetesBackend::Poll() {
   std::vector<NodeLoss> out;
   std::vector<std::string> names;
+  std::vector<std::pair<std::string, int>> relabel;  // due retries
   {
     std::lock_guard<std::mutex> l(mu_);
+    const double now = SystemClock::Get()->NowMono();
+    for (auto it = relabel_.begin(); it != relabel_.end();) {
+      if (it->second.next_try > now) {
+        ++it;
+        continue;
+      }
+      relabel.emplace_back(it->first, it->second.slot);
+      it = relabel_.erase(it);
+    }
     out.swap(losses_);
     for (const NodeLoss& x : out) {
       Pod& p = pods_[x.node_id];
@@ -155,6 +168,7 @@ std::vector<NodeLoss> KubernetesBackend::Poll() {
   // A lost node's pod is gone for training: delete it now (grace 0, finalizer off) so it
   // does not linger Terminating on an unreachable node.
   for (const std::string& n : names) (void)DeletePod(n, 0);
+  for (const auto& [node_id, slot] : relabel) Relabel(node_id, slot);
   return out;
 }
 
@@ -190,18 +204,37 @@ std::string KubernetesBackend::PreferredSpare(int slot, const std::vector<std::s
 }
 
 void KubernetesBackend::OnSlotAssigned(const std::string& node_id, int slot) {
-  std::string name;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = pods_.find(node_id);
     if (it == pods_.end()) return;
     it->second.slot = slot;
+  }
+  Relabel(node_id, slot);
+}
+
+void KubernetesBackend::Relabel(const std::string& node_id, int slot) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    relabel_.erase(node_id);
+    auto it = pods_.find(node_id);
+    if (it == pods_.end() || it->second.released || it->second.slot != slot) return;
     name = it->second.name;
   }
   Json patch = {{"metadata",
                  {{"labels", {{trainjob::kRoleLabel, "worker"}}},
                   {"annotations", {{trainjob::kSlotAnnotation, std::to_string(slot)}}}}}};
-  (void)opts_.client->Patch(k8s::Pods(), opts_.job.ns, name, patch);
+  auto r = opts_.client->Patch(k8s::Pods(), opts_.job.ns, name, patch);
+  if (r.ok() || k8s::IsNotFound(r.status())) return;  // done, or the pod is gone
+  constexpr double kRelabelRetryS = 10;
+  std::fprintf(stderr,
+               "[bulwark-operator] %s: labelling pod %s worker of slot %d: %s (retried in %.0f "
+               "s; until then an operator restart would adopt it as a standby)\n",
+               opts_.job_key.c_str(), name.c_str(), slot, r.status().ToString().c_str(),
+               kRelabelRetryS);
+  std::lock_guard<std::mutex> l(mu_);
+  relabel_[node_id] = {slot, SystemClock::Get()->NowMono() + kRelabelRetryS};
 }
 
 std::vector<AdoptableNode> KubernetesBackend::AdoptableNodes() {

@@ -87,11 +87,20 @@ class KubernetesBackend : public Backend {
   };
   Status DeletePod(const std::string& name, int64_t grace_s);
   Status DropFinalizer(const std::string& name);
+  // Labels node_id's pod a worker of `slot` (what adoption reads after an operator
+  // restart). A failed patch is logged and kept in relabel_ for Poll to retry.
+  void Relabel(const std::string& node_id, int slot);
 
   KubernetesBackendOptions opts_;
   mutable std::mutex mu_;
   std::map<std::string, Pod> pods_;  // by node id
   std::vector<NodeLoss> losses_;
+  struct PendingRelabel {
+    int slot = -1;
+    double next_try = 0;  // SystemClock mono time; retried no sooner (an API outage
+                          // must not stall every controller turn in Patch's retries)
+  };
+  std::map<std::string, PendingRelabel> relabel_;  // by node id
 };
 
 }  // namespace bulwark::op
