@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -52,6 +54,7 @@ TEST(K8sSchemaTest, DeployManifestsValidate) {
   std::vector<Json> all;
   for (const auto& entry : std::filesystem::directory_iterator(kSource + "/deploy")) {
     if (entry.path().extension() != ".yaml") continue;
+    if (entry.path().filename() == "kustomization.yaml") continue;  // kubectl's, not the API's
     for (Json& d : Docs(entry.path().string())) all.push_back(std::move(d));
   }
   ASSERT_GE(all.size(), 9u);  // CRD, RBAC (5 + Volcano's 2), namespace, deployment, sample, ...
@@ -59,6 +62,54 @@ TEST(K8sSchemaTest, DeployManifestsValidate) {
   Status s = ValidateK8sObjects(all, &skipped);
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_TRUE(skipped.empty()) << skipped.front();
+}
+
+// The deploy/ files in the order a document applies them: `kubectl apply -f deploy/X`
+// lines (several -f on one line count in order), or kustomization.yaml's resources.
+std::vector<std::string> ApplyOrder(const std::string& doc) {
+  std::ifstream in(kSource + "/" + doc);
+  std::vector<std::string> order;
+  const bool kustomize = doc.find("kustomization") != std::string::npos;
+  for (std::string line; std::getline(in, line);) {
+    if (kustomize) {
+      const size_t dash = line.find("- ");
+      if (dash != std::string::npos && line.find(".yaml") != std::string::npos) {
+        order.push_back(line.substr(dash + 2));
+      }
+      continue;
+    }
+    if (line.find("kubectl apply") == std::string::npos) continue;
+    std::istringstream words(line);
+    for (std::string w, prev; words >> w; prev = w) {
+      if (prev == "-f" && w.rfind("deploy/", 0) == 0) order.push_back(w.substr(7));
+      if (w == "#") break;
+    }
+  }
+  return order;
+}
+
+TEST(K8sSchemaTest, TheDocumentedApplyOrdersCreateEachNamespaceBeforeItIsUsed) {
+  const std::vector<std::string> want = {"crd.yaml", "rbac.yaml", "operator.yaml"};
+  for (const std::string doc : {"README.md", "deploy/README.md", "deploy/kustomization.yaml"}) {
+    std::vector<std::string> order = ApplyOrder(doc);
+    std::vector<std::string> install;  // the operator's files, in the document's order
+    for (const std::string& f : order) {
+      if (std::find(want.begin(), want.end(), f) != want.end()) install.push_back(f);
+    }
+    EXPECT_EQ(install, want) << doc << " applies the operator's files in another order";
+    std::set<std::string> namespaces = {"default", "kube-system"};
+    for (const std::string& f : order) {
+      if (f == "sample-trainjob.yaml") continue;  // its namespace is the user's (`ml`)
+      for (const Json& o : Docs(kSource + "/deploy/" + f)) {
+        const Json meta = o.value("metadata", Json::object());
+        if (o.value("kind", "") == "Namespace") namespaces.insert(meta.value("name", ""));
+        const std::string ns = meta.value("namespace", "");
+        EXPECT_TRUE(ns.empty() || namespaces.count(ns))
+            << doc << ": deploy/" << f << " puts " << o.value("kind", "") << " "
+            << meta.value("name", "") << " in namespace " << ns << " before any file creates it";
+      }
+    }
+  }
 }
 
 TEST(K8sSchemaTest, RenderedObjectsValidateInEveryGangMode) {
