@@ -95,15 +95,25 @@ Result<JobPhase> ParseJobPhase(const std::string& s) {
   return InvalidArgument("unknown job phase '" + s + "' in store");
 }
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+namespace {
+
+// sqlite3_open_v2 with `flags`, the busy timeout set; the error names `path`.
+Result<sqlite3*> OpenDb(const std::string& path, int flags, const std::string& how) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
-    return Unavailable("open store " + path + ": " + msg);
+    return Unavailable("open store " + path + how + ": " + msg);
   }
   sqlite3_busy_timeout(db, 5000);
+  return db;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  BW_ASSIGN_OR_RETURN(sqlite3 * db, OpenDb(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, ""));
   std::unique_ptr<Store> s(new Store(db));
   Status st = s->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
   if (st.ok()) st = s->Exec(kSchema);
@@ -113,14 +123,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
 
 Result<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& path) {
   if (::access(path.c_str(), F_OK) != 0) return NotFound("no store at " + path);
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return Unavailable("open store " + path + " read-only: " + msg);
-  }
-  sqlite3_busy_timeout(db, 5000);
+  BW_ASSIGN_OR_RETURN(sqlite3 * db, OpenDb(path, SQLITE_OPEN_READONLY, " read-only"));
   std::unique_ptr<Store> s(new Store(db));
   if (!s->Exec("SELECT name FROM jobs LIMIT 1").ok()) {
     return InvalidArgument("store " + path + ": not a Bulwark store (it has no jobs table)");
