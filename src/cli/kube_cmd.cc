@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "k8s/client.h"
-#include "operator/http_endpoint.h"
+#include "metrics/http_endpoint.h"
 #include "operator/operator.h"
 #include "trainjob/trainjob.h"
 
@@ -92,9 +92,9 @@ int OperatorRun(const OperatorFlags& f, std::ostream& out, std::ostream& err) {
                             : !Env("POD_IP").empty() ? Env("POD_IP")
                                                      : "127.0.0.1";
   op::Operator oper(client.get(), o);
-  std::unique_ptr<op::HttpEndpoint> http;
+  std::unique_ptr<metrics::HttpEndpoint> http;
   if (!f.metrics_addr.empty()) {
-    auto h = op::HttpEndpoint::Start(
+    auto h = metrics::HttpEndpoint::Start(
         f.metrics_addr, {[] { return true; }, [&oper] { return oper.leading(); },
                          [&oper] { return op::FormatMetrics(oper.Stats(), oper.leading()); }});
     if (!h.ok()) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "metrics/exposition.h"
 #include "operator/status.h"
 #include "sched/config.h"
 #include "spec/job_update.h"
@@ -947,35 +948,29 @@ Status Operator::Run(const std::atomic<bool>* stop) { return impl_->Run(stop); }
 OperatorStats Operator::Stats() const { return impl_->Stats(); }
 
 std::string FormatMetrics(const OperatorStats& s, bool leading) {
-  std::ostringstream o;
-  auto metric = [&](const char* name, const char* type, const char* help, double v) {
-    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
-      << name << " " << v << "\n";
-  };
-  metric("bulwark_operator_leader", "gauge", "1 while this replica holds the leader lease",
-         leading ? 1 : 0);
-  metric("bulwark_operator_reconciles_total", "counter", "TrainJob reconciles",
-         static_cast<double>(s.reconciles));
-  metric("bulwark_operator_scheduling_cycles_total", "counter", "scheduler cycles run",
-         static_cast<double>(s.cycles));
-  metric("bulwark_operator_status_writes_total", "counter", "TrainJob status updates written",
-         static_cast<double>(s.status_writes));
-  metric("bulwark_operator_events_total", "counter", "Kubernetes Events written",
-         static_cast<double>(s.events_written));
-  metric("bulwark_operator_quarantined_nodes_total", "counter", "nodes quarantined",
-         static_cast<double>(s.quarantined));
-  o << "# HELP bulwark_operator_trainjobs TrainJobs by state\n# TYPE bulwark_operator_trainjobs "
-       "gauge\n"
-    << "bulwark_operator_trainjobs{state=\"running\"} " << s.running_jobs << "\n"
-    << "bulwark_operator_trainjobs{state=\"pending\"} " << s.pending_jobs << "\n";
-  o << "# HELP bulwark_trainjob_ettr_ratio productive time / wall time so far\n"
-       "# TYPE bulwark_trainjob_ettr_ratio gauge\n";
+  metrics::Exposition e;
+  e.Gauge("bulwark_operator_leader", "1 while this replica holds the leader lease", {},
+          leading ? 1 : 0);
+  e.Counter("bulwark_operator_reconciles_total", "TrainJob reconciles", {},
+            static_cast<double>(s.reconciles));
+  e.Counter("bulwark_operator_scheduling_cycles_total", "scheduler cycles run", {},
+            static_cast<double>(s.cycles));
+  e.Counter("bulwark_operator_status_writes_total", "TrainJob status updates written", {},
+            static_cast<double>(s.status_writes));
+  e.Counter("bulwark_operator_events_total", "Kubernetes Events written", {},
+            static_cast<double>(s.events_written));
+  e.Counter("bulwark_operator_quarantined_nodes_total", "nodes quarantined", {},
+            static_cast<double>(s.quarantined));
+  e.Family("bulwark_operator_trainjobs", "gauge", "TrainJobs by state");
+  e.Sample("bulwark_operator_trainjobs", {{"state", "running"}}, s.running_jobs);
+  e.Sample("bulwark_operator_trainjobs", {{"state", "pending"}}, s.pending_jobs);
+  e.Family("bulwark_trainjob_ettr_ratio", "gauge", "productive time / wall time so far");
   for (const auto& [key, v] : s.ettr) {
     const size_t slash = key.find('/');
-    o << "bulwark_trainjob_ettr_ratio{namespace=\"" << key.substr(0, slash) << "\",name=\""
-      << key.substr(slash + 1) << "\"} " << v << "\n";
+    e.Sample("bulwark_trainjob_ettr_ratio",
+             {{"namespace", key.substr(0, slash)}, {"name", key.substr(slash + 1)}}, v);
   }
-  return o.str();
+  return e.Take();
 }
 
 Status LoadSchedulerConfig(const std::string& path, sched::SchedulerConfig* config,

@@ -1,4 +1,4 @@
-#include "operator/http_endpoint.h"
+#include "metrics/http_endpoint.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "common/clock.h"
 
-namespace bulwark::op {
+namespace bulwark::metrics {
 namespace {
 
 void WriteAll(int fd, const std::string& s, double deadline) {
@@ -22,6 +22,17 @@ void WriteAll(int fd, const std::string& s, double deadline) {
     } else {
       return;
     }
+  }
+}
+
+const char* ReasonPhrase(int code) {
+  switch (code) {
+    case 200: return "OK";
+    case 304: return "Not Modified";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 503: return "Service Unavailable";
+    default: return "Status";
   }
 }
 
@@ -119,7 +130,9 @@ void HttpEndpoint::Serve(Fd conn) {
   }
   const std::string method = req.substr(0, sp1);
   std::string path = req.substr(sp1 + 1, sp2 - sp1 - 1);
-  path = path.substr(0, path.find('?'));
+  const size_t q = path.find('?');
+  const std::string query = q == std::string::npos ? "" : path.substr(q + 1);
+  path = path.substr(0, q);
   std::string out;
   if (method != "GET") {
     out = Response(405, "Method Not Allowed", "text/plain", "GET only\n");
@@ -134,10 +147,13 @@ void HttpEndpoint::Serve(Fd conn) {
   } else if (path == "/metrics") {
     out = Response(200, "OK", "text/plain; version=0.0.4",
                    handlers_.metrics ? handlers_.metrics() : "");
+  } else if (auto r = handlers_.route ? handlers_.route(path, query)
+                                        : std::optional<HttpResponse>()) {
+    out = Response(r->code, ReasonPhrase(r->code), r->content_type, r->body);
   } else {
     out = Response(404, "Not Found", "text/plain", "try /healthz, /readyz or /metrics\n");
   }
   WriteAll(conn.get(), out, deadline);
 }
 
-}  // namespace bulwark::op
+}  // namespace bulwark::metrics

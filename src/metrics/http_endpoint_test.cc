@@ -1,4 +1,4 @@
-#include "operator/http_endpoint.h"
+#include "metrics/http_endpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,9 +9,8 @@
 
 #include "common/clock.h"
 #include "common/proc.h"
-#include "operator/operator.h"
 
-namespace bulwark::op {
+namespace bulwark::metrics {
 namespace {
 
 using ::testing::HasSubstr;
@@ -60,19 +59,21 @@ TEST(HttpEndpointTest, HealthReadinessMetricsAndErrors) {
   EXPECT_FALSE(HttpEndpoint::Start(":99999", {}).ok());
 }
 
-TEST(FormatMetricsTest, PrometheusTextWithJobLabels) {
-  OperatorStats s;
-  s.reconciles = 7;
-  s.quarantined = 1;
-  s.running_jobs = 2;
-  s.ettr["ml/gpt"] = 0.97;
-  const std::string t = FormatMetrics(s, true);
-  EXPECT_THAT(t, HasSubstr("# TYPE bulwark_operator_reconciles_total counter\n"
-                           "bulwark_operator_reconciles_total 7\n"));
-  EXPECT_THAT(t, HasSubstr("bulwark_operator_leader 1\n"));
-  EXPECT_THAT(t, HasSubstr("bulwark_operator_trainjobs{state=\"running\"} 2\n"));
-  EXPECT_THAT(t, HasSubstr("bulwark_trainjob_ettr_ratio{namespace=\"ml\",name=\"gpt\"} 0.97\n"));
+TEST(HttpEndpointTest, OtherPathsGoToTheRoute) {
+  HttpEndpointHandlers h;
+  h.route = [](const std::string& path,
+               const std::string& query) -> std::optional<HttpResponse> {
+    if (path != "/api/x") return std::nullopt;
+    return HttpResponse{200, "application/json", "{\"q\":\"" + query + "\"}"};
+  };
+  auto e = HttpEndpoint::Start("127.0.0.1:0", h);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const std::string r = Ask((*e)->port(), "GET /api/x?since=3 HTTP/1.1\r\n\r\n");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK"));
+  EXPECT_THAT(r, HasSubstr("Content-Type: application/json"));
+  EXPECT_THAT(r, HasSubstr("\r\n\r\n{\"q\":\"since=3\"}"));
+  EXPECT_THAT(Ask((*e)->port(), "GET /api/y HTTP/1.1\r\n\r\n"), StartsWith("HTTP/1.1 404"));
 }
 
 }  // namespace
-}  // namespace bulwark::op
+}  // namespace bulwark::metrics

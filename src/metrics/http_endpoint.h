@@ -1,5 +1,7 @@
-// HttpEndpoint: the operator's plain-HTTP health and metrics port (the Deployment's
-// probes and Prometheus scrape it): GET /healthz, GET /readyz, GET /metrics.
+// HttpEndpoint: a plain-HTTP health, metrics and read-only UI port: GET /healthz,
+// GET /readyz, GET /metrics (Prometheus scrapes it), and any other GET path a `route`
+// callback answers (the web dashboard). The operator, `bulwark run` and each agent
+// serve one.
 //
 // Deliberately small: HTTP/1.0-style (one request per connection, Connection: close),
 // GET only, request line and headers capped at 8 KiB, every socket wait bounded
@@ -14,18 +16,29 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "common/net.h"
 #include "common/status.h"
 
-namespace bulwark::op {
+namespace bulwark::metrics {
+
+struct HttpResponse {
+  int code = 200;
+  std::string content_type = "text/plain";
+  std::string body;
+};
 
 struct HttpEndpointHandlers {
   std::function<bool()> healthy;         // /healthz: 200 "ok" or 503
   std::function<bool()> ready;           // /readyz: 200 "ready" or 503
   std::function<std::string()> metrics;  // /metrics: Prometheus text exposition 0.0.4
+  // Any other path (without its query string; the query is `query`): a response, or
+  // nullopt for 404.
+  std::function<std::optional<HttpResponse>(const std::string& path, const std::string& query)>
+      route = nullptr;
 };
 
 class HttpEndpoint {
@@ -52,4 +65,4 @@ class HttpEndpoint {
   std::atomic<int> active_{0};
 };
 
-}  // namespace bulwark::op
+}  // namespace bulwark::metrics
