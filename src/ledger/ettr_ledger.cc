@@ -194,4 +194,11 @@ LedgerReport EttrLedger::Report(double now) const {
   return out;
 }
 
+LedgerReport EttrLedger::Settled() const {
+  LedgerReport out = r_;
+  out.wall_s = cursor_ - start_;
+  out.steps_completed = first_step_ >= 0 ? high_water_ - first_step_ + 1 : 0;
+  return out;
+}
+
 }  // namespace bulwark

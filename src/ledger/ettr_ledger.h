@@ -88,6 +88,10 @@ class EttrLedger {
   // Snapshot; may be called at any time (open intervals are closed at `now` as OnEnd
   // would; an in-progress step therefore shows as kIdle until its OnStep arrives).
   LedgerReport Report(double now) const;
+  // The time attributed so far, up to the last event (open intervals left open): each
+  // category only grows from one call to the next, so it can be exported as counters
+  // (Report's provisional kIdle of a step in progress turns kProductive later).
+  LedgerReport Settled() const;
 
  private:
   // Moves the cursor to max(until, cursor) (non-finite -> cursor), adds the interval to

@@ -320,3 +320,46 @@ TEST(EttrLedgerTest, SumInvariantUnderRandomSequences) {
 
 }  // namespace
 }  // namespace bulwark
+
+namespace bulwark {
+namespace {
+
+// Settled() only ever grows per category, through steps, a fault and a restart, while
+// Report(now) shows a step in progress as idle that later becomes productive.
+TEST(EttrLedgerTest, SettledCategoriesNeverDecrease) {
+  EttrLedger l(0);
+  l.OnAttemptLaunched(1, -1);
+  std::map<TimeCategory, double> prev;
+  auto check = [&](const char* when) {
+    const LedgerReport s = l.Settled();
+    double sum = 0;
+    for (const auto& [c, v] : s.seconds) {
+      EXPECT_GE(v, prev[c]) << when << ": " << TimeCategoryName(c);
+      prev[c] = v;
+      sum += v;
+    }
+    EXPECT_NEAR(sum, s.wall_s, 1e-9) << when;
+  };
+  for (int i = 1; i <= 5; ++i) {
+    l.OnStep(2.0 + i, i, 1.0, 0.1, 100);
+    check("step");
+  }
+  EXPECT_EQ(l.Report(7.5).seconds.at(TimeCategory::kIdle), 1.5);  // 1 s before launch + 0.5
+  l.OnStep(8.0, 6, 1.0, 0, 100);
+  EXPECT_EQ(l.Report(8.0).seconds.at(TimeCategory::kIdle), 1.0);  // the 0.5 was productive
+  check("step 6");
+  l.OnFault(Fault(FaultKind::kCrash, 6, 8.5, 9.0), "restart");
+  check("fault");
+  l.OnAttemptLaunched(10, 4);
+  check("launch");
+  l.OnStep(12, 5, 1.0, 0, 100);  // rework
+  l.OnStep(13, 7, 1.0, 0, 100);
+  check("after restart");
+  l.OnEnd(14);
+  check("end");
+  EXPECT_DOUBLE_EQ(l.Settled().wall_s, 14);
+  EXPECT_DOUBLE_EQ(l.Settled().ettr(), l.Report(14).ettr());
+}
+
+}  // namespace
+}  // namespace bulwark
