@@ -28,9 +28,11 @@ a source checkout's build/lib. Errors from the library raise BulwarkError.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Optional, Tuple
 
 from bulwark import _lib, _stacks
+from bulwark import metrics as _metrics
 from bulwark._lib import BulwarkError
 from bulwark._runtime import _RUNTIME, Generation, Restart, check, generation, run, steps
 
@@ -56,10 +58,34 @@ def world_size() -> int:
     return _lib.check(_lib.lib().bw_world_size(), "world_size")
 
 
-def report_step(step: int, loss: float, tokens: int = 0) -> None:
+_NAN = float("nan")
+_reported = False  # a trainer reports its own steps (auto-instrumentation then stands down)
+
+
+def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[float] = None,
+                lr: Optional[float] = None, grad_norm: Optional[float] = None,
+                data_wait: Optional[float] = None, compute: Optional[float] = None,
+                optimizer: Optional[float] = None, _inferred: bool = False) -> None:
     """Reports a finished step (the heartbeat; non-blocking, dropped if no agent
-    listens). A safe point of bulwark.run."""
-    _lib.check(_lib.lib().bw_report_step(int(step), float(loss), int(tokens)), "report_step")
+    listens). A safe point of bulwark.run. `loss` may be a tensor (float(loss)). The
+    keywords are optional measurements of the step (seconds for the phases); phases
+    timed with bulwark.metrics.phase/timed since the last report fill those not given."""
+    global _reported
+    if not _inferred:
+        _reported = True
+    acc = _metrics.take_phases()
+    m = _lib.StepMetrics()
+    m.size = ctypes.sizeof(_lib.StepMetrics)
+    for field, v in (("samples", samples), ("lr", lr), ("grad_norm", grad_norm),
+                     ("data_wait_s", data_wait if data_wait is not None
+                      else acc.get("data_wait")),
+                     ("compute_s", compute if compute is not None else acc.get("compute")),
+                     ("optimizer_s", optimizer if optimizer is not None
+                      else acc.get("optimizer"))):
+        setattr(m, field, _NAN if v is None else float(v))
+    m.inferred = 1 if _inferred else 0
+    _lib.check(_lib.lib().bw_report_step_ex(int(step), float(loss), int(tokens),
+                                            ctypes.byref(m)), "report_step")
     _RUNTIME.check()
 
 
@@ -93,4 +119,6 @@ def should_skip(step: int) -> bool:
 
 from bulwark import checkpoint  # noqa: E402  (bulwark.checkpoint without a second import)
 
-__all__.append("checkpoint")
+from bulwark import metrics  # noqa: E402
+
+__all__ += ["checkpoint", "metrics"]

@@ -39,6 +39,9 @@ _SIGNATURES = {
     "bw_skip_to": (_c_long, []),
     "bw_poll_injected_nan": (_c_int, []),
     "bw_report_step": (_c_int, [_c_long, ctypes.c_double, ctypes.c_longlong]),
+    "bw_report_step_ex": (_c_int, [_c_long, ctypes.c_double, ctypes.c_longlong, _vp]),
+    "bw_set_model_flops": (_c_int, [ctypes.c_double]),
+    "bw_peak_flops": (ctypes.c_double, [ctypes.c_char_p, ctypes.c_char_p]),
     "bw_mark_step_start": (_c_int, []),
     "bw_declare_in_process": (_c_int, [_c_int]),
     "bw_abort_requested": (_c_int, []),
@@ -74,6 +77,14 @@ _SIGNATURES = {
                                ctypes.POINTER(ctypes.c_longlong), _vp, _c_size]),
     "bw_load_close": (None, [_vp]),
 }
+
+
+class StepMetrics(ctypes.Structure):
+    """bw_step_metrics (bulwark_c.h); NaN = not measured."""
+    _fields_ = [("size", ctypes.c_uint), ("samples", ctypes.c_double), ("lr", ctypes.c_double),
+                ("grad_norm", ctypes.c_double), ("data_wait_s", ctypes.c_double),
+                ("compute_s", ctypes.c_double), ("optimizer_s", ctypes.c_double),
+                ("inferred", ctypes.c_int)]
 
 
 def _find() -> str:

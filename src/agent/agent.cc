@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include "agent/agent_internal.h"
+#include "agent/step_metrics.h"
 #include "common/json_util.h"
 #include "common/proc.h"
 
@@ -616,6 +618,7 @@ void Agent::HandleDatagram(const std::string& payload) {
     // Generations that form process groups want the job's long-lived store, served by
     // slot 0's agent once a rank asks for it (MaybeStartStore).
     if (in_process && group && spec_ && spec_->group_rank == 0) store_wanted_ = true;
+    if (m.contains("flops_per_token")) ForwardModel(m, *r);
     if (in_process && spec_ && !r->in_process) {
       r->in_process = true;
       Send({{"type", "rank_info"},
@@ -644,6 +647,12 @@ void Agent::HandleDatagram(const std::string& payload) {
     OnStaged(m, static_cast<int>(*rank));
     return;
   }
+  if (type == "model") {
+    auto rank = JInt(m, "rank");
+    Rank* r = rank.ok() ? FindRank(static_cast<int>(*rank)) : nullptr;
+    if (r) ForwardModel(m, *r);
+    return;
+  }
   if (type != "step" && type != "ckpt") {
     Warn("sdk: dropped datagram of unknown type '" + type + "'");
     return;
@@ -664,6 +673,9 @@ void Agent::HandleDatagram(const std::string& payload) {
           : !step_time.ok() ? step_time.status()
                             : stall.status();
     if (bad.ok()) {
+      std::vector<std::string> refused;
+      CopyStepMetrics(m, &out, &refused);
+      for (const std::string& why : refused) WarnLimited("sdk step field " + why);
       loss = *l;
       out["loss"] = loss;  // NaN/Inf serialise as null
       out["tokens"] = *tokens;
@@ -698,6 +710,33 @@ void Agent::HandleDatagram(const std::string& payload) {
   if (type == "step") {
     if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) SendIncident(*f, nullptr);
   }
+}
+
+void Agent::ForwardModel(const Json& m, const Rank& r) {
+  const Json& f = m["flops_per_token"];
+  if (!f.is_number() || !std::isfinite(f.get<double>()) || f.get<double>() <= 0 ||
+      f.get<double>() > 1e18) {
+    WarnLimited("sdk model: flops_per_token must be a number in (0, 1e18] (got " + f.dump() +
+                ")");
+    return;
+  }
+  if (!spec_) return;
+  Send({{"type", "model"},
+        {"attempt", spec_->attempt},
+        {"rank", r.rank},
+        {"flops_per_token", f.get<double>()}});
+}
+
+void Agent::WarnLimited(const std::string& msg) {
+  // One warning per distinct message prefix (up to the first ':' or '(') per minute, so
+  // a trainer sending bad values every step costs one line a minute.
+  const std::string key = msg.substr(0, msg.find_first_of(":("));
+  const double now = clock_->NowMono();
+  auto [it, fresh] = warned_at_.emplace(key, now);
+  if (!fresh && now - it->second < 60) return;
+  it->second = now;
+  if (warned_at_.size() > 256) warned_at_.clear();
+  Warn(msg + " (dropped; repeats of this warning are silenced for 60 s)");
 }
 
 void Agent::EnsurePersister(const StartSpec& spec) {

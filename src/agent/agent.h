@@ -150,6 +150,10 @@ class Agent {
   // Captures every live rank's stack; fills `stopped` with ranks in state 'T'.
   Json CaptureAllStacks(std::vector<int>* stopped);
   void HandleDatagram(const std::string& payload);
+  // Forwards a rank's declared model FLOPs per token (`model`, or a hello carrying it).
+  void ForwardModel(const Json& m, const Rank& r);
+  // Warn, at most once a minute per kind of message (bad values a trainer repeats).
+  void WarnLimited(const std::string& msg);
   void Launch(const StartSpec& spec);
   // A process for local rank `local` of `spec`: the parked process of that rank (sent
   // `generation`), else a warm rank (assigned), else a new one. False if none started
@@ -324,6 +328,7 @@ class Agent {
   // Checkpoint catalog requests of a controller without the checkpoint file system;
   // replies go through outbox_. Created on the first request.
   std::unique_ptr<CatalogWorker> catalog_;
+  std::map<std::string, double> warned_at_;  // WarnLimited: message kind -> mono time
 };
 
 }  // namespace bulwark

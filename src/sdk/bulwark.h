@@ -73,6 +73,22 @@ Result<Config> ConfigFromEnv(const EnvMap& env);
 // The variables ConfigFromEnv reads, taken from this process's environment.
 EnvMap ProcessEnv();
 
+// Optional measurements of one step, sent with its report (docs/monitoring.md). A
+// field left NaN was not measured and is not sent; a negative or non-finite one is
+// not sent either (the agent drops absurd values with a warning).
+struct StepMetrics {
+  double samples = kNotMeasured;      // samples (sequences, images) in the step
+  double lr = kNotMeasured;           // learning rate
+  double grad_norm = kNotMeasured;    // global gradient norm
+  double data_wait_s = kNotMeasured;  // time blocked on the input pipeline
+  double compute_s = kNotMeasured;    // forward and backward
+  double optimizer_s = kNotMeasured;  // optimizer step
+  // The step was inferred by Bulwark's instrumentation of an unmodified script (an
+  // optimizer step), not reported by the trainer.
+  bool inferred = false;
+  static constexpr double kNotMeasured = __builtin_nan("");
+};
+
 class Client {
  public:
   // `clock` (not owned, must outlive the Client) measures step_time and ckpt_stall;
@@ -95,7 +111,11 @@ class Client {
   // Sends a `step` report: step_time = time since the previous report (or Init),
   // ckpt_stall = time spent in Save since then. A non-finite loss is sent as JSON
   // null. Never fails because the agent is absent.
-  Status ReportStep(long step, double loss, long long tokens);
+  // `m`: optional per-step measurements (above).
+  Status ReportStep(long step, double loss, long long tokens, const StepMetrics& m = {});
+  // Declares the model's training FLOPs per token (6N + 12·L·H·Q·T, docs/monitoring.md)
+  // for MFU: a `model` datagram to the agent. INVALID_ARGUMENT unless finite and > 0.
+  Status SetModelFlops(double flops_per_token);
   long ResumeStep() const;
   // The training loop starts its first step now: the next ReportStep's step_time is
   // measured from here, not from Init (so building the model and loading the
@@ -175,6 +195,7 @@ class Client {
   int fd_ = -1;  // owned: bound to rank_sock, or unbound for sending, or -1
   double last_mark_ = 0.0;
   double stall_s_ = 0.0;
+  double flops_per_token_ = 0;  // SetModelFlops (0 = not declared), re-sent in hello
   bool nan_pending_ = false;
   bool in_process_ = false;       // DeclareInProcess was called
   bool process_group_ = false;    // ... for generations that form a process group

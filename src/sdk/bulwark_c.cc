@@ -1,11 +1,14 @@
 #include "sdk/bulwark_c.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
+#include "metrics/mfu.h"
 #include "sdk/bulwark.h"
 
 struct bw_blobs {
@@ -220,6 +223,39 @@ int bw_report_step(long step, double loss, long long tokens) {
   if (int rc = Ensure(); rc != BW_OK) return rc;
   Status st = TheClient().ReportStep(step, loss, tokens);
   return st.ok() ? BW_OK : Fail(st);
+}
+
+int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_metrics* m) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  bulwark::sdk::StepMetrics sm;
+  if (m != nullptr) {
+    if (m->size < offsetof(bw_step_metrics, samples)) {
+      return Fail(bulwark::InvalidArgument("bw_report_step_ex: bw_step_metrics.size must be "
+                                           "sizeof(bw_step_metrics)"));
+    }
+    bw_step_metrics c{};
+    std::memcpy(&c, m, std::min<size_t>(m->size, sizeof c));
+    const auto has = [&](size_t end) { return m->size >= end; };
+    if (has(offsetof(bw_step_metrics, lr))) sm.samples = c.samples;
+    if (has(offsetof(bw_step_metrics, grad_norm))) sm.lr = c.lr;
+    if (has(offsetof(bw_step_metrics, data_wait_s))) sm.grad_norm = c.grad_norm;
+    if (has(offsetof(bw_step_metrics, compute_s))) sm.data_wait_s = c.data_wait_s;
+    if (has(offsetof(bw_step_metrics, optimizer_s))) sm.compute_s = c.compute_s;
+    if (has(offsetof(bw_step_metrics, inferred))) sm.optimizer_s = c.optimizer_s;
+    if (has(offsetof(bw_step_metrics, inferred) + sizeof(int))) sm.inferred = c.inferred != 0;
+  }
+  Status st = TheClient().ReportStep(step, loss, tokens, sm);
+  return st.ok() ? BW_OK : Fail(st);
+}
+
+int bw_set_model_flops(double flops_per_token) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  Status st = TheClient().SetModelFlops(flops_per_token);
+  return st.ok() ? BW_OK : Fail(st);
+}
+
+double bw_peak_flops(const char* gpu_name, const char* dtype) {
+  return bulwark::metrics::PeakFlops(gpu_name ? gpu_name : "", dtype ? dtype : "");
 }
 
 int bw_save(long step, size_t n, const char* const* names, const void* const* data,

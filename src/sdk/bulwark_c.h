@@ -46,6 +46,21 @@ long bw_skip_to(void);
 int bw_poll_injected_nan(void);
 
 int bw_report_step(long step, double loss, long long tokens);
+/* Optional measurements of a step (docs/monitoring.md); NaN = not measured. `size` is
+ * sizeof(bw_step_metrics) as the caller was compiled: fields past it are not read, so
+ * fields may be appended in later versions. */
+typedef struct bw_step_metrics {
+  unsigned size;
+  double samples, lr, grad_norm, data_wait_s, compute_s, optimizer_s;
+  int inferred; /* the step was inferred by instrumentation (an optimizer step) */
+} bw_step_metrics;
+int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_metrics* m);
+/* The model's training FLOPs per token, for MFU (> 0). */
+int bw_set_model_flops(double flops_per_token);
+/* Dense peak FLOPS of one device named `gpu_name` (as NVML names it) for `dtype`
+ * ("bf16", "fp16", "fp8", "tf32", "fp32"; NULL = bf16); 0 when not in the table. Needs
+ * no bw_init. */
+double bw_peak_flops(const char* gpu_name, const char* dtype);
 /* The training loop's first step starts now (its step_time is measured from here). */
 int bw_mark_step_start(void);
 

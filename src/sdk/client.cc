@@ -153,6 +153,7 @@ void Client::SendHelloLocked() {
   if (in_process_) hello["in_process"] = true;
   if (in_process_ && process_group_) hello["process_group"] = true;
   if (cfg_.attempt >= 0) hello["attempt"] = cfg_.attempt;
+  if (flops_per_token_ > 0) hello["flops_per_token"] = flops_per_token_;
   SendLocked(hello.dump());
 }
 
@@ -177,7 +178,7 @@ void Client::SendLocked(const std::string& payload) {
   (void)UnixDgramSend(fd_, cfg_.agent_sock, payload);
 }
 
-Status Client::ReportStep(long step, double loss, long long tokens) {
+Status Client::ReportStep(long step, double loss, long long tokens, const StepMetrics& m) {
   std::lock_guard<std::mutex> l(mu_);
   if (!initialized_) return FailedPrecondition("report_step called before init()");
   const double now = clock_->NowMono();
@@ -189,9 +190,29 @@ Status Client::ReportStep(long step, double loss, long long tokens) {
               {"ckpt_stall", stall_s_},
               {"t", clock_->NowWall()}};
   msg["loss"] = std::isfinite(loss) ? Json(loss) : Json(nullptr);
+  const std::pair<const char*, double> optional[] = {
+      {"samples", m.samples},         {"lr", m.lr},           {"grad_norm", m.grad_norm},
+      {"data_wait", m.data_wait_s}, {"compute", m.compute_s}, {"optimizer", m.optimizer_s}};
+  for (const auto& [key, v] : optional) {
+    if (std::isfinite(v) && v >= 0) msg[key] = v;
+  }
+  if (m.inferred) msg["inferred"] = true;
   last_mark_ = now;
   stall_s_ = 0.0;
   SendLocked(msg.dump());
+  return Status::Ok();
+}
+
+Status Client::SetModelFlops(double flops_per_token) {
+  if (!std::isfinite(flops_per_token) || flops_per_token <= 0) {
+    return InvalidArgument("set_model_flops: flops_per_token must be a finite number > 0 (got " +
+                           std::to_string(flops_per_token) + ")");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (!initialized_) return FailedPrecondition("set_model_flops called before init()");
+  flops_per_token_ = flops_per_token;
+  SendLocked(Json({{"type", "model"}, {"rank", cfg_.rank}, {"flops_per_token", flops_per_token}})
+                 .dump());
   return Status::Ok();
 }
 

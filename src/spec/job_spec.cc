@@ -49,6 +49,7 @@ class Parser {
     }
     if (auto it = f.find("faultPolicy"); it != f.end()) ParseFaultPolicy(it->second);
     if (auto it = f.find("elastic"); it != f.end()) ParseElastic(it->second);
+    if (auto it = f.find("monitoring"); it != f.end()) ParseMonitoring(it->second);
     if (auto it = f.find("chaos"); it != f.end()) ParseChaos(it->second);
     return f;
   }
@@ -343,6 +344,18 @@ class Parser {
                std::to_string(spec_.elastic.min_nodes) + " > nodes " + std::to_string(spec_.nodes),
                "lower elastic.minNodes or raise nodes (the size the job grows back to)");
     }
+  }
+
+  void ParseMonitoring(const Entry& e) {
+    auto f = r_.Fields(e.value, e.line, e.path, e.hint, kMonitoringFields);
+    MonitoringSpec& m = spec_.monitoring;
+    ReadNumberField(f, "peakFlops", &m.peak_flops);
+    if (auto it = f.find("dtype"); it != f.end()) r_.ReadString(it->second, &m.dtype);
+    ReadNumberField(f, "pricePerGpuHour", &m.price_per_gpu_hour);
+    ReadNumberField(f, "ettrTarget", &m.ettr_target);
+    ReadNumberField(f, "stragglerThreshold", &m.straggler_threshold);
+    ReadNumberField(f, "dataWaitThreshold", &m.data_wait_threshold);
+    ReadNumberField(f, "lossSpikeFactor", &m.loss_spike_factor);
   }
 
   void ParseChaos(const Entry& e) {

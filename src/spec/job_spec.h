@@ -95,6 +95,19 @@ struct ElasticSpec {
   bool operator==(const ElasticSpec&) const = default;
 };
 
+// What the job's metrics are judged against (docs/monitoring.md): MFU's peak, cost,
+// and the thresholds of the faults found from metrics.
+struct MonitoringSpec {
+  double peak_flops = 0;         // per device; 0 = from the GPU's name and dtype (table)
+  std::string dtype = "bf16";    // bf16, fp16, fp8, tf32, fp32: the table's column
+  double price_per_gpu_hour = 0;  // dollars; 0 = no cost metrics
+  double ettr_target = 0.9;       // the EttrBelowTarget alert's threshold
+  double straggler_threshold = 0.75;  // a rank slower than this × the fastest's speed
+  double data_wait_threshold = 0.3;   // data wait above this share of step time
+  double loss_spike_factor = 10;      // loss ≥ factor × the running reference
+  bool operator==(const MonitoringSpec&) const = default;
+};
+
 struct JobSpec {
   std::string name;  // DNS-1123 label
   int nodes = 1;     // with elastic: the most nodes (the size it grows back to)
@@ -109,6 +122,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   FaultPolicySpec fault_policy;
   ElasticSpec elastic;
+  MonitoringSpec monitoring;
   std::vector<ChaosFault> chaos;
   std::string source_path;  // file it was parsed from ("" for strings)
 

@@ -228,6 +228,54 @@ inline constexpr FieldDef kElasticFields[] = {
      .max = kMaxSeconds},
 };
 
+inline constexpr const char* kDtypeNames[] = {"bf16", "fp16", "fp8", "tf32", "fp32"};
+
+inline constexpr FieldDef kMonitoringFields[] = {
+    {.key = "peakFlops",
+     .hint = "set monitoring.peakFlops to one device's dense peak FLOPS for the training dtype, "
+             "e.g. 989e12 for an H100 SXM in bf16 (on CPU: what your cores reach)",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = 1e18,
+     .min_exclusive = true},
+    {.key = "dtype",
+     .hint = "set monitoring.dtype to the training dtype: bf16, fp16, fp8, tf32 or fp32",
+     .type = FieldType::kString,
+     .values = kDtypeNames},
+    {.key = "pricePerGpuHour",
+     .hint = "set monitoring.pricePerGpuHour to what one GPU (one rank's device) costs per hour, "
+             "in dollars, >= 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = 10000},
+    {.key = "ettrTarget",
+     .hint = "set monitoring.ettrTarget to the ETTR below which the alert fires, 0 to 1",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = 1},
+    {.key = "stragglerThreshold",
+     .hint = "set monitoring.stragglerThreshold to the relative speed (vs the fastest rank) "
+             "below which a rank is a straggler, in (0, 1], e.g. 0.75",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = 1,
+     .min_exclusive = true},
+    {.key = "dataWaitThreshold",
+     .hint = "set monitoring.dataWaitThreshold to the share of step time spent waiting for "
+             "data above which the input pipeline starves the job, in (0, 1], e.g. 0.3",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = 1,
+     .min_exclusive = true},
+    {.key = "lossSpikeFactor",
+     .hint = "set monitoring.lossSpikeFactor to how many times the running loss a spike is, "
+             "> 1, e.g. 10",
+     .type = FieldType::kNumber,
+     .min = 1,
+     .max = 1e6,
+     .min_exclusive = true},
+};
+
 inline constexpr const char* kChaosKindNames[] = {"kill_rank", "hang_rank", "nan_loss",
                                                   "kill_agent"};
 
@@ -331,6 +379,11 @@ inline constexpr FieldDef kJobFields[] = {
              "fewer nodes, down to minNodes, when a lost node is not replaced",
      .type = FieldType::kObject,
      .children = kElasticFields},
+    {.key = "monitoring",
+     .hint = "set monitoring to a mapping with any of: peakFlops, dtype, pricePerGpuHour, "
+             "ettrTarget, stragglerThreshold, dataWaitThreshold, lossSpikeFactor",
+     .type = FieldType::kObject,
+     .children = kMonitoringFields},
     {.key = "chaos",
      .hint = "set chaos to a list of faults, e.g. chaos: [{kind: kill_rank, atSeconds: 30, rank: "
              "1}]",

@@ -37,6 +37,8 @@ Result<JobUpdate> PlanJobUpdate(const JobSpec& running, const JobSpec& next) {
          "the recovery in progress follows it; keep the section as it is, or start a new job");
   refuse(!(running.elastic == next.elastic), "elastic", "", "",
          "the job resizes within the bounds it runs with; start a new job with new bounds");
+  refuse(!(running.monitoring == next.monitoring), "monitoring", "", "",
+         "the job's metrics are judged by the thresholds it started with; start a new job");
   refuse(running.chaos != next.chaos, "chaos", "", "",
          "the fault schedule of a running job is fixed; inject faults with `bulwark chaos`");
   if (!refused.empty()) {

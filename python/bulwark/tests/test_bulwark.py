@@ -110,6 +110,71 @@ class BulwarkTest(unittest.TestCase):
         self.assertTrue(bulwark.poll_injected_nan())
         self.assertFalse(bulwark.poll_injected_nan())
 
+    def test_step_metrics_and_model_flops(self):
+        from bulwark import metrics
+        self.bind_agent()
+        os.environ["RANK"] = "0"
+        bulwark.init()
+        self.recv()  # hello
+        metrics.set_model_flops(1.5e9)
+        self.assertEqual(self.recv(), {"type": "model", "rank": 0, "flops_per_token": 1.5e9})
+        with self.assertRaisesRegex(ValueError, "finite number > 0"):
+            metrics.set_model_flops(float("inf"))
+        with metrics.phase("compute"):
+            pass
+        for _ in metrics.timed([1, 2]):
+            pass
+        bulwark.report_step(3, 0.5, tokens=64, samples=2, lr=3e-4, grad_norm=1.5,
+                            optimizer=0.25)
+        m = self.recv()
+        self.assertEqual((m["samples"], m["lr"], m["grad_norm"], m["optimizer"]),
+                         (2.0, 3e-4, 1.5, 0.25))
+        self.assertGreaterEqual(m["data_wait"], 0.0)
+        self.assertGreaterEqual(m["compute"], 0.0)
+        self.assertNotIn("inferred", m)
+        bulwark.report_step(4, 0.5, lr=-1.0, grad_norm=float("nan"))  # not sent
+        m = self.recv()
+        for k in ("lr", "grad_norm", "data_wait", "compute", "samples"):
+            self.assertNotIn(k, m)
+        with self.assertRaisesRegex(ValueError, "unknown phase 'fwd'"):
+            with metrics.phase("fwd"):
+                pass
+        bulwark.init()  # the declared FLOPs are re-sent with every hello
+        self.assertEqual(self.recv()["flops_per_token"], 1.5e9)
+
+    def test_mfu_of_the_example_model_by_hand(self):
+        import torch
+        from bulwark import metrics
+        sys.path.insert(0, os.path.join(PKG_PARENT, "..", "examples", "pytorch-ddp"))
+        try:
+            import train as example
+        finally:
+            sys.path.pop(0)
+        vocab, d, n_layer, n_head, context = 96, 64, 2, 4, 32
+        model = example.GPT(vocab, d, n_layer, n_head, context)
+        # By hand: per block ln1, ln2 (2·2d), qkv (d·3d + 3d), proj (d² + d),
+        # mlp (d·4d + 4d + 4d·d + d); then ln_f (2d) and head (d·vocab + vocab).
+        # Embeddings (tok vocab·d, pos context·d) are lookups, left out.
+        block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (8 * d * d + 5 * d)
+        n = n_layer * block + 2 * d + d * vocab + vocab
+        fpt = 6 * n + 12 * n_layer * n_head * (d // n_head) * context
+        self.assertEqual(metrics.flops_per_token(model, n_layers=n_layer, n_heads=n_head,
+                                                 head_dim=d // n_head, seq_len=context), fpt)
+        all_params = sum(p.numel() for p in model.parameters())
+        self.assertEqual(metrics.flops_per_token(model, n_layers=n_layer, n_heads=n_head,
+                                                 head_dim=d // n_head, seq_len=context,
+                                                 exclude_embeddings=False),
+                         6 * all_params + 12 * n_layer * n_head * (d // n_head) * context)
+        self.assertEqual(all_params - n, (vocab + context) * d)
+        # 4 ranks on CPUs of 1 TFLOPS each at 20 000 tokens/s.
+        self.assertAlmostEqual(metrics.mfu(fpt, 20000, 4, 1e12), fpt * 20000 / 4e12)
+        self.assertEqual(metrics.peak_flops("NVIDIA H100 80GB HBM3"), 989e12)
+        self.assertEqual(metrics.peak_flops("NVIDIA A100-SXM4-80GB", "tf32"), 156e12)
+        self.assertEqual(metrics.peak_flops("a CPU"), 0.0)
+        with self.assertRaisesRegex(ValueError, "seq_len must be a positive integer"):
+            metrics.flops_per_token(model, n_layers=2, n_heads=4, head_dim=16, seq_len=0)
+        del torch
+
     def test_sitecustomize_stack_dump(self):
         site_dir = os.path.join(PKG_PARENT, "bulwark", "sitecustomize_dir")
         stack_file = os.path.join(self.dir, "stacks.txt")
