@@ -10,6 +10,11 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 echo "== Kubernetes control plane and Kueue (scripts/k8s-control-plane.sh --kueue)"
 BULWARK_K8S_BIN="$("$ROOT/scripts/k8s-control-plane.sh" --kueue)"
 export BULWARK_K8S_BIN
+# Python test tools the tests read Bulwark's output with (TensorBoard's own event-file
+# reader), pinned, in a venv outside the repository (once per machine; ~30 s).
+echo "== test venv (scripts/test-venv.sh)"
+BULWARK_TEST_VENV="$("$ROOT/scripts/test-venv.sh")"
+export BULWARK_TEST_VENV
 JOBS="$(nproc)"
 echo "== build (RelWithDebInfo)"
 BUILD_DIR="$ROOT/build" "$ROOT/scripts/build.sh"
