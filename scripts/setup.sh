@@ -13,6 +13,7 @@ PKGS=(
   fortunes               # the text corpus the example language model trains on
   gdb                    # native stacks of hung ranks (optional at run time)
   libcurl4-openssl-dev libssl-dev  # objstore: the S3 client (HTTP, SHA-256/HMAC)
+  prometheus             # monitoring tests: a real Prometheus scrapes a job; promtool
 )
 # objstore's integration tests run s3rver on node. Take Debian's node/npm only when
 # none is installed (a NodeSource nodejs bundles npm and conflicts with Debian's npm).

@@ -65,11 +65,14 @@ _reported = False  # a trainer reports its own steps (auto-instrumentation then 
 def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[float] = None,
                 lr: Optional[float] = None, grad_norm: Optional[float] = None,
                 data_wait: Optional[float] = None, compute: Optional[float] = None,
-                optimizer: Optional[float] = None, _inferred: bool = False) -> None:
+                optimizer: Optional[float] = None, busy: Optional[float] = None,
+                _inferred: bool = False) -> None:
     """Reports a finished step (the heartbeat; non-blocking, dropped if no agent
     listens). A safe point of bulwark.run. `loss` may be a tensor (float(loss)). The
     keywords are optional measurements of the step (seconds for the phases); phases
-    timed with bulwark.metrics.phase/timed since the last report fill those not given."""
+    timed with bulwark.metrics.phase/timed since the last report fill those not given.
+    `busy`: this rank's own work in the step, without waiting for other ranks (default:
+    the process's CPU time; on a GPU pass the device time), for the straggler score."""
     global _reported
     if not _inferred:
         _reported = True
@@ -81,7 +84,8 @@ def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[fl
                       else acc.get("data_wait")),
                      ("compute_s", compute if compute is not None else acc.get("compute")),
                      ("optimizer_s", optimizer if optimizer is not None
-                      else acc.get("optimizer"))):
+                      else acc.get("optimizer")),
+                     ("busy_s", busy)):
         setattr(m, field, _NAN if v is None else float(v))
     m.inferred = 1 if _inferred else 0
     _lib.check(_lib.lib().bw_report_step_ex(int(step), float(loss), int(tokens),

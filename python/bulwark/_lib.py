@@ -84,7 +84,7 @@ class StepMetrics(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint), ("samples", ctypes.c_double), ("lr", ctypes.c_double),
                 ("grad_norm", ctypes.c_double), ("data_wait_s", ctypes.c_double),
                 ("compute_s", ctypes.c_double), ("optimizer_s", ctypes.c_double),
-                ("inferred", ctypes.c_int)]
+                ("inferred", ctypes.c_int), ("busy_s", ctypes.c_double)]
 
 
 def _find() -> str:

@@ -24,6 +24,7 @@ void agent_internal::Warn(const std::string& msg) {
 }
 
 namespace {
+using agent_internal::HostName;
 using agent_internal::Warn;
 
 constexpr double kPollS = 0.05;
@@ -37,13 +38,17 @@ Status MakeDirs(const std::string& dir) {
   return Status::Ok();
 }
 
+}  // namespace
+
+namespace agent_internal {
+
 std::string HostName() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
   return buf;
 }
 
-}  // namespace
+}  // namespace agent_internal
 
 void Agent::RequestTermination(int sig) { g_term_signal = sig; }
 
@@ -125,6 +130,7 @@ Status Agent::Setup() {
                        std::to_string(opts_.controller_port) + " within " +
                        std::to_string(opts_.connect_timeout_s) + " s: " + last.ToString());
   }
+  StartMetrics();
   SendHello();
   return Status::Ok();
 }
@@ -134,6 +140,8 @@ void Agent::SendHello() {
       {"type", "hello"},           {"node", opts_.node},           {"pid", getpid()},
       {"host", HostName()},        {"peer_host", opts_.peer_host}, {"peer_port", peer_->port()},
       {"adopt_port", adopt_port_}, {"free_port", FreePort()}};
+  if (metrics_port() > 0) hello["metrics_port"] = metrics_port();
+  if (!gpus_.empty()) hello["gpus"] = GpuNames();
   if (!run_id_.empty()) {  // an adopting controller learns what runs here
     hello["adopted"] = true;
     hello["attempt"] = spec_ ? spec_->attempt : -1;
@@ -319,6 +327,7 @@ void Agent::MaybeHeartbeat(bool force) {
   const double now = clock_->NowMono();
   if (!force && now < next_heartbeat_) return;
   next_heartbeat_ = now + opts_.heartbeat_interval_s;
+  RefreshMetrics();
   Send({{"type", "heartbeat"},
         {"node", opts_.node},
         {"t", clock_->NowWall()},
@@ -575,8 +584,10 @@ void Agent::HandleChaos(const Json& msg) {
 }
 
 void Agent::HandleDatagram(const std::string& payload) {
+  ++reports_total_;
   auto parsed = ParseJsonObject(payload, "SDK datagram");
   if (!parsed.ok()) {
+    ++reports_dropped_["malformed"];
     Warn("sdk: dropped " + parsed.status().message());
     return;
   }
@@ -676,6 +687,7 @@ void Agent::HandleDatagram(const std::string& payload) {
       std::vector<std::string> refused;
       CopyStepMetrics(m, &out, &refused);
       for (const std::string& why : refused) WarnLimited("sdk step field " + why);
+      if (!refused.empty()) ++reports_dropped_["bad_value"];
       loss = *l;
       out["loss"] = loss;  // NaN/Inf serialise as null
       out["tokens"] = *tokens;
@@ -698,6 +710,7 @@ void Agent::HandleDatagram(const std::string& payload) {
   }
   Rank* r = FindRank(static_cast<int>(*rank));
   if (!spec_ || !r || stopping_) {
+    ++reports_dropped_["no_rank"];
     Warn("sdk: dropped " + type + " from rank " + std::to_string(*rank) +
          ": no running attempt has this rank on " + opts_.node);
     return;
@@ -708,6 +721,7 @@ void Agent::HandleDatagram(const std::string& payload) {
   out["t"] = *t;
   Send(out);
   if (type == "step") {
+    step_hist_.Observe(out["step_time"].get<double>());
     if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) SendIncident(*f, nullptr);
   }
 }

@@ -29,6 +29,9 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/nvml.h"
+#include "metrics/exposition.h"
+#include "metrics/http_endpoint.h"
 #include "agent/ckpt_ops.h"
 #include "agent/fault_detector.h"
 #include "agent/rank_env.h"
@@ -67,6 +70,11 @@ struct AgentOptions {
   int adopt_port = 0;
   // How ranks are spawned, signalled and reaped (not owned); null = Processes::Real().
   Processes* procs = nullptr;
+  // Prometheus /metrics (docs/monitoring.md) on HOST:PORT ("" = none; port 0 = a free
+  // one, reported in hello as metrics_port).
+  std::string metrics_addr;
+  // NVML, loaded at run time for GPU health ("" = do not look for a GPU).
+  std::string nvml_library = "libnvidia-ml.so.1";
 };
 
 // Exit codes of Run().
@@ -154,6 +162,13 @@ class Agent {
   void ForwardModel(const Json& m, const Rank& r);
   // Warn, at most once a minute per kind of message (bad values a trainer repeats).
   void WarnLimited(const std::string& msg);
+  // agent_metrics.cc: NVML and the /metrics port (Start), GPU polls and events,
+  // re-rendering the metrics text (every heartbeat).
+  void StartMetrics();
+  void PollGpus();
+  void RefreshMetrics();
+  std::vector<std::string> GpuNames() const;
+  int metrics_port() const;
   void Launch(const StartSpec& spec);
   // A process for local rank `local` of `spec`: the parked process of that rank (sent
   // `generation`), else a warm rank (assigned), else a new one. False if none started
@@ -329,6 +344,19 @@ class Agent {
   // replies go through outbox_. Created on the first request.
   std::unique_ptr<CatalogWorker> catalog_;
   std::map<std::string, double> warned_at_;  // WarnLimited: message kind -> mono time
+  // Metrics (agent_metrics.cc). The HTTP threads read only metrics_text_.
+  std::mutex metrics_mu_;
+  std::string metrics_text_;  // guarded by metrics_mu_
+  long long reports_total_ = 0;
+  std::map<std::string, long long> reports_dropped_;   // by reason
+  std::map<std::string, long long> faults_detected_;   // by kind
+  metrics::Histogram step_hist_ = metrics::Histogram::Exponential(0.001, 2, 17);
+  std::unique_ptr<gpu::Nvml> nvml_;
+  std::vector<gpu::GpuSample> gpus_;
+  std::map<int, unsigned long long> last_xid_;
+  double gpu_polled_at_ = -1;
+  // Last: destroyed (its threads joined) before what they read.
+  std::unique_ptr<metrics::HttpEndpoint> http_;
 };
 
 }  // namespace bulwark

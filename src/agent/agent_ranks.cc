@@ -364,6 +364,7 @@ void Agent::HandleCaptureStacks(const Json& msg) {
 
 void Agent::SendIncident(const DetectedFault& f, const Json& stacks) {
   if (!spec_) return;
+  if (f.subtype != "xid" && f.subtype != "ecc_dbe") ++faults_detected_[FaultKindName(f.kind)];
   Rank* r = FindRank(f.rank);
   Json m = {{"type", "incident"},
             {"attempt", spec_->attempt},

@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
   app.add_option("--gdb", o.stacks.gdb_path, "gdb for native stacks of hung ranks ('' = off)");
   app.add_option("--stack-budget", o.stacks.budget_s,
                  "max seconds spent capturing stacks before a hang is reported");
+  app.add_option("--metrics-addr", o.metrics_addr,
+                 "serve Prometheus /metrics on HOST:PORT (port 0 = a free one; '' = none)");
+  app.add_option("--nvml-library", o.nvml_library,
+                 "NVML library loaded for GPU health ('' = do not look for GPUs)");
   CLI11_PARSE(app, argc, argv);
 
   size_t colon = controller.rfind(':');

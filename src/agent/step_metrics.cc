@@ -12,7 +12,8 @@ void CopyStepMetrics(const Json& in, Json* out, std::vector<std::string>* refuse
   };
   static constexpr Bound kBounds[] = {{"samples", 1e12, ""},   {"lr", 1e3, ""},
                                       {"grad_norm", 1e30, ""}, {"data_wait", 1e6, " s"},
-                                      {"compute", 1e6, " s"},  {"optimizer", 1e6, " s"}};
+                                      {"compute", 1e6, " s"},  {"optimizer", 1e6, " s"},
+                                      {"busy", 1e6, " s"}};
   for (const Bound& b : kBounds) {
     if (!in.contains(b.key)) continue;
     const Json& v = in[b.key];

@@ -12,8 +12,8 @@
 namespace bulwark {
 
 // Copies the optional step fields of `in` that are numbers within their bounds into
-// `out` (samples ≤ 1e12; lr ≤ 1e3; grad_norm ≤ 1e30; data_wait, compute, optimizer in
-// seconds ≤ 1e6; all ≥ 0), and `inferred` when true. Each field present but refused
+// `out` (samples ≤ 1e12; lr ≤ 1e3; grad_norm ≤ 1e30; data_wait, compute, optimizer,
+// busy in seconds ≤ 1e6; all ≥ 0), and `inferred` when true. Each field present but refused
 // is appended to `refused` as "field (got VALUE): why".
 void CopyStepMetrics(const Json& in, Json* out, std::vector<std::string>* refused);
 

@@ -63,6 +63,10 @@ Status LocalBackend::StartNode(const NodeRequest& req) {
     o.argv.push_back("--lib");
     o.argv.push_back(opts_.sdk_lib);
   }
+  if (opts_.agent_metrics) {
+    o.argv.push_back("--metrics-addr");
+    o.argv.push_back("127.0.0.1:0");
+  }
   o.env = CurrentEnv();
   o.capture_output = false;
   o.new_process_group = true;

@@ -30,6 +30,7 @@ struct LocalBackendOptions {
   double heartbeat_interval_s = 1;
   int machines = 0;     // 0 = unlimited
   double repair_s = 0;  // a killed node's machine is down this long
+  bool agent_metrics = false;  // each agent serves /metrics on a free port of 127.0.0.1
 };
 
 class LocalBackend : public Backend {

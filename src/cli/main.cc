@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +33,7 @@
 #include "cli/stores.h"
 #include "common/proc.h"
 #include "controller/controller.h"
+#include "metrics/http_endpoint.h"
 #include "spec/job_spec.h"
 #include "spec/spec_reader.h"
 #include "store/store.h"
@@ -77,6 +79,45 @@ struct RunFlags {
   uint64_t seed = 1;
   int machines = 0;
   double repair_s = 0;
+  std::string metrics_addr;     // "" = no /metrics
+  std::string metrics_sd_file;  // Prometheus file_sd target list
+  double metrics_linger_s = 0;  // after the end, wait this long for a last scrape
+};
+
+// The controller's /metrics while `bulwark run` runs (docs/monitoring.md). Counts the
+// scrapes that saw the job finished, so the run can wait for one (--metrics-linger).
+class RunMetricsPort {
+ public:
+  static Result<std::unique_ptr<RunMetricsPort>> Start(const std::string& addr,
+                                                       const JobSpec& spec) {
+    std::unique_ptr<RunMetricsPort> p(new RunMetricsPort());
+    metrics::HttpEndpointHandlers h;
+    h.healthy = [] { return true; };
+    RunMetricsPort* self = p.get();
+    h.ready = [self] { return self->controller_.load() != nullptr; };
+    h.metrics = [self, name = spec.name, target = spec.monitoring.ettr_target] {
+      const Controller* c = self->controller_.load();
+      if (c == nullptr) return std::string();
+      const ControllerStatus s = c->Status();
+      const bool done = s.stage == "Done";
+      std::string text = RenderJobMetrics(name, s.metrics, s.settled, !done && s.stage != "",
+                                          target);
+      if (done) self->final_scrapes_.fetch_add(1);
+      return text;
+    };
+    BW_ASSIGN_OR_RETURN(p->http_, metrics::HttpEndpoint::Start(addr, h));
+    return p;
+  }
+  int port() const { return http_->port(); }
+  int final_scrapes() const { return final_scrapes_.load(); }
+  // The controller whose status is served (not owned; outlives this port's use).
+  void Serve(const Controller* c) { controller_.store(c); }
+
+ private:
+  RunMetricsPort() = default;
+  std::atomic<const Controller*> controller_{nullptr};
+  std::atomic<int> final_scrapes_{0};
+  std::unique_ptr<metrics::HttpEndpoint> http_;  // last: stopped before the counter goes
 };
 
 void PrintNotes(const std::vector<std::string>& notes) {
@@ -133,6 +174,7 @@ int CmdRun(const RunFlags& f) {
   bo.heartbeat_interval_s = spec->fault_policy.heartbeat_interval_seconds;
   bo.machines = f.machines;
   bo.repair_s = f.repair_s;
+  bo.agent_metrics = !f.metrics_addr.empty();
   if (access(bo.agent_binary.c_str(), X_OK) != 0) {
     std::fprintf(
         stderr,
@@ -148,8 +190,34 @@ int CmdRun(const RunFlags& f) {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
+  // The port opens before the controller exists so its address can go into the
+  // target list; it serves the controller's status from then on.
+  std::unique_ptr<RunMetricsPort> port;
+  if (f.metrics_addr.empty() && (!f.metrics_sd_file.empty() || f.metrics_linger_s > 0)) {
+    std::fprintf(stderr, "bulwark run: --metrics-sd-file and --metrics-linger need "
+                         "--metrics-addr (e.g. --metrics-addr 127.0.0.1:0)\n");
+    return 2;
+  }
+  if (!f.metrics_addr.empty()) {
+    auto mp = RunMetricsPort::Start(f.metrics_addr, *spec);
+    if (!mp.ok()) return Fail(InvalidArgument("--metrics-addr: " + mp.status().message()));
+    port = std::move(*mp);
+    const std::string host = f.metrics_addr.substr(0, f.metrics_addr.rfind(':'));
+    co.metrics_self = (host.empty() || host == "0.0.0.0" ? std::string("127.0.0.1") : host) +
+                      ":" + std::to_string(port->port());
+    co.metrics_sd_file = f.metrics_sd_file;
+    std::fprintf(stderr, "[bulwark] metrics: http://%s/metrics\n", co.metrics_self.c_str());
+  }
   Controller c(*spec, co, &backend, store->get(), SystemClock::Get());
+  if (port) port->Serve(&c);
   auto r = c.Run();
+  if (port && f.metrics_linger_s > 0) {  // let Prometheus read the final values
+    const double until = SystemClock::Get()->NowMono() + f.metrics_linger_s;
+    while (port->final_scrapes() == 0 && SystemClock::Get()->NowMono() < until) {
+      SystemClock::Get()->SleepFor(0.05);
+    }
+  }
+  port.reset();  // its threads read `c`: stopped before `c` goes
   (void)backend.Teardown(2);
   int leftovers = KillAndReapAllChildren();
   if (leftovers > 0) std::fprintf(stderr, "[bulwark] reaped %d leftover processes\n", leftovers);
@@ -391,6 +459,16 @@ int main(int argc, char** argv) {
                   "model a fixed set of local machines (0 = unlimited): a node without a free "
                   "one waits for capacity, an elastic job shrinks")
       ->check(CLI::NonNegativeNumber);
+  run->add_option("--metrics-addr", rf.metrics_addr,
+                  "serve Prometheus /metrics on HOST:PORT (:0 = a free port, printed); the "
+                  "agents then serve theirs too");
+  run->add_option("--metrics-sd-file", rf.metrics_sd_file,
+                  "keep a Prometheus file_sd_configs target list of the controller and its "
+                  "agents in this file (needs --metrics-addr)");
+  run->add_option("--metrics-linger", rf.metrics_linger_s,
+                  "after the job ends, keep /metrics up until it is scraped once more, at most "
+                  "this many seconds")
+      ->check(CLI::Range(0.0, 3600.0));
   run->add_option("--repair-seconds", rf.repair_s,
                   "with --machines: how long a node lost to chaos keeps its machine down")
       ->check(CLI::NonNegativeNumber);

@@ -59,6 +59,7 @@ ControllerImpl::ControllerImpl(JobSpec spec, ControllerOptions opts, Backend* ba
       clock_(clock),
       policy_(spec_.fault_policy, opts_.seed),
       ledger_(clock->NowWall()),
+      metrics_(spec_, clock->NowWall()),
       chaos_(spec_.chaos.size()),
       cancel_generation_(g_cancel_generation.load()) {
   capacity_wait_s_ =
@@ -428,6 +429,7 @@ bool ControllerImpl::RunOnce() {
     DrainCatalog();
     Reconcile();
   }
+  TickMetrics(stage_ == Stage::kDone);
   PublishStatus(stage_ == Stage::kDone);
   return stage_ != Stage::kDone;
 }
@@ -449,6 +451,61 @@ void ControllerImpl::Shutdown() {
     if (n->connected()) (void)n->conn->Flush(1);
   }
   (void)backend_->Teardown(spec_.fault_policy.stop_grace_seconds + 3);
+}
+
+void ControllerImpl::TickMetrics(bool force) {
+  constexpr double kTickPeriodS = 0.5;
+  const double mono = clock_->NowMono();
+  if (!force && metrics_tick_at_ >= 0 && mono - metrics_tick_at_ < kTickPeriodS) return;
+  metrics_tick_at_ = mono;
+  int slots = 0, standbys = 0;
+  for (const auto& [id, n] : nodes_) {
+    if (n->lost) continue;
+    if (n->slot >= 0) ++slots;
+    if (n->slot == -1) ++standbys;
+  }
+  metrics_.SetNodes(slots, standbys);
+  metrics_.SetCadence(cadence_ ? cadence_->interval_steps() : spec_.checkpoint.interval_steps);
+  metrics_.Tick(clock_->NowWall(), stage_ == Stage::kDone ? result_.ledger : ledger_.Settled());
+  WriteMetricsTargets();
+}
+
+void ControllerImpl::WriteMetricsTargets() {
+  if (opts_.metrics_sd_file.empty()) return;
+  Json agents = Json::array();
+  for (const auto& [id, n] : nodes_) {
+    if (n->connected() && n->metrics_port > 0) {
+      agents.push_back((n->peer_host.empty() ? "127.0.0.1" : n->peer_host) + ":" +
+                       std::to_string(n->metrics_port));
+    }
+  }
+  Json targets = Json::array();
+  if (!opts_.metrics_self.empty()) {
+    targets.push_back({{"targets", {opts_.metrics_self}},
+                       {"labels", {{"bulwark_job", spec_.name}, {"bulwark_role", "controller"}}}});
+  }
+  if (!agents.empty()) {
+    targets.push_back({{"targets", agents},
+                       {"labels", {{"bulwark_job", spec_.name}, {"bulwark_role", "agent"}}}});
+  }
+  std::string text = targets.dump(2) + "\n";
+  if (text == metrics_targets_written_) return;
+  const std::string tmp = opts_.metrics_sd_file + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    if (!f.flush()) {
+      if (metrics_targets_written_ != "!") {
+        Event("MetricsTargetsFailed", "cannot write " + tmp + "; Prometheus will not find " +
+                                          "the agents");
+      }
+      metrics_targets_written_ = "!";
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, opts_.metrics_sd_file, ec);
+  metrics_targets_written_ = ec ? "!" : text;
 }
 
 void ControllerImpl::PublishStatus(bool force) {
@@ -478,6 +535,8 @@ void ControllerImpl::PublishStatus(bool force) {
     if (n->slot == -1 && !n->lost) s.spare_nodes.push_back(id);
   }
   s.ledger = stage_ == Stage::kDone ? result_.ledger : ledger_.Report(clock_->NowWall());
+  s.settled = stage_ == Stage::kDone ? result_.ledger : ledger_.Settled();
+  s.metrics = metrics_.Snapshot();
   s.message = rec_.message;
   std::lock_guard<std::mutex> l(status_mu_);
   status_ = std::move(s);

@@ -30,6 +30,7 @@
 #include "ckpt/env.h"
 #include "common/clock.h"
 #include "common/net.h"
+#include "controller/job_metrics.h"
 #include "ledger/ettr_ledger.h"
 #include "policy/recovery_policy.h"
 #include "spec/job_spec.h"
@@ -73,6 +74,11 @@ struct ControllerOptions {
   double adopt_timeout_s = 15;
   uint64_t seed = 1;
   bool echo_events = true;  // print "[bulwark] ..." lines to stderr
+  // Prometheus file_sd_configs target list, kept up to date (written atomically): the
+  // controller's own /metrics (`metrics_self`, HOST:PORT) and every connected agent's.
+  // "" = none.
+  std::string metrics_sd_file;
+  std::string metrics_self;
 };
 
 // Which event reasons are warnings (Kubernetes Event type Warning): the reason names
@@ -100,6 +106,8 @@ struct ControllerStatus {
   std::vector<std::string> slot_nodes;   // node id per slot ("" = none yet)
   std::vector<std::string> spare_nodes;  // warm standbys (connected or not)
   LedgerReport ledger;                   // the ETTR ledger at the snapshot's time
+  LedgerReport settled;                  // EttrLedger::Settled(): monotonic, for counters
+  JobMetricsSnapshot metrics;            // loss, throughput, MFU, cost, checkpoints
   std::string message;                   // the last decision or diagnosis
 };
 

@@ -10,6 +10,31 @@
 namespace bulwark {
 namespace {
 
+// A forwarded step report's fields (the agent checked the optional ones' ranges).
+StepSample StepSampleFromJson(const Json& m, long rank, long step, double t, double step_time,
+                              double stall, double tokens) {
+  StepSample s;
+  s.rank = static_cast<int>(rank);
+  s.step = step;
+  s.t = t;
+  s.step_time = step_time;
+  s.ckpt_stall = stall;
+  s.tokens = tokens;
+  s.loss = m.contains("loss") && m["loss"].is_number() ? m["loss"].get<double>()
+                                                       : StepSample::kNone;
+  for (auto [key, field] : {std::pair<const char*, double*>{"samples", &s.samples},
+                            {"lr", &s.lr},
+                            {"grad_norm", &s.grad_norm},
+                            {"data_wait", &s.data_wait},
+                            {"compute", &s.compute},
+                            {"optimizer", &s.optimizer},
+                            {"busy", &s.busy}}) {
+    if (m.contains(key) && m[key].is_number()) *field = m[key].get<double>();
+  }
+  s.inferred = m.contains("inferred") && m["inferred"].is_boolean() && m["inferred"].get<bool>();
+  return s;
+}
+
 // {"<rank>": [step, ...]} from an agent report; malformed entries are skipped.
 std::map<int, std::vector<long>> StepsByRank(const Json& j) {
   std::map<int, std::vector<long>> out;
@@ -78,6 +103,14 @@ void ControllerImpl::Greet(Node& n, const Json& m) {
   n.peer_port = PortField(m, "peer_port");
   n.free_port = PortField(m, "free_port");
   n.adopt_port = PortField(m, "adopt_port");
+  n.metrics_port = PortField(m, "metrics_port");
+  if (m.contains("gpus") && m["gpus"].is_array()) {
+    std::vector<std::string> names;
+    for (const Json& g : m["gpus"]) {
+      if (g.is_string()) names.push_back(g.get<std::string>());
+    }
+    metrics_.OnGpuNames(names);
+  }
   auto pid = JIntOr(m, "pid", 0);
   n.pid = pid.ok() ? static_cast<int>(*pid) : 0;
   (void)n.conn->Send(Json{{"type", "welcome"}, {"job", spec_.name}, {"run_id", rec_.run_id}});
@@ -273,7 +306,9 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
         return;
       }
     }
-    if (*rank != 0 || stage_ != Stage::kRunning) return;  // steps after a fault are lost work
+    if (stage_ != Stage::kRunning) return;  // steps after a fault are lost work
+    metrics_.OnStep(StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall, *tokens));
+    if (*rank != 0) return;
     ledger_.OnStep(std::min(*t, now), *step, *st, *stall, *tokens);
     if (cadence_) cadence_->OnStep(*st, *stall);
     last_step_ = *step;
@@ -320,7 +355,13 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       auto write_s = JNumOr(m, "write_s", -1);
       if (write_s.ok()) cadence_->OnPersist(*write_s);
     }
+    auto bytes = JNumOr(m, "bytes", 0);
+    auto write_s = JNumOr(m, "write_s", 0);
+    metrics_.OnCheckpointShard(*tier, bytes.ok() ? *bytes : 0, write_s.ok() ? *write_s : 0);
     OnCheckpointShard(static_cast<int>(*rank), *step, *tier);
+  } else if (type == "model") {
+    auto fpt = JNum(m, "flops_per_token");
+    if (fpt.ok()) metrics_.OnModel(*fpt);
   } else if (type == "exited") {
     auto rank = JInt(m, "rank");
     if (rank.ok()) exited_ok_.insert(static_cast<int>(*rank));

@@ -153,6 +153,7 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
   }
   incidents_.push_back(j);
   (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+  metrics_.OnIncident(MetricsIncidentKind(inc));
   std::string what = std::string(FaultKindName(inc.kind)) +
                      (inc.subtype.empty() ? "" : " (" + inc.subtype + ")") +
                      (inc.rank >= 0 ? " on rank " + std::to_string(inc.rank) : "") +
@@ -167,6 +168,7 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
     final_message_ = d.reason;
   } else {
     rec_.restarts++;
+    metrics_.OnRestart();
     rec_.phase = JobPhase::kRestarting;
     if (d.action == Action::kReplaceNode && d.replace_node >= 0 && d.replace_node < spec_.nodes) {
       auto it = nodes_.find(slots_[d.replace_node]);

@@ -24,6 +24,7 @@
 #include "controller/cadence_tracker.h"
 #include "controller/ckpt_catalog.h"
 #include "controller/controller.h"
+#include "controller/job_metrics.h"
 #include "policy/regroup.h"
 
 namespace bulwark {
@@ -59,6 +60,7 @@ struct ControllerNode {
   // this controller adopts it, the dialled connection until it says hello, and what
   // the agent reported running then.
   int adopt_port = 0;
+  int metrics_port = 0;  // its /metrics (hello; 0 = none)
   int pid = 0;
   bool adopting = false;
   std::unique_ptr<JsonLineConn> adopt_conn;
@@ -125,6 +127,11 @@ class ControllerImpl {
   // (or `force`), else at most every kStatusPeriodS (the ledger report it carries
   // is not free, and an operator runs hundreds of controllers).
   void PublishStatus(bool force = false);
+  // Feeds the JobMetrics the nodes held, the cadence and the time (≤ 2/s unless forced).
+  void TickMetrics(bool force);
+  // opts_.metrics_sd_file: rewritten when the set of targets changes.
+  void WriteMetricsTargets();
+  std::string metrics_targets_written_;
   // How long the loop may sleep in poll(): agent messages and connections wake it at
   // once, so the timeout only paces the time-driven work. Short while a backoff is
   // about to expire, a hang diagnosis runs or a chaos fault is due; else 0.25 s (an
@@ -247,6 +254,8 @@ class ControllerImpl {
   Clock* clock_;
   RecoveryPolicy policy_;
   EttrLedger ledger_;
+  JobMetrics metrics_;
+  double metrics_tick_at_ = -1;  // mono time of the last JobMetrics::Tick
   JobRecord rec_;
 
   Fd listen_;

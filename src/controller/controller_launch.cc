@@ -55,6 +55,7 @@ void ControllerImpl::OnCatalogEvent(const CatalogEvent& ev) {
       last_committed_tier_ = ev.tier;
       last_committed_time_ = now;
     }
+    metrics_.OnCommit(ev.step, now);
     if (ev.tier == "disk") {
       if (committed_.empty() || committed_.back() < ev.step) committed_.push_back(ev.step);
       (void)store_->AddCheckpoint(spec_.name, ev.step, now);

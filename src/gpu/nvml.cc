@@ -408,7 +408,10 @@ std::vector<GpuEvent> Nvml::DrainEvents() {
 
 std::string DcgmExposition(const std::vector<GpuSample>& samples,
                            const std::map<int, unsigned long long>& last_xid,
-                           const std::string& hostname) {
+                           const std::string& hostname,
+                           const std::vector<std::pair<std::string, std::string>>& extra_labels) {
+  std::string extra;
+  for (const auto& [k, v] : extra_labels) extra += "," + k + "=\"" + EscapeLabel(v) + "\"";
   struct Family {
     const char* name;
     const char* type;
@@ -479,15 +482,15 @@ std::string DcgmExposition(const std::vector<GpuSample>& samples,
       lines += std::string(f.name) + "{gpu=\"" + std::to_string(s.index) + "\",UUID=\"" +
                EscapeLabel(s.uuid) + "\",modelName=\"" + EscapeLabel(s.name) + "\"";
       if (!hostname.empty()) lines += ",Hostname=\"" + EscapeLabel(hostname) + "\"";
-      lines += "} " + f.value(s, last_xid) + "\n";
+      lines += extra + "} " + f.value(s, last_xid) + "\n";
     }
     family(f.name, f.type, f.help, lines);
   }
   std::string lines;
   for (const GpuSample& s : samples) {
     if (!has(s, "throttle_reasons")) continue;
-    const std::string labels =
-        "{gpu=\"" + std::to_string(s.index) + "\",UUID=\"" + EscapeLabel(s.uuid) + "\",reason=";
+    const std::string labels = "{gpu=\"" + std::to_string(s.index) + "\",UUID=\"" +
+                               EscapeLabel(s.uuid) + "\"" + extra + ",reason=";
     lines += "bulwark_gpu_throttled" + labels + "\"thermal\"} " + (s.thermal_throttle ? "1" : "0") +
              "\n";
     lines +=

@@ -111,9 +111,12 @@ class Nvml {
 // empty, as dcgm-exporter does); then bulwark_gpu_throttled{gpu,UUID,reason="thermal"|
 // "power"} 0/1. A field a sample lacks (GpuSample::Has) has no line (nor does the XID
 // of a device without a UUID); a family with no line has no HELP/TYPE either. Label
-// values are escaped (\\, \", \n). Pure.
+// values are escaped (\\, \", \n). `extra_labels` (e.g. Bulwark's job and node) are
+// appended to every line's labels. Pure.
 std::string DcgmExposition(const std::vector<GpuSample>& samples,
                            const std::map<int, unsigned long long>& last_xid,
-                           const std::string& hostname);
+                           const std::string& hostname,
+                           const std::vector<std::pair<std::string, std::string>>&
+                               extra_labels = {});
 
 }  // namespace bulwark::gpu

@@ -541,6 +541,14 @@ TEST(DcgmExposition, NoHostnameNoHostnameLabelAndNoSamplesNoText) {
                 R"(DCGM_FI_DEV_XID_ERRORS{gpu="3",UUID="GPU-c",modelName="N"} 0)",
             }));
   EXPECT_EQ(DcgmExposition({}, {}, "h"), "");
+  // Bulwark's agent adds its job and node to every line.
+  a.unsupported.erase(a.unsupported.begin() + 5);  // throttle_reasons
+  a.throttle_reasons = 0;
+  const auto lines = Lines(DcgmExposition({a}, {}, "", {{"job", "g\"pt"}, {"node", "node-1"}}));
+  EXPECT_EQ(lines[2], R"(DCGM_FI_DEV_GPU_TEMP{gpu="3",UUID="GPU-c",modelName="N",job="g\"pt",)"
+                      R"(node="node-1"} 40)");
+  EXPECT_EQ(lines.back(), R"(bulwark_gpu_throttled{gpu="3",UUID="GPU-c",job="g\"pt",)"
+                          R"(node="node-1",reason="power"} 0)");
 }
 
 }  // namespace

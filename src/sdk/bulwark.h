@@ -83,6 +83,10 @@ struct StepMetrics {
   double data_wait_s = kNotMeasured;  // time blocked on the input pipeline
   double compute_s = kNotMeasured;    // forward and backward
   double optimizer_s = kNotMeasured;  // optimizer step
+  // The rank's own work in the step, without waiting for other ranks (the straggler
+  // score compares it across ranks). Not measured: the process's CPU time since the
+  // previous report. On a GPU, pass the device time (CUDA events) instead.
+  double busy_s = kNotMeasured;
   // The step was inferred by Bulwark's instrumentation of an unmodified script (an
   // optimizer step), not reported by the trainer.
   bool inferred = false;
@@ -195,6 +199,7 @@ class Client {
   int fd_ = -1;  // owned: bound to rank_sock, or unbound for sending, or -1
   double last_mark_ = 0.0;
   double stall_s_ = 0.0;
+  double last_cpu_ = -1;        // process CPU time at the previous report (busy)
   double flops_per_token_ = 0;  // SetModelFlops (0 = not declared), re-sent in hello
   bool nan_pending_ = false;
   bool in_process_ = false;       // DeclareInProcess was called

@@ -243,6 +243,7 @@ int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_me
     if (has(offsetof(bw_step_metrics, optimizer_s))) sm.compute_s = c.compute_s;
     if (has(offsetof(bw_step_metrics, inferred))) sm.optimizer_s = c.optimizer_s;
     if (has(offsetof(bw_step_metrics, inferred) + sizeof(int))) sm.inferred = c.inferred != 0;
+    if (has(offsetof(bw_step_metrics, busy_s) + sizeof(double))) sm.busy_s = c.busy_s;
   }
   Status st = TheClient().ReportStep(step, loss, tokens, sm);
   return st.ok() ? BW_OK : Fail(st);

@@ -53,6 +53,7 @@ typedef struct bw_step_metrics {
   unsigned size;
   double samples, lr, grad_norm, data_wait_s, compute_s, optimizer_s;
   int inferred; /* the step was inferred by instrumentation (an optimizer step) */
+  double busy_s; /* the rank's own work in the step; NaN = its CPU time */
 } bw_step_metrics;
 int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_metrics* m);
 /* The model's training FLOPs per token, for MFU (> 0). */

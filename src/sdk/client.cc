@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,15 @@
 #include "sdk/bulwark.h"
 
 namespace bulwark::sdk {
+namespace {
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
 namespace {
 
 const char* const kVars[] = {"RANK",
@@ -144,6 +154,7 @@ Status Client::Init(const EnvMap& env) {
   cfg_ = std::move(cfg);
   initialized_ = true;
   last_mark_ = clock_->NowMono();
+  last_cpu_ = ProcessCpuSeconds();
   SendHelloLocked();
   return Status::Ok();
 }
@@ -196,6 +207,10 @@ Status Client::ReportStep(long step, double loss, long long tokens, const StepMe
   for (const auto& [key, v] : optional) {
     if (std::isfinite(v) && v >= 0) msg[key] = v;
   }
+  const double cpu = ProcessCpuSeconds();
+  const double busy = std::isfinite(m.busy_s) ? m.busy_s : last_cpu_ >= 0 ? cpu - last_cpu_ : -1;
+  if (std::isfinite(busy) && busy >= 0) msg["busy"] = busy;
+  last_cpu_ = cpu;
   if (m.inferred) msg["inferred"] = true;
   last_mark_ = now;
   stall_s_ = 0.0;
@@ -219,6 +234,7 @@ Status Client::SetModelFlops(double flops_per_token) {
 void Client::MarkStepStart() {
   std::lock_guard<std::mutex> l(mu_);
   last_mark_ = clock_->NowMono();
+  last_cpu_ = ProcessCpuSeconds();
   stall_s_ = 0.0;
 }
 
