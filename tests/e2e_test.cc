@@ -357,6 +357,44 @@ TEST_F(E2E, UnmodifiedScriptWithoutSdkIsRestartedAfterACrash) {
   ExpectNoLeftovers();
 }
 
+// Issue 15 item 0: a DDP script that never heard of Bulwark (tests/trainers/plain_ddp.py:
+// its own DataLoader, Adam and torch.save checkpoints) gets its steps, loss and data wait
+// from Bulwark's sitecustomize: the report counts its steps and a meaningful ETTR, a
+// crash resumes where its own checkpoint left it, and a SIGSTOPped rank is a hang found
+// within the hang timeout.
+TEST_F(E2E, UnmodifiedDdpScriptIsInstrumentedAndItsHangDetected) {
+  std::string path = dir_ + "/plain_ddp.yaml";
+  std::ofstream(path) << "name: plain-ddp\nnodes: 2\nprocsPerNode: 1\n"
+                      << "command: [\"/usr/bin/python3\", \"" << src_
+                      << "/tests/trainers/plain_ddp.py\"]\n"
+                      << "args: [\"--steps\", \"200\", \"--ckpt\", \"" << dir_ << "/plain.pt\"]\n"
+                      << "env: {BW_E2E_TAG: \"" << tag_ << "\", OMP_NUM_THREADS: \"1\"}\n"
+                      << "checkpoint: {dir: " << dir_ << "/ckpt}\n"
+                      << "faultPolicy: {hangTimeout: {floorSeconds: 3, multiplier: 5}, "
+                      << "backoff: {baseSeconds: 0.2}, spareNodes: 1}\n"
+                      << "chaos:\n"
+                      << "  - {kind: kill_rank, atStep: 60, rank: 1}\n"
+                      << "  - {kind: hang_rank, atStep: 130, rank: 0}\n";
+  auto o = Run(path);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(o.report["steps_inferred"].get<bool>()) << o.report.dump(2);
+  EXPECT_EQ(o.report["last_step"], 200);
+  EXPECT_EQ(o.report["steps_completed"], 200);
+  EXPECT_GT(o.report["ettr"].get<double>(), 0.3) << o.output;
+  EXPECT_GT(o.report["seconds"]["productive"].get<double>(), 3.0);
+  EXPECT_GT(o.report["metrics"]["samples_total"].get<double>(), 0.0);
+  const Json* crash = FirstIncident(o.report, "crash");
+  ASSERT_NE(crash, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*crash)["rank"], 1);
+  const Json* hang = FirstIncident(o.report, "hang");
+  ASSERT_NE(hang, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*hang)["rank"], 0);  // the stopped rank, localised
+  // max(floor 3 s, 5 × p99 step time): the hang is found at its timeout, not later.
+  EXPECT_LT((*hang)["detection_s"].get<double>(), 3 + 1.5) << hang->dump(2);
+  EXPECT_NE(o.output.find("steps inferred from torch.optim"), std::string::npos);
+  ExpectNoLeftovers();
+}
+
 TEST_F(E2E, ChaosCommandInjectsIntoARunningJob) {
   std::string spec = WriteSpec("chaoscli", 1, 2, 300, kFastPolicy);
   std::thread injector([&] {

@@ -53,8 +53,21 @@ std::string FormatReport(const Json& r) {
   o << "wall clock " << Fmt("%.1f", wall) << " s, " << r.value("attempts", 0) << " attempts, "
     << r.value("restarts", 0) << " restarts, " << r.value("steps_completed", 0L) << " steps ("
     << r.value("steps_reworked", 0L) << " reworked), " << Fmt("%.0f", Num(r, "tokens"))
-    << " tokens\n\n";
-  o << "ETTR " << Fmt("%.3f", Num(r, "ettr")) << "\n\n";
+    << " tokens\n";
+  if (r.value("steps_inferred", false)) {
+    o << "(steps inferred from torch.optim's optimizer steps: the script does not use the SDK; "
+         "docs/monitoring.md)\n";
+  }
+  o << "\nETTR " << Fmt("%.3f", Num(r, "ettr"));
+  if (r.contains("metrics") && Num(r["metrics"], "mfu") > 0) {
+    o << "   MFU " << Fmt("%.3f", Num(r["metrics"], "mfu"));
+  }
+  if (r.contains("metrics") && Num(r["metrics"], "cost_dollars") > 0) {
+    o << "   cost $" << Fmt("%.2f", Num(r["metrics"], "cost_dollars")) << " ($"
+      << Fmt("%.2f", Num(r["metrics"], "cost_per_productive_gpu_hour"))
+      << " per productive GPU-hour)";
+  }
+  o << "\n\n";
   o << "  category      seconds   share\n";
   const char* order[] = {"productive", "checkpoint", "detection", "restart",
                          "reinit",     "rework",     "idle"};
@@ -189,6 +202,14 @@ Json ControllerImpl::BuildReport() {
   j["steps_reworked"] = r.steps_reworked;
   j["last_step"] = last_step_;
   j["tokens"] = r.tokens;
+  const JobMetricsSnapshot m = metrics_.Snapshot();
+  j["steps_inferred"] = m.inferred_steps;
+  j["metrics"] = {{"tokens_total", m.tokens_total},
+                  {"samples_total", m.samples_total},
+                  {"tokens_per_s", m.tokens_per_s},
+                  {"mfu", m.mfu},
+                  {"cost_dollars", m.cost_total},
+                  {"cost_per_productive_gpu_hour", m.cost_per_productive_gpu_hour}};
   Json cats = Json::object();
   for (const auto& [c, s] : r.seconds) cats[TimeCategoryName(c)] = s;
   j["seconds"] = cats;

@@ -1,7 +1,9 @@
-"""Bulwark sitecustomize: lets the node agent collect Python stacks of a hung rank.
+"""Bulwark sitecustomize: lets the node agent collect Python stacks of a hung rank, and
+instruments unmodified PyTorch scripts (_bulwark_autometrics: steps, step time, loss,
+data wait from torch's own optimizer, backward and data loader).
 
 If $BULWARK_STACK_FILE is set, SIGUSR1 appends all threads' stacks to it (via
-faulthandler). Does nothing otherwise, and never raises.
+faulthandler). Never raises.
 """
 import faulthandler
 import os
@@ -24,3 +26,10 @@ def _bulwark_register():
 
 
 _bulwark_register()
+
+try:
+    import _bulwark_autometrics
+
+    _bulwark_autometrics.install()
+except Exception:  # noqa: BLE001 - must never break interpreter start-up
+    pass

@@ -142,6 +142,74 @@ class BulwarkTest(unittest.TestCase):
         bulwark.init()  # the declared FLOPs are re-sent with every hello
         self.assertEqual(self.recv()["flops_per_token"], 1.5e9)
 
+    def _run_unmodified(self, script_text, extra_env=None):
+        """Runs `script_text` as an unmodified script with Bulwark's sitecustomize on its
+        path (as the agent starts ranks); returns the datagrams it sent."""
+        if self.agent is None:
+            self.bind_agent()
+        script = os.path.join(self.dir, "train.py")
+        with open(script, "w") as f:
+            f.write(script_text)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = (PKG_PARENT + ":" +
+                             os.path.join(PKG_PARENT, "bulwark", "sitecustomize_dir"))
+        env["RANK"] = "0"
+        env.update(extra_env or {})
+        out = subprocess.run([sys.executable, script], env=env, capture_output=True,
+                             text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        msgs = []
+        self.agent.settimeout(0.5)
+        try:
+            while True:
+                msgs.append(json.loads(self.agent.recv(65536).decode()))
+        except socket.timeout:
+            pass
+        return [m for m in msgs if m["type"] == "step"], out
+
+    _TORCH_SCRIPT = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.Adam(m.parameters(), lr=0.1)\n"
+        "ids = torch.randint(0, 10, (12, 4))\n"
+        "data = DataLoader(TensorDataset(ids.float(), torch.zeros(12, 1)), batch_size=3)\n"
+        "for i, (x, y) in enumerate(data):\n"
+        "    loss = ((m(x) - y) ** 2).mean() * (float('nan') if i == 3 else 1.0)\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+        "tok = DataLoader(TensorDataset(ids), batch_size=4)\n"
+        "for (x,) in tok:\n"
+        "    loss = m(x.float()).sum(); loss.backward(); opt.step()\n")
+
+    def test_unmodified_script_steps_loss_and_data_wait_are_inferred(self):
+        steps, _ = self._run_unmodified(self._TORCH_SCRIPT)
+        self.assertEqual([m["step"] for m in steps], [1, 2, 3, 4, 5, 6, 7])  # Adam's count
+        for m in steps:
+            self.assertTrue(m["inferred"])
+            self.assertGreaterEqual(m["data_wait"], 0.0)
+            self.assertGreaterEqual(m["optimizer"], 0.0)
+        self.assertIsNone(steps[3]["loss"])  # the NaN loss: a NaN fault for the agent
+        self.assertGreater(steps[0]["loss"], 0.0)
+        self.assertEqual(steps[0]["samples"], 3.0)
+        self.assertEqual(steps[0]["tokens"], 0)  # float features: no token ids
+        self.assertEqual(steps[4]["tokens"], 16)  # a 4x4 integer batch: token ids
+        self.assertEqual(steps[4]["samples"], 4.0)
+        self.assertIn("compute", steps[1])
+
+    def test_instrumentation_stands_down_for_sdk_scripts_and_when_off(self):
+        sdk = "import bulwark  # the trainer reports its own steps\n" + self._TORCH_SCRIPT
+        steps, _ = self._run_unmodified(sdk)
+        self.assertEqual(steps, [])
+        steps, _ = self._run_unmodified(self._TORCH_SCRIPT, {"BULWARK_AUTO_METRICS": "0"})
+        self.assertEqual(steps, [])
+        # A script that reports through the SDK mid-run switches it off from then on.
+        mixed = self._TORCH_SCRIPT.replace(
+            "tok = DataLoader", "__import__('bulwark').report_step(100, 1.0)\ntok = DataLoader")
+        steps, _ = self._run_unmodified(mixed)
+        self.assertEqual([m["step"] for m in steps], [1, 2, 3, 4, 100])
+        self.assertNotIn("inferred", steps[-1])
+
     def test_mfu_of_the_example_model_by_hand(self):
         import torch
         from bulwark import metrics
