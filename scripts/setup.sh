@@ -14,6 +14,7 @@ PKGS=(
   gdb                    # native stacks of hung ranks (optional at run time)
   libcurl4-openssl-dev libssl-dev  # objstore: the S3 client (HTTP, SHA-256/HMAC)
   prometheus             # monitoring tests: a real Prometheus scrapes a job; promtool
+  chromium               # the web dashboard's browser test (tests/ui) drives it headless
 )
 # objstore's integration tests run s3rver on node. Take Debian's node/npm only when
 # none is installed (a NodeSource nodejs bundles npm and conflicts with Debian's npm).
@@ -35,6 +36,14 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 if [ ! -x "$ROOT/tools/s3rver/node_modules/.bin/s3rver" ]; then
   echo "setup: installing s3rver into tools/s3rver/node_modules"
   npm ci --prefix "$ROOT/tools/s3rver" --no-audit --no-fund
+fi
+# uPlot, the web dashboard's charts (src/ui embeds it at build time), and playwright-core,
+# which drives Chromium in the dashboard's browser test (no browser download: Debian's
+# chromium above); pinned by ui/package-lock.json.
+if [ ! -f "$ROOT/ui/node_modules/uplot/dist/uPlot.iife.min.js" ] ||
+   [ ! -f "$ROOT/ui/node_modules/playwright-core/package.json" ]; then
+  echo "setup: installing uplot and playwright-core into ui/node_modules"
+  npm ci --prefix "$ROOT/ui" --no-audit --no-fund
 fi
 # kubernetes-models (the official Kubernetes v1.36 OpenAPI schema) and ajv, with which
 # k8s_schema_test validates every object Bulwark generates; pinned by

@@ -4,8 +4,10 @@
 // run's own report; `promtool check metrics` accepts every endpoint's text.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -82,8 +84,7 @@ class MonitoringE2E : public E2EBase {
     SpawnOptions so;
     so.argv = {"prometheus", "--config.file=" + dir_ + "/prometheus.yml",
                "--storage.tsdb.path=" + dir_ + "/tsdb",
-               "--web.listen-address=127.0.0.1:" + std::to_string(prom_port_),
-               "--log.level=warn"};
+               "--web.listen-address=127.0.0.1:" + std::to_string(prom_port_), "--log.level=warn"};
     so.env = CurrentEnv();
     so.new_process_group = true;
     auto c = Spawn(so);
@@ -112,6 +113,19 @@ class MonitoringE2E : public E2EBase {
     return result.empty() ? std::nan("") : std::stod(result[0]["value"][1].get<std::string>());
   }
 
+  // `bulwark run SPEC` to the end (no TensorBoard files); its report, or a discarded
+  // Json when it failed (`out` says why).
+  Json RunToReport(const std::string& spec, std::string* out) {
+    auto [rc, text] = RunProcess({build_ + "/bin/bulwark", "run", spec, "--report",
+                                  dir_ + "/report.json", "--run-dir", dir_ + "/run", "--store",
+                                  dir_ + "/bulwark.db", "--no-tensorboard"},
+                                 {{"XDG_STATE_HOME", dir_ + "/state"}}, 240);
+    *out = text;
+    if (rc != 0) return Json(Json::value_t::discarded);
+    std::ifstream rf(dir_ + "/report.json");
+    return Json::parse(rf, nullptr, false);
+  }
+
   int prom_port_ = 0;
   int prom_pid_ = -1;
 };
@@ -125,10 +139,21 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
       std::string(e2e::kFastPolicy) + "chaos: [{kind: kill_rank, atStep: 120, rank: 1}]\n",
       ", memorySlots: 4", ", TINY_STEP_TIME: \"0.03\", TINY_SAVE_EVERY_STEP: \"1\"");
   SpawnOptions so;
-  so.argv = {build_ + "/bin/bulwark", "run",     spec,         "--report",
-             dir_ + "/report.json",   "--run-dir", dir_ + "/run", "--store",
-             dir_ + "/bulwark.db",    "--metrics-addr", "127.0.0.1:0",
-             "--metrics-sd-file",     sd,        "--metrics-linger", "20"};
+  so.argv = {build_ + "/bin/bulwark",
+             "run",
+             spec,
+             "--report",
+             dir_ + "/report.json",
+             "--run-dir",
+             dir_ + "/run",
+             "--store",
+             dir_ + "/bulwark.db",
+             "--metrics-addr",
+             "127.0.0.1:0",
+             "--metrics-sd-file",
+             sd,
+             "--metrics-linger",
+             "20"};
   so.env = CurrentEnv();
   so.env["XDG_STATE_HOME"] = dir_ + "/state";
   so.new_process_group = true;
@@ -137,12 +162,19 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
 
   // While it runs: every endpoint's text passes `promtool check metrics`.
   std::set<std::string> checked;
+  std::string top;  // `bulwark top --once` while the job trains
   std::string output;
   bool eof = false;
   const double deadline = Now() + 240;
   while (!eof && Now() < deadline) {
     PollReadable({run->output.get()}, 0.2);
     output += ReadAvailable(run->output.get(), &eof);
+    std::string addr;
+    if (top.find("step") == std::string::npos &&
+        (std::ifstream(dir_ + "/run/controller.addr") >> addr)) {
+      top = RunProcess({build_ + "/bin/bulwark", "top", "--controller", addr, "--once"}, {}, 30)
+                .second;
+    }
     std::ifstream f(sd);
     Json targets = Json::parse(f, nullptr, false);
     if (targets.is_discarded() || !targets.is_array()) continue;
@@ -150,8 +182,7 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
       for (const Json& t : group["targets"]) {
         const std::string addr = t.get<std::string>();
         if (checked.count(addr)) continue;
-        const std::string text =
-            HttpGet(std::stoi(addr.substr(addr.rfind(':') + 1)), "/metrics");
+        const std::string text = HttpGet(std::stoi(addr.substr(addr.rfind(':') + 1)), "/metrics");
         if (text.find("bulwark_") == std::string::npos) continue;
         const std::string file = dir_ + "/scrape-" + std::to_string(checked.size()) + ".txt";
         std::ofstream(file) << text;
@@ -165,6 +196,11 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
   ASSERT_TRUE(exit.has_value()) << output;
   ASSERT_EQ(exit->code, 0) << output;
   EXPECT_GE(checked.size(), 3u) << "the controller and both agents' endpoints";
+  EXPECT_NE(top.find("prom-e2e  Running  step "), std::string::npos) << top;
+  EXPECT_NE(top.find("/320 ("), std::string::npos) << "total steps from --steps: " << top;
+  // Not a terminal: progress lines every --progress-interval (default 30 s) would not
+  // show in a 10 s run; the run printed its metrics address instead.
+  EXPECT_NE(output.find("[bulwark] metrics: http://127.0.0.1:"), std::string::npos);
 
   std::ifstream rf(dir_ + "/report.json");
   Json report = Json::parse(rf, nullptr, false);
@@ -181,10 +217,13 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
     if (running == 0) break;
   }
   ASSERT_EQ(running, 0) << "Prometheus never saw the finished job";
-  const double rate_ettr =
-      Value(Query("sum(rate(bulwark_productive_seconds_total" + job + "[5m])) / "
-                  "(sum(rate(bulwark_productive_seconds_total" + job + "[5m])) + "
-                  "sum(rate(bulwark_lost_seconds_total" + job + "[5m])))"));
+  const double rate_ettr = Value(Query("sum(rate(bulwark_productive_seconds_total" + job +
+                                       "[5m])) / "
+                                       "(sum(rate(bulwark_productive_seconds_total" +
+                                       job +
+                                       "[5m])) + "
+                                       "sum(rate(bulwark_lost_seconds_total" +
+                                       job + "[5m])))"));
   EXPECT_NEAR(rate_ettr, ettr, 0.02 * ettr) << "report ETTR " << ettr;
   EXPECT_NEAR(Value(Query("last_over_time(bulwark_ettr_ratio" + job + "[5m])")), ettr, 1e-6);
   EXPECT_EQ(Value(Query("max_over_time(bulwark_incidents_total{job=\"prom-e2e\","
@@ -197,6 +236,139 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
   EXPECT_GT(Value(Query("max_over_time(bulwark_tokens_total" + job + "[5m])")), 0);
   TerminateGroup(prom_pid_, prom_pid_, 5);  // its command line names the test's directory
   prom_pid_ = -1;
+  ExpectNoLeftovers();
+}
+
+// The venv scripts/test-venv.sh makes (TensorBoard's own reader): $BULWARK_TEST_VENV,
+// else ${XDG_CACHE_HOME:-$HOME/.cache}/bulwark/test-venv.
+std::string TestVenv() {
+  const char* env = std::getenv("BULWARK_TEST_VENV");
+  if (env != nullptr && *env != '\0') return env;
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  return (xdg != nullptr && *xdg != '\0' ? std::string(xdg)
+                                         : std::string(home ? home : "/nonexistent") + "/.cache") +
+         "/bulwark/test-venv";
+}
+
+// `bulwark run` writes TensorBoard event files of an unchanged trainer; TensorBoard's
+// own EventAccumulator reads its loss per step, the final ETTR and the incident text.
+TEST_F(MonitoringE2E, TensorBoardReadsTheRunsEventFiles) {
+  const std::string python = TestVenv() + "/bin/python";
+  if (access(python.c_str(), X_OK) != 0) {
+    GTEST_SKIP() << python << " missing: run scripts/test-venv.sh (scripts/test.sh does)";
+  }
+  const std::string spec =
+      WriteSpec("tb-e2e", 2, 1, 120,
+                std::string(e2e::kFastPolicy) + "chaos: [{kind: kill_rank, atStep: 50, rank: 1}]\n",
+                ", memorySlots: 4", ", TINY_SAVE_EVERY_STEP: \"1\"");
+  auto [rc, out] =
+      RunProcess({build_ + "/bin/bulwark", "run", spec, "--report", dir_ + "/report.json",
+                  "--run-dir", dir_ + "/run", "--store", dir_ + "/bulwark.db"},
+                 {{"XDG_STATE_HOME", dir_ + "/state"}}, 240);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("tensorboard: tensorboard --logdir " + dir_ + "/run/tensorboard"),
+            std::string::npos)
+      << out;
+  std::ifstream rf(dir_ + "/report.json");
+  const Json report = Json::parse(rf, nullptr, false);
+  ASSERT_FALSE(report.is_discarded());
+  const std::string script = dir_ + "/read.py";
+  std::ofstream(script) << R"(
+import json, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+a = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
+a.Reload()
+loss = a.Scalars("train/loss")
+ettr = a.Scalars("bulwark/ettr")
+text = [t.tensor_proto.string_val[0].decode() for t in a.Tensors("bulwark/incidents")]
+print(json.dumps({"tags": a.Tags()["scalars"], "loss_steps": sorted({e.step for e in loss}),
+                  "loss_first": loss[0].value, "ettr_last": ettr[-1].value, "text": text}))
+)";
+  auto [prc, pout] = RunProcess({python, script, dir_ + "/run/tensorboard"}, {}, 120);
+  ASSERT_EQ(prc, 0) << pout;
+  const Json r = Json::parse(pout.substr(pout.find('{')), nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << pout;
+  const auto steps = r["loss_steps"].get<std::vector<long>>();
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), 1);
+  EXPECT_EQ(steps.back(), 120);
+  EXPECT_EQ(steps.size(), 120u);  // every step, the reworked ones once more at most
+  EXPECT_FLOAT_EQ(r["loss_first"].get<float>(), 0.5f);  // tiny trainer: loss 1/(w=2)
+  EXPECT_NEAR(r["ettr_last"].get<double>(), report["ettr"].get<double>(), 1e-4);
+  ASSERT_EQ(r["text"].size(), 1u) << r.dump();
+  EXPECT_NE(r["text"][0].get<std::string>().find("crash"), std::string::npos) << r.dump();
+  EXPECT_NE(r["text"][0].get<std::string>().find("restart"), std::string::npos) << r.dump();
+  ExpectNoLeftovers();
+}
+
+// Issue 15 item 8: faults found from the metrics. A rank slowed down (chaos slow_rank:
+// its steps take 3 x the CPU), a rank whose data loader starves (slow_data) and a loss
+// spike (loss_spike) are each found, named (rank, node, evidence) and decided on; with
+// monitoring.lossSpikeRollback the spike rolls the job back like a NaN.
+TEST_F(MonitoringE2E, StragglerStarvationAndLossSpikeAreFoundFromTheMetrics) {
+  const std::string spec =
+      WriteSpec("mf-e2e", 2, 2, 420,
+                "chaos:\n"
+                "  - {kind: slow_rank, atStep: 30, rank: 3, factor: 3}\n"
+                "  - {kind: slow_data, atStep: 30, rank: 1, delaySeconds: 0.05}\n"
+                "  - {kind: loss_spike, atStep: 150, rank: 0}\n",
+                "", ", TINY_STEP_TIME: \"0.03\"");
+  std::string out;
+  const Json report = RunToReport(spec, &out);
+  ASSERT_FALSE(report.is_discarded()) << out;
+  auto find = [&](const std::string& kind) -> const Json* {
+    for (const Json& o : report["observations"]) {
+      if (o.value("kind", "") == kind) return &o;
+    }
+    return nullptr;
+  };
+  const Json* straggler = find("straggler");
+  ASSERT_NE(straggler, nullptr) << report["observations"].dump(2);
+  EXPECT_EQ((*straggler)["rank"], 3);
+  EXPECT_EQ((*straggler)["node_id"], "node-1");
+  EXPECT_LT((*straggler)["value"].get<double>(), 0.75);
+  EXPECT_EQ((*straggler)["chaos"], "slow_rank");
+  EXPECT_EQ((*straggler)["decision"]["action"], "observe");
+  const Json* starving = find("data_starvation");
+  ASSERT_NE(starving, nullptr) << report["observations"].dump(2);
+  EXPECT_EQ((*starving)["rank"], 1);
+  EXPECT_EQ((*starving)["node_id"], "node-0");
+  EXPECT_GT((*starving)["value"].get<double>(), 0.3);
+  EXPECT_NE((*starving)["detail"].get<std::string>().find("waited for data"), std::string::npos);
+  const Json* spike = find("loss_spike");
+  ASSERT_NE(spike, nullptr) << report["observations"].dump(2);
+  EXPECT_EQ((*spike)["step"], 151);  // the first report after the injection
+  EXPECT_NE((*spike)["detail"].get<std::string>().find("x the median"), std::string::npos);
+  for (const Json* o : {straggler, starving, spike}) {
+    EXPECT_EQ(report["restarts"], 0) << "observations restart nothing: " << o->dump();
+  }
+  // No other rank was named: rank 0 and 2 worked at the same pace.
+  for (const Json& o : report["observations"]) {
+    if (o["kind"] == "straggler") {
+      EXPECT_EQ(o["rank"], 3) << o.dump();
+    }
+  }
+  EXPECT_NE(out.find("found from the metrics (no restart)"), std::string::npos) << out;
+  ExpectNoLeftovers();
+}
+
+TEST_F(MonitoringE2E, LossSpikeWithRollbackRollsBackLikeANan) {
+  const std::string spec =
+      WriteSpec("spike-e2e", 1, 2, 200,
+                std::string(e2e::kFastPolicy) +
+                    "monitoring: {lossSpikeRollback: true}\n"
+                    "chaos: [{kind: loss_spike, atStep: 120, rank: 0, factor: 50}]\n");
+  std::string out;
+  const Json report = RunToReport(spec, &out);
+  ASSERT_FALSE(report.is_discarded()) << out;
+  const Json* inc = FirstIncident(report, "nan");
+  ASSERT_NE(inc, nullptr) << report.dump(2);
+  EXPECT_EQ((*inc)["subtype"], "loss_spike");
+  EXPECT_EQ((*inc)["chaos"], "loss_spike");
+  EXPECT_EQ((*inc)["decision"]["action"], "rollback");
+  EXPECT_LE((*inc)["resumed_from_step"].get<long>(), 120);
+  EXPECT_EQ(report["last_step"], 200);
   ExpectNoLeftovers();
 }
 

@@ -91,6 +91,12 @@ def parse_args():
     p.add_argument("--snapshot-ab", type=int, default=0,
                    help="benchmarks only: snapshot (and persist) only in even blocks of N "
                         "steps, so on/off step times compare within one run")
+    p.add_argument("--metrics-ab", type=int, default=0,
+                   help="benchmarks only: report the full training metrics (phases, lr, grad "
+                        "norm, samples) only in odd blocks of N steps, the bare heartbeat in "
+                        "even ones, and append rank 0's step times to --step-times")
+    p.add_argument("--step-times", default="",
+                   help="benchmarks only: rank 0 appends 'step seconds on|off' per step here")
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-head", type=int, default=4)
@@ -282,6 +288,12 @@ def train_bulwark(args, corpus):
     gen = bulwark.generation()
     rank, world = gen.rank, gen.world_size
     model, ddp, opt = build(args, corpus)
+    from bulwark import metrics
+    # MFU: the model's training FLOPs per token (PaLM's 6N + 12·L·H·Q·T); the peak per
+    # device comes from the spec (monitoring.peakFlops: on CPU, what the cores reach).
+    metrics.set_model_flops(metrics.flops_per_token(
+        model, n_layers=args.n_layer, n_heads=args.n_head, head_dim=args.d_model // args.n_head,
+        seq_len=args.context))
     state = {"model": model, "optim": opt}
     start = 1
     loaded = checkpoint.load(state)
@@ -312,7 +324,11 @@ def train_bulwark(args, corpus):
     tokens = args.batch_size * args.context * len(virtual)
     prev_end = time.time()
     loss_v = float("nan")
+    times = open(args.step_times, "a") if args.step_times and rank == 0 else None
+    nullphase = contextlib.nullcontext()
     for step in bulwark.steps(start, args.steps + 1):
+        full = args.metrics_ab <= 0 or (step // args.metrics_ab) % 2 == 1
+        t_step = time.perf_counter()
         skip = bulwark.skip_range()
         stream = 1 if skip and skip[0] <= step < skip[1] else 0
         for g in opt.param_groups:
@@ -321,20 +337,29 @@ def train_bulwark(args, corpus):
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for i, v in enumerate(virtual):
-            x, y = corpus.batch(args.seed, step, v, stream, args.batch_size, args.context)
+            with metrics.phase("data_wait") if full else nullphase:
+                x, y = corpus.batch(args.seed, step, v, stream, args.batch_size, args.context)
             # Gradients are all-reduced once, with the last micro-batch.
-            with ddp.no_sync() if i < len(virtual) - 1 else contextlib.nullcontext():
+            with ddp.no_sync() if i < len(virtual) - 1 else contextlib.nullcontext(), \
+                    metrics.phase("compute") if full else nullphase:
                 loss = ddp(x, y)
                 if poison:
                     loss = loss * float("nan")
                 (loss * weight).backward()
             loss_sum += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         loss_v = loss_sum / len(virtual)
-        opt.step()
+        with metrics.phase("optimizer") if full else nullphase:
+            opt.step()
         t_end = time.time()
         step_time, prev_end = t_end - prev_end, t_end
-        bulwark.report_step(step, loss_v, tokens)
+        if full:
+            bulwark.report_step(step, loss_v, tokens, samples=args.batch_size * len(virtual),
+                                lr=opt.param_groups[0]["lr"], grad_norm=float(gnorm))
+        else:
+            bulwark.report_step(step, loss_v, tokens)
+        if times:
+            times.write(f"{step} {time.perf_counter() - t_step:.6f} {'on' if full else 'off'}\n")
         log_step(rank, step, start, loss_v, args, tokens, world, step_time, model, corpus)
         if args.snapshot_ab > 0 and (step // args.snapshot_ab) % 2 == 1:
             continue  # an "off" block of the A/B benchmark

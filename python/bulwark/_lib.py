@@ -41,6 +41,7 @@ _SIGNATURES = {
     "bw_report_step": (_c_int, [_c_long, ctypes.c_double, ctypes.c_longlong]),
     "bw_report_step_ex": (_c_int, [_c_long, ctypes.c_double, ctypes.c_longlong, _vp]),
     "bw_set_model_flops": (_c_int, [ctypes.c_double]),
+    "bw_data_delay": (ctypes.c_double, []),
     "bw_peak_flops": (ctypes.c_double, [ctypes.c_char_p, ctypes.c_char_p]),
     "bw_mark_step_start": (_c_int, []),
     "bw_declare_in_process": (_c_int, [_c_int]),

@@ -64,12 +64,16 @@ def timed(iterable: Iterable[T]) -> Iterator[T]:
     """Yields the items of `iterable`, counting the time spent waiting for each as data
     wait (the input pipeline's share of the step)."""
     it = iter(iterable)
+    lib = _lib.lib()
     while True:
         t0 = time.perf_counter()
         try:
             item = next(it)
         except StopIteration:
             return
+        delay = lib.bw_data_delay()  # chaos slow_data (0 unless injected)
+        if delay > 0:
+            time.sleep(delay)
         _add("data_wait", time.perf_counter() - t0)
         yield item
 

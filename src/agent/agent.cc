@@ -568,13 +568,20 @@ void Agent::HandleChaos(const Json& msg) {
     (void)procs_->Signal(r->pid, SIGKILL);
   } else if (*action == "hang_rank") {
     (void)procs_->Signal(r->pid, SIGSTOP);
-  } else if (*action == "nan_loss") {
-    Status st = UnixDgramSend(dgram_.get(), RankSockPath(paths_, r->rank),
-                              Json{{"type", "inject_nan"}}.dump());
-    if (!st.ok()) Warn("chaos nan_loss: " + st.ToString() + " (does the rank use the SDK?)");
+  } else if (*action == "nan_loss" || *action == "slow_rank" || *action == "slow_data" ||
+             *action == "loss_spike") {
+    // SDK-cooperative faults: a datagram on the rank socket (docs/protocol.md §2).
+    Json m = {{"type", *action == "nan_loss" ? "inject_nan" : "inject_" + *action}};
+    auto factor = JNumOr(msg, "factor", 0);
+    auto delay = JNumOr(msg, "delay_s", 0);
+    if (factor.ok() && *factor > 0) m["factor"] = *factor;
+    if (delay.ok() && *delay > 0) m["delay_s"] = *delay;
+    Status st = UnixDgramSend(dgram_.get(), RankSockPath(paths_, r->rank), m.dump());
+    if (!st.ok()) Warn("chaos " + *action + ": " + st.ToString() + " (does the rank use the SDK?)");
   } else {
     Warn(
-        "controller: dropped chaos: field 'action' must be kill_rank, hang_rank or nan_loss (got "
+        "controller: dropped chaos: field 'action' must be kill_rank, hang_rank, nan_loss, "
+        "slow_rank, slow_data or loss_spike (got "
         "'" +
         *action + "')");
     return;

@@ -126,7 +126,8 @@ void Agent::RefreshMetrics() {
           static_cast<double>(gpus_.size()));
   std::string text = e.Take();
   if (!gpus_.empty()) {
-    text += gpu::DcgmExposition(gpus_, last_xid_, HostName(), {{"job", job_}, {"node", opts_.node}});
+    text +=
+        gpu::DcgmExposition(gpus_, last_xid_, HostName(), {{"job", job_}, {"node", opts_.node}});
   }
   std::lock_guard<std::mutex> l(metrics_mu_);
   metrics_text_ = std::move(text);

@@ -13,11 +13,16 @@
 //   sim CONFIG      simulate a cluster through faults with the real scheduler and
 //                   recovery policy (sim_cmd.h, docs/simulator.md)
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,14 +35,17 @@
 #include "cli/kube_cmd.h"
 #include "cli/render_cmd.h"
 #include "cli/sim_cmd.h"
+#include "cli/progress.h"
 #include "cli/stores.h"
 #include "common/proc.h"
 #include "controller/controller.h"
+#include "controller/dashboard_api.h"
 #include "metrics/http_endpoint.h"
 #include "spec/job_spec.h"
 #include "spec/spec_reader.h"
 #include "store/store.h"
 #include "trainjob/trainjob.h"
+#include "ui/assets.h"
 
 #ifndef BULWARK_SOURCE_DIR
 #define BULWARK_SOURCE_DIR ""
@@ -80,8 +88,88 @@ struct RunFlags {
   int machines = 0;
   double repair_s = 0;
   std::string metrics_addr;     // "" = no /metrics
+  bool ui = false;              // serve the web dashboard on the metrics port
+  std::string tensorboard;      // event files' directory ("" = <run dir>/tensorboard)
+  double progress_s = 30;       // not a TTY: a progress line this often (0 = none)
+  bool no_tensorboard = false;
   std::string metrics_sd_file;  // Prometheus file_sd target list
   double metrics_linger_s = 0;  // after the end, wait this long for a last scrape
+};
+
+// `bulwark run`'s progress (docs/monitoring.md, "Terminal"): on a TTY a status line on
+// stderr redrawn twice a second; otherwise a plain line every `interval_s`. Stop()
+// (or the destructor) ends it; `c` must outlive it.
+class ProgressPrinter {
+ public:
+  ProgressPrinter(const Controller* c, long total, double interval_s)
+      : c_(c), total_(total), tty_(isatty(STDERR_FILENO) == 1), interval_s_(interval_s) {
+    if (!tty_ && interval_s_ <= 0) return;
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ProgressPrinter() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (tty_ && drawn_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!cv_.wait_for(l, std::chrono::duration<double>(tty_ ? 0.5 : interval_s_),
+                         [this] { return stop_; })) {
+      const ControllerStatus s = c_->Status();
+      if (s.stage.empty() || s.stage == "Done") continue;
+      cli::Progress p;
+      p.phase = s.stage == "Running" ? JobPhaseName(s.phase) : s.stage;
+      p.step = s.current_step;
+      p.total = total_;
+      p.loss = s.metrics.loss;
+      p.tokens_per_s = s.metrics.tokens_per_s;
+      p.mfu = s.metrics.mfu;
+      p.ettr = s.ledger.ettr();
+      p.restarts = s.restarts;
+      p.cost = s.metrics.cost_total;
+      p.ckpt_step = s.last_committed_step;
+      p.ckpt_tier = s.last_committed_tier;
+      const double now = SystemClock::Get()->NowWall();
+      if (s.last_committed_time > 0) p.ckpt_age_s = now - s.last_committed_time;
+      const auto& pts = s.metrics.series;
+      for (size_t i = pts.size(); i-- > 0;) {  // the rate over the last ~30 s
+        if (pts.empty() || pts.back().t - pts[i].t < 30) continue;
+        if (pts.back().step > pts[i].step) {
+          p.steps_per_s = static_cast<double>(pts.back().step - pts[i].step) /
+                          (pts.back().t - pts[i].t);
+        }
+        break;
+      }
+      if (tty_) {
+        std::fprintf(stderr, "\r\033[K%s", cli::FormatProgress(p, TerminalWidth() - 1).c_str());
+        drawn_ = true;
+      } else {
+        std::fprintf(stderr, "[bulwark] %s\n", cli::FormatProgress(p).c_str());
+      }
+      std::fflush(stderr);
+    }
+  }
+  static int TerminalWidth() {
+    winsize w{};
+    return ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 20 ? w.ws_col : 120;
+  }
+
+  const Controller* c_;
+  const long total_;
+  const bool tty_;
+  const double interval_s_;
+  bool drawn_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: joined before the members it reads go
 };
 
 // The controller's /metrics while `bulwark run` runs (docs/monitoring.md). Counts the
@@ -89,12 +177,25 @@ struct RunFlags {
 class RunMetricsPort {
  public:
   static Result<std::unique_ptr<RunMetricsPort>> Start(const std::string& addr,
-                                                       const JobSpec& spec) {
+                                                       const JobSpec& spec, bool ui) {
     std::unique_ptr<RunMetricsPort> p(new RunMetricsPort());
+    p->ui_ = ui;
     metrics::HttpEndpointHandlers h;
     h.healthy = [] { return true; };
     RunMetricsPort* self = p.get();
     h.ready = [self] { return self->controller_.load() != nullptr; };
+    h.route = [self, name = spec.name, target = spec.monitoring.ettr_target](
+                  const std::string& path,
+                  const std::string& query) -> std::optional<metrics::HttpResponse> {
+      if (!self->ui_) return std::nullopt;
+      if (path.rfind("/api/", 0) == 0) {
+        const Controller* c = self->controller_.load();
+        if (c == nullptr) return metrics::HttpResponse{503, "text/plain", "starting\n"};
+        return DashboardApi(c->Status(), name, target, path, query,
+                            SystemClock::Get()->NowWall());
+      }
+      return ui::ServeAsset(path);
+    };
     h.metrics = [self, name = spec.name, target = spec.monitoring.ettr_target] {
       const Controller* c = self->controller_.load();
       if (c == nullptr) return std::string();
@@ -116,6 +217,7 @@ class RunMetricsPort {
  private:
   RunMetricsPort() = default;
   std::atomic<const Controller*> controller_{nullptr};
+  bool ui_ = false;
   std::atomic<int> final_scrapes_{0};
   std::unique_ptr<metrics::HttpEndpoint> http_;  // last: stopped before the counter goes
 };
@@ -187,6 +289,9 @@ int CmdRun(const RunFlags& f) {
   co.run_dir = run_dir;
   co.seed = f.seed;
   co.echo_events = !f.quiet;
+  if (!f.no_tensorboard) {
+    co.tensorboard_dir = f.tensorboard.empty() ? run_dir + "/tensorboard" : f.tensorboard;
+  }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
@@ -198,19 +303,29 @@ int CmdRun(const RunFlags& f) {
                          "--metrics-addr (e.g. --metrics-addr 127.0.0.1:0)\n");
     return 2;
   }
-  if (!f.metrics_addr.empty()) {
-    auto mp = RunMetricsPort::Start(f.metrics_addr, *spec);
+  if (!f.metrics_addr.empty() || f.ui) {
+    const std::string addr = f.metrics_addr.empty() ? "127.0.0.1:0" : f.metrics_addr;
+    auto mp = RunMetricsPort::Start(addr, *spec, f.ui);
     if (!mp.ok()) return Fail(InvalidArgument("--metrics-addr: " + mp.status().message()));
     port = std::move(*mp);
-    const std::string host = f.metrics_addr.substr(0, f.metrics_addr.rfind(':'));
+    const std::string host = addr.substr(0, addr.rfind(':'));
     co.metrics_self = (host.empty() || host == "0.0.0.0" ? std::string("127.0.0.1") : host) +
                       ":" + std::to_string(port->port());
     co.metrics_sd_file = f.metrics_sd_file;
     std::fprintf(stderr, "[bulwark] metrics: http://%s/metrics\n", co.metrics_self.c_str());
+    if (f.ui) std::fprintf(stderr, "[bulwark] dashboard: http://%s/\n", co.metrics_self.c_str());
+  }
+  co.total_steps = spec->monitoring.total_steps;
+  if (co.total_steps <= 0) {
+    std::vector<std::string> argv = spec->command;
+    argv.insert(argv.end(), spec->args.begin(), spec->args.end());
+    co.total_steps = cli::TotalStepsFromArgs(argv);
   }
   Controller c(*spec, co, &backend, store->get(), SystemClock::Get());
   if (port) port->Serve(&c);
+  auto progress = std::make_unique<ProgressPrinter>(&c, co.total_steps, f.progress_s);
   auto r = c.Run();
+  progress.reset();
   if (port && f.metrics_linger_s > 0) {  // let Prometheus read the final values
     const double until = SystemClock::Get()->NowMono() + f.metrics_linger_s;
     while (port->final_scrapes() == 0 && SystemClock::Get()->NowMono() < until) {
@@ -224,6 +339,9 @@ int CmdRun(const RunFlags& f) {
   if (!r.ok()) return Fail(r.status());
   std::cout << FormatReport(r->report) << std::flush;
   std::cout << "logs: " << run_dir << "/logs   store: " << store_path << "\n";
+  if (!co.tensorboard_dir.empty() && fs::exists(co.tensorboard_dir)) {
+    std::cout << "tensorboard: tensorboard --logdir " << co.tensorboard_dir << "\n";
+  }
   if (!f.report.empty()) {
     std::ofstream out(f.report);
     out << r->report.dump(2) << "\n";
@@ -274,20 +392,69 @@ int CmdValidate(const std::string& path, const std::string& target) {
   return 0;
 }
 
+// The controller address of a running local job: `addr_in`, else its run directory's
+// controller.addr. "" (after printing why) when there is none.
+std::string ControllerAddress(const std::string& addr_in, const std::string& job,
+                              const std::string& run_root) {
+  if (!addr_in.empty()) return addr_in;
+  std::string addr;
+  const std::string path = run_root + "/" + job + "/controller.addr";
+  std::ifstream f(path);
+  if (!(f >> addr)) {
+    std::fprintf(stderr,
+                 "bulwark: no running controller found for job '%s' (%s missing); pass "
+                 "--controller HOST:PORT or --run-root\n",
+                 job.c_str(), path.c_str());
+    return "";
+  }
+  return addr;
+}
+
+// `top`: watches a running job through its controller (status_request): the progress
+// line, where the time went and the latest incidents; redrawn every `interval_s` on a
+// terminal, once with --once.
+int CmdTop(const std::string& addr, bool once, double interval_s) {
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  while (true) {
+    auto r = SendStatusRequest(addr, 5);
+    if (!r.ok()) {
+      std::fprintf(stderr, "bulwark top: %s (has the job ended?)\n", r.status().message().c_str());
+      return 1;
+    }
+    std::ostringstream o;
+    o << r->value("job", "?") << "  " << cli::FormatProgress(cli::ProgressFromReport(
+                                            *r, SystemClock::Get()->NowWall()))
+      << "\n";
+    if ((*r)["seconds"].is_object()) {
+      o << "time:";
+      for (const auto& [k, v] : (*r)["seconds"].items()) {
+        if (v.is_number() && v.get<double>() > 0) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " %s %.1fs", k.c_str(), v.get<double>());
+          o << buf;
+        }
+      }
+      o << "\n";
+    }
+    const Json& inc = (*r)["incidents"];
+    if (inc.is_array()) {
+      for (size_t i = inc.size() > 5 ? inc.size() - 5 : 0; i < inc.size(); ++i) {
+        o << "  " << inc[i].value("kind", "?") << " rank " << inc[i].value("rank", -1)
+          << " step " << inc[i].value("step", -1L) << ": "
+          << (inc[i].contains("decision") ? inc[i]["decision"].value("action", "") : "") << "\n";
+      }
+    }
+    std::printf("%s%s", tty && !once ? "\033[H\033[2J" : "", o.str().c_str());
+    std::fflush(stdout);
+    if (once) return 0;
+    SystemClock::Get()->SleepFor(interval_s);
+  }
+}
+
 int CmdChaos(const std::string& addr_in, const std::string& job, const std::string& run_root,
              const std::string& action, int rank, int node) {
-  std::string addr = addr_in;
-  if (addr.empty()) {
-    std::string path = run_root + "/" + job + "/controller.addr";
-    std::ifstream f(path);
-    if (!(f >> addr)) {
-      std::fprintf(stderr,
-                   "bulwark: no running controller found for job '%s' (%s missing); pass "
-                   "--controller HOST:PORT or --run-root\n",
-                   job.c_str(), path.c_str());
-      return 2;
-    }
-  }
+  const std::string addr = ControllerAddress(addr_in, job, run_root);
+  if (addr.empty()) return 2;
   auto r = SendChaosRequest(addr, action, rank, node, 5);
   if (!r.ok()) return Fail(r.status());
   std::printf("%s\n", r->c_str());
@@ -462,12 +629,22 @@ int main(int argc, char** argv) {
   run->add_option("--metrics-addr", rf.metrics_addr,
                   "serve Prometheus /metrics on HOST:PORT (:0 = a free port, printed); the "
                   "agents then serve theirs too");
+  run->add_option("--tensorboard", rf.tensorboard,
+                  "write TensorBoard event files here (default <run dir>/tensorboard)");
+  run->add_flag("--no-tensorboard", rf.no_tensorboard, "write no TensorBoard event files");
+  run->add_option("--progress-interval", rf.progress_s,
+                  "when stderr is not a terminal, print a progress line this often (seconds; 0 = "
+                  "never); on a terminal a status line is kept up to date")
+      ->check(CLI::Range(0.0, 86400.0));
+  run->add_flag("--ui", rf.ui,
+                "serve the web dashboard (read-only) on the metrics port (127.0.0.1:0 without "
+                "--metrics-addr; the address is printed)");
   run->add_option("--metrics-sd-file", rf.metrics_sd_file,
                   "keep a Prometheus file_sd_configs target list of the controller and its "
                   "agents in this file (needs --metrics-addr)");
   run->add_option("--metrics-linger", rf.metrics_linger_s,
-                  "after the job ends, keep /metrics up until it is scraped once more, at most "
-                  "this many seconds")
+                  "after the job ends, keep /metrics (and the --ui dashboard) up until /metrics "
+                  "is scraped once more, at most this many seconds")
       ->check(CLI::Range(0.0, 3600.0));
   run->add_option("--repair-seconds", rf.repair_s,
                   "with --machines: how long a node lost to chaos keeps its machine down")
@@ -496,6 +673,18 @@ int main(int argc, char** argv) {
   chaos->add_option("--rank", rank, "global rank (kill_rank, hang_rank, nan_loss)")
       ->check(CLI::NonNegativeNumber);
   chaos->add_option("--node", node, "node slot (kill_agent)")->check(CLI::NonNegativeNumber);
+
+  std::string tjob, taddr, trun_root = EnvOr("BULWARK_HOME", ".bulwark");
+  bool tonce = false;
+  double tinterval = 1;
+  auto* top = app.add_subcommand("top", "watch a running job: progress, lost time, incidents");
+  top->add_option("job", tjob, "job name (finds its controller under --run-root)");
+  top->add_option("--run-root", trun_root,
+                  "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
+  top->add_option("--controller", taddr, "controller HOST:PORT (instead of a job name)");
+  top->add_flag("--once", tonce, "print once and exit");
+  top->add_option("--interval", tinterval, "seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0));
 
   std::string uspec, ucontroller, urun_dir;
   int uverify = 20;
@@ -552,6 +741,14 @@ int main(int argc, char** argv) {
     return CmdChaos(addr, job, run_root, action, rank, node);
   }
   if (*update) return CmdUpdate(uspec, ucontroller, urun_dir, uverify);
+  if (*top) {
+    if (taddr.empty() && tjob.empty()) {
+      std::fprintf(stderr, "bulwark top: give a job name or --controller HOST:PORT\n");
+      return 2;
+    }
+    const std::string a = ControllerAddress(taddr, tjob, trun_root);
+    return a.empty() ? 2 : CmdTop(a, tonce, tinterval);
+  }
   if (*get) return CmdDescribe(store_path, "", true);
   if (*describe) return CmdDescribe(store_path, djob, false);
   return 2;

@@ -60,6 +60,12 @@ ControllerImpl::ControllerImpl(JobSpec spec, ControllerOptions opts, Backend* ba
       policy_(spec_.fault_policy, opts_.seed),
       ledger_(clock->NowWall()),
       metrics_(spec_, clock->NowWall()),
+      tb_(opts_.tensorboard_dir,
+          [this](const std::string& why) { Event("TensorBoardFailed", why); }),
+      metric_faults_(MetricFaultConfig{
+          .straggler_threshold = spec_.monitoring.straggler_threshold,
+          .data_wait_threshold = spec_.monitoring.data_wait_threshold,
+          .loss_spike_factor = spec_.monitoring.loss_spike_factor}),
       chaos_(spec_.chaos.size()),
       cancel_generation_(g_cancel_generation.load()) {
   capacity_wait_s_ =
@@ -466,7 +472,16 @@ void ControllerImpl::TickMetrics(bool force) {
   }
   metrics_.SetNodes(slots, standbys);
   metrics_.SetCadence(cadence_ ? cadence_->interval_steps() : spec_.checkpoint.interval_steps);
-  metrics_.Tick(clock_->NowWall(), stage_ == Stage::kDone ? result_.ledger : ledger_.Settled());
+  const LedgerReport& settled = stage_ == Stage::kDone ? result_.ledger : ledger_.Settled();
+  metrics_.Tick(clock_->NowWall(), settled);
+  const JobMetricsSnapshot snap = metrics_.Snapshot();
+  tb_.OnTick(clock_->NowWall(), snap, settled, force);
+  if (stage_ == Stage::kRunning) {
+    for (const MetricVerdict& v :
+         metric_faults_.Evaluate(clock_->NowWall(), snap.straggler_score, snap.rank_data_wait)) {
+      OnMetricVerdict(v);
+    }
+  }
   WriteMetricsTargets();
 }
 
@@ -537,6 +552,9 @@ void ControllerImpl::PublishStatus(bool force) {
   s.ledger = stage_ == Stage::kDone ? result_.ledger : ledger_.Report(clock_->NowWall());
   s.settled = stage_ == Stage::kDone ? result_.ledger : ledger_.Settled();
   s.metrics = metrics_.Snapshot();
+  s.incidents = Json(incidents_);
+  s.observations = Json(observations_);
+  s.committed_steps = committed_;
   s.message = rec_.message;
   std::lock_guard<std::mutex> l(status_mu_);
   status_ = std::move(s);

@@ -79,6 +79,11 @@ struct ControllerOptions {
   // "" = none.
   std::string metrics_sd_file;
   std::string metrics_self;
+  // TensorBoard event files of the job's metrics go here ("" = none).
+  std::string tensorboard_dir;
+  // The run's last step for progress and ETA (monitoring.totalSteps, or what `bulwark
+  // run` read from the trainer's arguments; 0 = unknown), in the report.
+  long total_steps = 0;
 };
 
 // Which event reasons are warnings (Kubernetes Event type Warning): the reason names
@@ -108,6 +113,9 @@ struct ControllerStatus {
   LedgerReport ledger;                   // the ETTR ledger at the snapshot's time
   LedgerReport settled;                  // EttrLedger::Settled(): monotonic, for counters
   JobMetricsSnapshot metrics;            // loss, throughput, MFU, cost, checkpoints
+  Json incidents = Json::array();        // the report's incident records so far
+  Json observations = Json::array();     // faults found from metrics that restarted nothing
+  std::vector<long> committed_steps;     // committed on the disk tier, ascending
   std::string message;                   // the last decision or diagnosis
 };
 
@@ -174,6 +182,10 @@ Result<std::string> SendChaosRequest(const std::string& addr, const std::string&
 Result<std::string> SendUpdateRequest(const std::string& addr, const std::string& spec_yaml,
                                       const std::string& base_dir, int verify_steps,
                                       double timeout_s);
+
+// Asks the controller at addr for its live report (BuildReport: the ledger so far,
+// metrics, incidents). `bulwark top`.
+Result<Json> SendStatusRequest(const std::string& addr, double timeout_s);
 
 // Renders the ETTR report as the table printed at the end of `bulwark run`.
 std::string FormatReport(const Json& report);

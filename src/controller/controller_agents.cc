@@ -307,8 +307,13 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       }
     }
     if (stage_ != Stage::kRunning) return;  // steps after a fault are lost work
-    metrics_.OnStep(StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall, *tokens));
+    const StepSample sample = StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall,
+                                                 *tokens);
+    metrics_.OnStep(sample);
     if (*rank != 0) return;
+    tb_.OnStep(sample);
+    if (auto v = metric_faults_.OnLoss(*step, sample.loss)) OnMetricVerdict(*v);
+    if (stage_ != Stage::kRunning) return;  // the verdict started a recovery
     ledger_.OnStep(std::min(*t, now), *step, *st, *stall, *tokens);
     if (cadence_) cadence_->OnStep(*st, *stall);
     last_step_ = *step;
@@ -453,7 +458,10 @@ void ControllerImpl::FireChaos(size_t i) {
   auto it = nodes_.find(slots_[slot]);
   Event("ChaosInjected", what + " on rank " + std::to_string(f.rank));
   if (it != nodes_.end() && it->second->connected()) {
-    (void)it->second->conn->Send(Json{{"type", "chaos"}, {"action", what}, {"rank", f.rank}});
+    Json msg = {{"type", "chaos"}, {"action", what}, {"rank", f.rank}};
+    if (f.factor > 0) msg["factor"] = f.factor;
+    if (f.delay_seconds > 0) msg["delay_s"] = f.delay_seconds;
+    (void)it->second->conn->Send(msg);
   }
 }
 

@@ -85,16 +85,91 @@ void ControllerImpl::FinishDiagnosis() {
   Act(inc, extra);
 }
 
+void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
+  const double now = clock_->NowWall();
+  const int node = v.rank >= 0 ? v.rank / spec_.procs_per_node : -1;
+  const std::string node_id =
+      node >= 0 && node < static_cast<int>(slots_.size()) ? slots_[node] : std::string();
+  if (v.kind == "loss_spike" && spec_.monitoring.loss_spike_rollback) {
+    Incident inc;
+    inc.kind = FaultKind::kNan;  // rolled back past and skipped like a NaN (PaLM)
+    inc.subtype = "loss_spike";
+    inc.rank = v.rank;
+    inc.node = node;
+    inc.step = v.step;
+    inc.fault_time = inc.detect_time = now;
+    inc.detail = v.evidence;
+    OnFault(inc, Json::object());
+    return;
+  }
+  std::string action = "observe", reason;
+  if (v.kind == "straggler") {
+    reason = "the job continues at the straggler's pace; its node " + node_id +
+             " is named so it can be drained (`bulwark chaos kill_agent --node " +
+             std::to_string(node) +
+             "` moves the job to a standby); Bulwark does not replace a straggler's node by "
+             "itself yet";
+  } else if (v.kind == "data_starvation") {
+    reason = "the input pipeline, not the model, sets the pace: more data-loader workers, "
+             "prefetching or faster storage; a restart would not help";
+  } else {
+    reason = "recorded and alerted; set monitoring.lossSpikeRollback: true to roll back to "
+             "the checkpoint before it and skip the batches";
+  }
+  Json j = {{"kind", v.kind},
+            {"rank", v.rank},
+            {"node", node},
+            {"node_id", node_id},
+            {"step", v.step >= 0 ? v.step : last_step_},
+            {"value", v.value},
+            {"reference", v.reference},
+            {"detail", v.evidence},
+            {"detect_time", now},
+            {"attempt", attempt_},
+            {"observation", true},
+            {"decision", {{"action", action}, {"reason", reason}}}};
+  for (size_t i = 0; i < chaos_.size(); ++i) {  // the chaos injection it found, if any
+    const ChaosFault& f = spec_.chaos[i];
+    const bool match = (f.kind == ChaosKind::kSlowRank && v.kind == "straggler") ||
+                       (f.kind == ChaosKind::kSlowData && v.kind == "data_starvation") ||
+                       (f.kind == ChaosKind::kLossSpike && v.kind == "loss_spike");
+    if (match && chaos_[i].fired && chaos_[i].incident.empty() &&
+        (f.rank == v.rank || v.kind == "loss_spike")) {
+      chaos_[i].incident = v.kind;
+      chaos_[i].detected_at = now;
+      j["chaos"] = ChaosKindName(f.kind);
+      j["since_injection_s"] = now - chaos_[i].fired_at;
+    }
+  }
+  observations_.push_back(j);
+  (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+  metrics_.OnIncident(v.kind);
+  const char* reason_name = v.kind == "straggler"         ? "StragglerDetected"
+                            : v.kind == "data_starvation" ? "DataStarvation"
+                                                          : "LossSpike";
+  Event(reason_name, v.evidence + (node_id.empty() ? "" : " (node " + node_id + ")") + "; " +
+                         action + ": " + reason);
+  tb_.OnIncident(j["step"].get<long>(), now,
+                 "**" + v.kind + "** rank " + std::to_string(v.rank) + ": " + v.evidence +
+                     "\n\n*" + action + "*: " + reason);
+}
+
 void ControllerImpl::Act(const Incident& inc, Json extra) {
   if (stage_ == Stage::kRunning && RollBackFailedUpdate(inc, extra)) return;
   double now = clock_->NowWall();
   Json j = IncidentToJson(inc);
   j["attempt"] = attempt_;
+  if (inc.node >= 0 && inc.node < static_cast<int>(slots_.size())) j["node_id"] = slots_[inc.node];
   for (const char* k : {"stacks", "log_tail"}) {
     if (extra.is_object() && extra.contains(k)) j[k] = extra[k];
   }
   // Attribute the fault to a chaos injection into this attempt, if any.
   for (size_t i = 0; i < chaos_.size(); ++i) {
+    const ChaosKind ck = spec_.chaos[i].kind;
+    if (ck == ChaosKind::kSlowRank || ck == ChaosKind::kSlowData ||
+        (ck == ChaosKind::kLossSpike && inc.subtype != "loss_spike")) {
+      continue;  // found from the metrics (OnMetricVerdict), not as this fault
+    }
     if (chaos_[i].fired && chaos_[i].attempt == attempt_ && chaos_[i].incident.empty()) {
       chaos_[i].incident = FaultKindName(inc.kind);
       chaos_[i].detected_at = inc.detect_time;
@@ -161,6 +236,9 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
   Event("FaultDetected", what + ": " + inc.detail);
   Event("Decision", std::string(ActionName(d.action)) + ": " + d.reason +
                         (d.action == Action::kGiveUp ? "" : "; " + regroup_.reason));
+  tb_.OnIncident(inc.step, now,
+                 "**" + what + "**: " + inc.detail + "\n\n*" + ActionName(d.action) + "*: " +
+                     d.reason + (d.action == Action::kGiveUp ? "" : "; " + regroup_.reason));
   decision_ = d;
   if (d.action == Action::kGiveUp) {
     finish_after_stop_ = true;
@@ -169,6 +247,7 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
   } else {
     rec_.restarts++;
     metrics_.OnRestart();
+    metric_faults_.OnRestart();
     rec_.phase = JobPhase::kRestarting;
     if (d.action == Action::kReplaceNode && d.replace_node >= 0 && d.replace_node < spec_.nodes) {
       auto it = nodes_.find(slots_[d.replace_node]);

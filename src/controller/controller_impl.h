@@ -25,6 +25,8 @@
 #include "controller/ckpt_catalog.h"
 #include "controller/controller.h"
 #include "controller/job_metrics.h"
+#include "policy/metric_faults.h"
+#include "controller/tensorboard_sink.h"
 #include "policy/regroup.h"
 
 namespace bulwark {
@@ -129,6 +131,9 @@ class ControllerImpl {
   void PublishStatus(bool force = false);
   // Feeds the JobMetrics the nodes held, the cadence and the time (≤ 2/s unless forced).
   void TickMetrics(bool force);
+  // A fault found from the metrics (controller_faults.cc): recorded, counted, alerted;
+  // a loss spike with monitoring.lossSpikeRollback goes to the policy as a NaN would.
+  void OnMetricVerdict(const MetricVerdict& v);
   // opts_.metrics_sd_file: rewritten when the set of targets changes.
   void WriteMetricsTargets();
   std::string metrics_targets_written_;
@@ -255,6 +260,9 @@ class ControllerImpl {
   RecoveryPolicy policy_;
   EttrLedger ledger_;
   JobMetrics metrics_;
+  TensorBoardSink tb_;
+  MetricFaultDetector metric_faults_;
+  std::vector<Json> observations_;  // faults found from metrics that restarted nothing
   double metrics_tick_at_ = -1;  // mono time of the last JobMetrics::Tick
   JobRecord rec_;
 

@@ -42,7 +42,9 @@ std::map<int, double> StragglerScores(const std::map<int, std::vector<double>>& 
   std::map<int, double> out;
   if (fastest <= 0) return out;
   for (const auto& [rank, m] : med) {
-    if (m > 0) out[rank] = fastest / m;
+    // Within kStragglerNoiseS of the fastest counts as as fast (sub-millisecond busy times of a
+    // waiting trainer are all noise).
+    if (m > 0) out[rank] = m - fastest < kStragglerNoiseS ? 1.0 : fastest / m;
   }
   return out;
 }
@@ -53,6 +55,7 @@ std::string MetricsIncidentKind(const Incident& inc) {
   }
   if (inc.kind == FaultKind::kFatalLog && inc.subtype == "xid") return "gpu_xid";
   if (inc.kind == FaultKind::kFatalLog && inc.subtype == "ecc_dbe") return "gpu_ecc";
+  if (inc.kind == FaultKind::kNan && inc.subtype == "loss_spike") return "loss_spike";
   return FaultKindName(inc.kind);
 }
 
@@ -174,6 +177,7 @@ void JobMetrics::Tick(double t, const LedgerReport& settled) {
     }
     if (time > 0) {
       tps += tok / time;
+      s_.rank_data_wait[rank] = std::min(1.0, wait / time);
       if (wait / time > worst_wait) {
         worst_wait = wait / time;
         worst_rank = rank;
@@ -206,6 +210,7 @@ void JobMetrics::Tick(double t, const LedgerReport& settled) {
     p.tokens_per_s = s_.tokens_per_s;
     p.mfu = s_.mfu;
     p.ettr = settled.ettr();
+    for (const auto& [c, v] : settled.seconds) p.seconds[TimeCategoryName(c)] = v;
     s_.series.push_back(p);
     if (s_.series.size() > kSeriesMax) {  // keep the whole run at half the resolution
       std::vector<SeriesPoint> half;
@@ -218,9 +223,11 @@ void JobMetrics::Tick(double t, const LedgerReport& settled) {
 JobMetricsSnapshot JobMetrics::Snapshot() const { return s_; }
 
 std::string RenderJobMetrics(const std::string& job, const JobMetricsSnapshot& m,
-                             const LedgerReport& settled, bool running, double ettr_target) {
+                             const LedgerReport& settled, bool running, double ettr_target,
+                             const metrics::Labels& extra) {
   metrics::Exposition e;
-  const metrics::Labels j = {{"job", job}};
+  metrics::Labels j = {{"job", job}};
+  j.insert(j.end(), extra.begin(), extra.end());
   auto with = [&](const char* k, const std::string& v) {
     metrics::Labels l = j;
     l.emplace_back(k, v);

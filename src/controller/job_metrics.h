@@ -41,6 +41,7 @@ struct SeriesPoint {
   double tokens_per_s = 0;
   double mfu = 0;
   double ettr = 0;
+  std::map<std::string, double> seconds;  // the settled ledger by category (timeline)
 };
 
 // What a job's metrics are at one moment.
@@ -52,7 +53,7 @@ struct JobMetricsSnapshot {
   double tokens_total = 0, samples_total = 0;
   double tokens_per_s = 0;
   double flops_per_token = 0;
-  double peak_flops = 0;  // per device: the spec's, else the table's for the GPU names
+  double peak_flops = 0;    // per device: the spec's, else the table's for the GPU names
   std::string peak_source;  // "monitoring.peakFlops", "table: NVIDIA H100 …", "" = unknown
   double mfu = 0;
   int devices = 0;  // world size
@@ -65,8 +66,9 @@ struct JobMetricsSnapshot {
   double ckpt_last_time = 0;
   double ckpt_interval_s = 0;  // expected seconds between disk commits (0 = unknown)
   std::map<std::string, double> phase_seconds;  // rank 0: data_wait, compute, optimizer, checkpoint
-  double data_wait_ratio = 0;                    // the largest rank's, last 20 steps
+  double data_wait_ratio = 0;                   // the largest rank's, last 20 steps
   int data_wait_rank = -1;
+  std::map<int, double> rank_data_wait;  // each rank's data-wait share, last 20 steps
   metrics::Histogram step_hist = StepHistogram();
   bool inferred_steps = false;  // steps come from instrumentation of an unmodified script
   // Per rank: median busy time of its last 20 steps and the straggler score (fastest
@@ -125,9 +127,12 @@ class JobMetrics {
 };
 
 // The kinds bulwark_incidents_total always has (0 until the first).
-inline constexpr const char* kIncidentKinds[] = {
-    "crash",    "hang",      "nan",     "fatal_log",  "node_lost", "collective_error",
-    "straggler", "data_starvation", "loss_spike", "gpu_xid", "gpu_ecc"};
+inline constexpr const char* kIncidentKinds[] = {"crash",      "hang",
+                                                 "nan",        "fatal_log",
+                                                 "node_lost",  "collective_error",
+                                                 "straggler",  "data_starvation",
+                                                 "loss_spike", "gpu_xid",
+                                                 "gpu_ecc"};
 
 // The kind an incident is counted under (a collective error, an XID or ECC error have
 // their own).
@@ -135,11 +140,15 @@ std::string MetricsIncidentKind(const Incident& inc);
 
 // The controller's /metrics text: `snap` and the ledger's settled totals, every series
 // labelled job=`job`.
+// `extra` labels (the operator's namespace) follow `job` on every series.
 std::string RenderJobMetrics(const std::string& job, const JobMetricsSnapshot& snap,
-                             const LedgerReport& settled, bool running, double ettr_target);
+                             const LedgerReport& settled, bool running, double ettr_target,
+                             const metrics::Labels& extra = {});
 
 // Straggler scores (pure): each rank's median busy time against the fastest's,
-// fastest ÷ its own, for ranks with at least `min_steps` samples.
+// fastest ÷ its own, for ranks with at least `min_steps` samples; a rank within
+// kStragglerNoiseS of the fastest scores 1.
+inline constexpr double kStragglerNoiseS = 0.002;
 std::map<int, double> StragglerScores(const std::map<int, std::vector<double>>& busy,
                                       size_t min_steps);
 

@@ -72,9 +72,9 @@ TEST(JobMetricsTest, ReworkAddsNoTokensAndPeakComesFromGpuNames) {
 }
 
 TEST(StragglerScoresTest, FastestOverEachMedian) {
-  const auto s = StragglerScores({{0, {1, 1, 1}}, {1, {2, 2, 9}}, {2, {1.25, 1.25, 1.25}},
-                                  {3, {5}}},  // too few samples
-                                 3);
+  const auto s = StragglerScores(
+      {{0, {1, 1, 1}}, {1, {2, 2, 9}}, {2, {1.25, 1.25, 1.25}}, {3, {5}}},  // too few samples
+      3);
   ASSERT_EQ(s.size(), 3u);
   EXPECT_DOUBLE_EQ(s.at(0), 1);
   EXPECT_DOUBLE_EQ(s.at(1), 0.5);

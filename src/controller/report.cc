@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -118,6 +119,19 @@ std::string FormatReport(const Json& r) {
       o << line << x.value("result", "") << "\n";
     }
   }
+  if (r.contains("observations") && r["observations"].is_array() &&
+      !r["observations"].empty()) {
+    o << "\n  found from the metrics (no restart):\n";
+    for (const auto& x : r["observations"]) {
+      o << "  " << x.value("kind", "?") << " rank " << x.value("rank", -1) << " node "
+        << x.value("node_id", std::string("?")) << " step " << x.value("step", -1L) << ": "
+        << x.value("detail", "") << "\n      "
+        << (x.contains("decision") ? x["decision"].value("action", "") + ": " +
+                                         x["decision"].value("reason", "")
+                                   : std::string())
+        << "\n";
+    }
+  }
   if (r.contains("chaos") && !r["chaos"].empty()) {
     o << "\n  chaos fault   injected_at  detected_as  latency_s\n";
     for (const auto& c : r["chaos"]) {
@@ -131,11 +145,11 @@ std::string FormatReport(const Json& r) {
   return o.str();
 }
 
-// Sends one client request to the controller at addr and returns its reply message;
-// a refusal (ok false) is FailedPrecondition, or InvalidArgument when the reply's
+// Sends one client request to the controller at addr and returns its reply; a refusal
+// (ok false) is FailedPrecondition, or InvalidArgument when the reply's
 // `code` says so.
-Result<std::string> SendClientRequest(const std::string& addr, const Json& request,
-                                      double timeout_s) {
+Result<Json> SendClientRequestReply(const std::string& addr, const Json& request,
+                                    double timeout_s) {
   size_t colon = addr.rfind(':');
   if (colon == std::string::npos) {
     return InvalidArgument("controller address '" + addr + "' must be HOST:PORT");
@@ -156,7 +170,7 @@ Result<std::string> SendClientRequest(const std::string& addr, const Json& reque
       if (m["type"] != "reply") continue;
       auto msg = JStrOr(m, "message", "");
       const std::string text = msg.ok() ? *msg : "";
-      if (m.contains("ok") && m["ok"] == true) return text;
+      if (m.contains("ok") && m["ok"] == true) return m;
       auto code = JStrOr(m, "code", "");
       if (code.ok() && *code == "INVALID_ARGUMENT") return InvalidArgument(text);
       return FailedPrecondition(text);
@@ -164,6 +178,22 @@ Result<std::string> SendClientRequest(const std::string& addr, const Json& reque
     if (c.closed()) return Unavailable("controller closed the connection without a reply");
   }
   return DeadlineExceeded("no reply from the controller at " + addr);
+}
+
+Result<std::string> SendClientRequest(const std::string& addr, const Json& request,
+                                      double timeout_s) {
+  BW_ASSIGN_OR_RETURN(Json reply, SendClientRequestReply(addr, request, timeout_s));
+  auto msg = JStrOr(reply, "message", "");
+  return msg.ok() ? *msg : std::string();
+}
+
+Result<Json> SendStatusRequest(const std::string& addr, double timeout_s) {
+  BW_ASSIGN_OR_RETURN(Json reply,
+                      SendClientRequestReply(addr, Json{{"type", "status_request"}}, timeout_s));
+  if (!reply.contains("report") || !reply["report"].is_object()) {
+    return FailedPrecondition("the controller at " + addr + " sent no report");
+  }
+  return reply["report"];
 }
 
 Result<std::string> SendChaosRequest(const std::string& addr, const std::string& action, int rank,
@@ -204,7 +234,15 @@ Json ControllerImpl::BuildReport() {
   j["tokens"] = r.tokens;
   const JobMetricsSnapshot m = metrics_.Snapshot();
   j["steps_inferred"] = m.inferred_steps;
-  j["metrics"] = {{"tokens_total", m.tokens_total},
+  j["observations"] = observations_;
+  j["total_steps"] = opts_.total_steps;
+  if (last_committed_step_ >= 0) {
+    j["last_checkpoint"] = {{"step", last_committed_step_},
+                            {"tier", last_committed_tier_},
+                            {"time", last_committed_time_}};
+  }
+  j["metrics"] = {{"loss", std::isfinite(m.loss) ? Json(m.loss) : Json(nullptr)},
+                  {"tokens_total", m.tokens_total},
                   {"samples_total", m.samples_total},
                   {"tokens_per_s", m.tokens_per_s},
                   {"mfu", m.mfu},

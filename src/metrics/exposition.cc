@@ -46,8 +46,8 @@ Histogram Histogram::Exponential(double start, double factor, int count) {
 
 void Histogram::Observe(double v) {
   if (!std::isfinite(v)) return;
-  const size_t i = static_cast<size_t>(
-      std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  const size_t i =
+      static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
   ++counts_[i];
   sum_ += v;
   ++count_;
@@ -94,8 +94,7 @@ void Exposition::Counter(std::string_view name, std::string_view help, const Lab
   Sample(name, labels, value);
 }
 
-void Exposition::HistogramSamples(std::string_view name, const Labels& labels,
-                                  const Histogram& h) {
+void Exposition::HistogramSamples(std::string_view name, const Labels& labels, const Histogram& h) {
   const std::string base(name);
   unsigned long long cumulative = 0;
   for (size_t i = 0; i <= h.bounds().size(); ++i) {

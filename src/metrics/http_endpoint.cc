@@ -27,12 +27,18 @@ void WriteAll(int fd, const std::string& s, double deadline) {
 
 const char* ReasonPhrase(int code) {
   switch (code) {
-    case 200: return "OK";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 304:
+      return "Not Modified";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
@@ -147,8 +153,8 @@ void HttpEndpoint::Serve(Fd conn) {
   } else if (path == "/metrics") {
     out = Response(200, "OK", "text/plain; version=0.0.4",
                    handlers_.metrics ? handlers_.metrics() : "");
-  } else if (auto r = handlers_.route ? handlers_.route(path, query)
-                                        : std::optional<HttpResponse>()) {
+  } else if (auto r =
+                 handlers_.route ? handlers_.route(path, query) : std::optional<HttpResponse>()) {
     out = Response(r->code, ReasonPhrase(r->code), r->content_type, r->body);
   } else {
     out = Response(404, "Not Found", "text/plain", "try /healthz, /readyz or /metrics\n");

@@ -61,8 +61,7 @@ TEST(HttpEndpointTest, HealthReadinessMetricsAndErrors) {
 
 TEST(HttpEndpointTest, OtherPathsGoToTheRoute) {
   HttpEndpointHandlers h;
-  h.route = [](const std::string& path,
-               const std::string& query) -> std::optional<HttpResponse> {
+  h.route = [](const std::string& path, const std::string& query) -> std::optional<HttpResponse> {
     if (path != "/api/x") return std::nullopt;
     return HttpResponse{200, "application/json", "{\"q\":\"" + query + "\"}"};
   };

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "controller/job_metrics.h"
 #include "metrics/exposition.h"
 #include "operator/status.h"
 #include "sched/config.h"
@@ -745,6 +746,13 @@ Observed Operator::Impl::ObserveRunner(const std::string& key, JobState& j) cons
   o.checkpoint_time = s.last_committed_time;
   o.has_ledger = true;
   o.ledger = s.ledger;
+  {
+    const size_t slash = key.find('/');
+    o.metrics_text = RenderJobMetrics(
+        key.substr(slash + 1), s.metrics, s.settled, s.stage != "Done",
+        j.running ? j.running->job.monitoring.ettr_target : 0.9,
+        {{"namespace", key.substr(0, slash)}});
+  }
   o.start_time = j.start_time;
   o.message = s.message;
   if (auto nodes = placement_.Nodes(key)) {
@@ -791,6 +799,7 @@ void Operator::Impl::WriteStatus(const std::string& key, JobState& j, const Obse
   if (o.has_ledger) {
     std::lock_guard<std::mutex> l(mu_);
     stats_.ettr[key] = o.ledger.ettr();
+    stats_.job_metrics[key] = o.metrics_text;
   }
   const std::optional<Json> cached = jobs_->Get(key);
   if (!cached) return;
@@ -970,7 +979,29 @@ std::string FormatMetrics(const OperatorStats& s, bool leading) {
     e.Sample("bulwark_trainjob_ettr_ratio",
              {{"namespace", key.substr(0, slash)}, {"name", key.substr(slash + 1)}}, v);
   }
-  return e.Take();
+  // Each job's own families; a family two jobs share is declared once (the text format
+  // wants one HELP/TYPE per family, its samples together).
+  std::map<std::string, std::string> families;  // name -> HELP/TYPE lines
+  std::map<std::string, std::string> samples;   // name -> sample lines
+  std::vector<std::string> order;
+  for (const auto& [key, text] : s.job_metrics) {
+    std::istringstream in(text);
+    std::string family;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+        family = line.substr(7, line.find(' ', 7) - 7);
+        if (!families.count(family)) order.push_back(family);
+        if (families[family].find(line.substr(0, 6)) == std::string::npos) {
+          families[family] += line + "\n";
+        }
+      } else if (!line.empty()) {
+        samples[family] += line + "\n";
+      }
+    }
+  }
+  std::string out = e.Take();
+  for (const std::string& f : order) out += families[f] + samples[f];
+  return out;
 }
 
 Status LoadSchedulerConfig(const std::string& path, sched::SchedulerConfig* config,

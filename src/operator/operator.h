@@ -66,6 +66,8 @@ struct OperatorStats {
   int running_jobs = 0;
   int pending_jobs = 0;
   std::map<std::string, double> ettr;  // running jobs' ETTR so far, by "namespace/name"
+  // Each job's series (docs/monitoring.md, controller metrics; labels job, namespace).
+  std::map<std::string, std::string> job_metrics;
 };
 
 class Operator {

@@ -30,6 +30,7 @@ struct Observed {
   std::string admission_reason;
   bool has_ledger = false;
   LedgerReport ledger;
+  std::string metrics_text;  // the job's Prometheus series (RenderJobMetrics)
   double start_time = 0;       // first admission (0: not yet)
   double completion_time = 0;  // terminal (0: not yet)
 };

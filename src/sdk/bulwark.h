@@ -159,6 +159,8 @@ class Client {
   static int TierNumber(const std::string& tier);
   // True once per `inject_nan` datagram received on the rank socket.
   bool PollInjectedNan();
+  // Seconds the data iterator should wait more per batch (chaos slow_data; 0 = none).
+  double DataDelay();
 
   // In-process recovery (docs/sdk.md, "Generations"; docs/protocol.md section 2).
   // Declares that this rank runs its training function in generations: on a fault
@@ -200,6 +202,12 @@ class Client {
   double last_mark_ = 0.0;
   double stall_s_ = 0.0;
   double last_cpu_ = -1;        // process CPU time at the previous report (busy)
+  // Chaos injected through the rank socket (docs/protocol.md §2): slow_rank's factor,
+  // slow_data's extra wait per batch, loss_spike's factor for the next report.
+  double slow_factor_ = 0;
+  double data_delay_s_ = 0;
+  double loss_spike_factor_ = 0;
+  double last_spin_s_ = 0;  // slow_rank's spin after the previous report
   double flops_per_token_ = 0;  // SetModelFlops (0 = not declared), re-sent in hello
   bool nan_pending_ = false;
   bool in_process_ = false;       // DeclareInProcess was called

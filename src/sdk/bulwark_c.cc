@@ -255,6 +255,11 @@ int bw_set_model_flops(double flops_per_token) {
   return st.ok() ? BW_OK : Fail(st);
 }
 
+double bw_data_delay(void) {
+  if (Ensure() != BW_OK) return 0;
+  return TheClient().DataDelay();
+}
+
 double bw_peak_flops(const char* gpu_name, const char* dtype) {
   return bulwark::metrics::PeakFlops(gpu_name ? gpu_name : "", dtype ? dtype : "");
 }

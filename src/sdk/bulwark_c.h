@@ -56,6 +56,8 @@ typedef struct bw_step_metrics {
   double busy_s; /* the rank's own work in the step; NaN = its CPU time */
 } bw_step_metrics;
 int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_metrics* m);
+/* Seconds bulwark.metrics.timed waits more per batch (chaos slow_data); 0 = none. */
+double bw_data_delay(void);
 /* The model's training FLOPs per token, for MFU (> 0). */
 int bw_set_model_flops(double flops_per_token);
 /* Dense peak FLOPS of one device named `gpu_name` (as NVML names it) for `dtype`

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -192,6 +193,11 @@ void Client::SendLocked(const std::string& payload) {
 Status Client::ReportStep(long step, double loss, long long tokens, const StepMetrics& m) {
   std::lock_guard<std::mutex> l(mu_);
   if (!initialized_) return FailedPrecondition("report_step called before init()");
+  DrainLocked();  // chaos that changes this report (loss_spike) or the next steps
+  if (loss_spike_factor_ > 1) {
+    loss *= loss_spike_factor_;
+    loss_spike_factor_ = 0;
+  }
   const double now = clock_->NowMono();
   Json msg = {{"type", "step"},
               {"rank", cfg_.rank},
@@ -212,10 +218,30 @@ Status Client::ReportStep(long step, double loss, long long tokens, const StepMe
   if (std::isfinite(busy) && busy >= 0) msg["busy"] = busy;
   last_cpu_ = cpu;
   if (m.inferred) msg["inferred"] = true;
+  const double step_time = now - last_mark_;
   last_mark_ = now;
   stall_s_ = 0.0;
   SendLocked(msg.dump());
+  if (slow_factor_ > 1) {
+    // Chaos slow_rank: the rank's next step takes factor × as long, spent on the CPU (a
+    // slower device), not asleep. Real time, not the injected clock; ≤ 2 s a step.
+    // The step's own time excludes the previous step's spin, so the slowdown stays
+    // `factor`, not compounding.
+    const double own = std::max(0.0, step_time - last_spin_s_);
+    last_spin_s_ = std::min(2.0, (slow_factor_ - 1) * own);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto until = t0 + std::chrono::duration<double>(last_spin_s_);
+    volatile unsigned long spin = 0;
+    while (std::chrono::steady_clock::now() < until) spin = spin + 1;
+  }
   return Status::Ok();
+}
+
+double Client::DataDelay() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!initialized_) return 0;
+  DrainLocked();
+  return data_delay_s_;
 }
 
 Status Client::SetModelFlops(double flops_per_token) {
@@ -530,8 +556,18 @@ void Client::DrainLocked() {
     Json j = Json::parse(d, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) continue;
     const std::string type = j["type"].get<std::string>();
+    const double factor =
+        j.contains("factor") && j["factor"].is_number() ? j["factor"].get<double>() : 0;
     if (type == "inject_nan") {
       nan_pending_ = true;
+    } else if (type == "inject_slow_rank") {
+      slow_factor_ = std::clamp(factor, 1.0, 100.0);
+    } else if (type == "inject_slow_data") {
+      const double d =
+          j.contains("delay_s") && j["delay_s"].is_number() ? j["delay_s"].get<double>() : 0;
+      data_delay_s_ = std::clamp(d, 0.0, 60.0);
+    } else if (type == "inject_loss_spike") {
+      loss_spike_factor_ = std::clamp(factor, 1.0, 1e6);
     } else if (type == "abort") {
       // An abort of an earlier generation (delivered late) does not end this one.
       const long attempt = j.contains("attempt") && j["attempt"].is_number_integer()

@@ -356,6 +356,8 @@ class Parser {
     ReadNumberField(f, "stragglerThreshold", &m.straggler_threshold);
     ReadNumberField(f, "dataWaitThreshold", &m.data_wait_threshold);
     ReadNumberField(f, "lossSpikeFactor", &m.loss_spike_factor);
+    if (auto it = f.find("totalSteps"); it != f.end()) r_.ReadInt(it->second, &m.total_steps);
+    ReadBoolField(f, "lossSpikeRollback", &m.loss_spike_rollback);
   }
 
   void ParseChaos(const Entry& e) {
@@ -415,6 +417,26 @@ class Parser {
     }
     if (at_s != f.end()) r_.ReadNumber(at_s->second, &fault.at_seconds);
     if (at_step != f.end()) r_.ReadInt(at_step->second, &fault.at_step);
+    ReadNumberField(f, "factor", &fault.factor);
+    ReadNumberField(f, "delaySeconds", &fault.delay_seconds);
+    if (kind_ok) {
+      const bool wants_factor =
+          fault.kind == ChaosKind::kSlowRank || fault.kind == ChaosKind::kLossSpike;
+      const bool wants_delay = fault.kind == ChaosKind::kSlowData;
+      for (const auto& [key, wanted] : {std::pair<const char*, bool>{"factor", wants_factor},
+                                        {"delaySeconds", wants_delay}}) {
+        auto it = f.find(key);
+        if (it != f.end() && !wanted) {
+          r_.Error(it->second.line, it->second.path,
+                   std::string("does not apply to kind ") + ChaosKindName(fault.kind),
+                   SpecReader::Describe(it->second.value),
+                   "factor goes with slow_rank and loss_spike, delaySeconds with slow_data");
+        }
+      }
+      if (fault.factor == 0 && fault.kind == ChaosKind::kSlowRank) fault.factor = 3;
+      if (fault.factor == 0 && fault.kind == ChaosKind::kLossSpike) fault.factor = 20;
+      if (fault.delay_seconds == 0 && wants_delay) fault.delay_seconds = 0.2;
+    }
 
     if (kind_ok) {
       const bool by_node = fault.kind == ChaosKind::kKillAgent;
@@ -546,6 +568,12 @@ const char* ChaosKindName(ChaosKind k) {
       return "nan_loss";
     case ChaosKind::kKillAgent:
       return "kill_agent";
+    case ChaosKind::kSlowRank:
+      return "slow_rank";
+    case ChaosKind::kSlowData:
+      return "slow_data";
+    case ChaosKind::kLossSpike:
+      return "loss_spike";
   }
   return "unknown";
 }

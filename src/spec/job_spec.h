@@ -21,8 +21,12 @@ enum class ChaosKind {
   kHangRank,   // SIGSTOP one rank (hang)
   kNanLoss,    // the rank's next reported loss becomes NaN (SDK-cooperative)
   kKillAgent,  // SIGKILL a node's agent (node loss)
+  kSlowRank,   // the rank works `factor` times as long per step from then on (a straggler)
+  kSlowData,   // the rank's data loader waits `delaySeconds` more per batch (starvation)
+  kLossSpike,  // the rank's next reported loss is `factor` times as large (a loss spike)
 };
-const char* ChaosKindName(ChaosKind k);  // "kill_rank", "hang_rank", "nan_loss", "kill_agent"
+// "kill_rank", "hang_rank", "nan_loss", "kill_agent", "slow_rank", "slow_data", "loss_spike"
+const char* ChaosKindName(ChaosKind k);
 
 // One fault to inject. Exactly one of at_seconds / at_step is set (>= 0).
 struct ChaosFault {
@@ -31,6 +35,8 @@ struct ChaosFault {
   long at_step = -1;       // when global rank 0 first reports this step
   int rank = 0;            // global rank (kill_rank, hang_rank, nan_loss)
   int node = 0;            // node index (kill_agent)
+  double factor = 0;        // slow_rank (default 3), loss_spike (default 20)
+  double delay_seconds = 0;  // slow_data (default 0.2)
   bool operator==(const ChaosFault&) const = default;
 };
 
@@ -105,6 +111,8 @@ struct MonitoringSpec {
   double straggler_threshold = 0.75;  // a rank slower than this × the fastest's speed
   double data_wait_threshold = 0.3;   // data wait above this share of step time
   double loss_spike_factor = 10;      // loss ≥ factor × the running reference
+  bool loss_spike_rollback = false;   // a loss spike rolls back and skips (else observed)
+  long total_steps = 0;  // the run's last step, for progress and ETA (0 = from args, if any)
   bool operator==(const MonitoringSpec&) const = default;
 };
 

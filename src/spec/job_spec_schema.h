@@ -267,6 +267,16 @@ inline constexpr FieldDef kMonitoringFields[] = {
      .min = 0,
      .max = 1,
      .min_exclusive = true},
+    {.key = "totalSteps",
+     .hint = "set monitoring.totalSteps to the run's last step (progress and ETA), >= 1; "
+             "without it a --steps/--max-steps/--total-steps argument is used",
+     .type = FieldType::kInt,
+     .min = 1},
+    {.key = "lossSpikeRollback",
+     .hint = "set monitoring.lossSpikeRollback to true (a loss spike rolls the job back to the "
+             "checkpoint before it and skips the batches, as PaLM did) or false (it is recorded "
+             "and alerted only)",
+     .type = FieldType::kBool},
     {.key = "lossSpikeFactor",
      .hint = "set monitoring.lossSpikeFactor to how many times the running loss a spike is, "
              "> 1, e.g. 10",
@@ -284,13 +294,14 @@ inline constexpr CelRule kChaosRules[] = {
      "chaos: set exactly one trigger, atSeconds or atStep"},
     {"self.kind == 'kill_agent' ? (has(self.node) && !has(self.rank)) : "
      "(has(self.rank) && !has(self.node))",
-     "chaos: kill_agent needs node (and no rank); kill_rank, hang_rank and nan_loss need rank "
+     "chaos: kill_agent needs node (and no rank); the rank kinds need rank "
      "(and no node)"},
 };
 
 inline constexpr FieldDef kChaosFields[] = {
     {.key = "kind",
-     .hint = "set kind to one of: kill_rank, hang_rank, nan_loss, kill_agent",
+     .hint = "set kind to one of: kill_rank, hang_rank, nan_loss, kill_agent, slow_rank, "
+             "slow_data, loss_spike",
      .type = FieldType::kString,
      .required = true,
      .values = kChaosKindNames},
@@ -313,6 +324,19 @@ inline constexpr FieldDef kChaosFields[] = {
      .type = FieldType::kInt,
      .min = 0,
      .max = kMaxNodes - 1},
+    {.key = "factor",
+     .hint = "set factor (slow_rank: how many times as long the rank's steps take, default 3; "
+             "loss_spike: how many times the loss, default 20) to a number > 1",
+     .type = FieldType::kNumber,
+     .min = 1,
+     .max = 1e6,
+     .min_exclusive = true},
+    {.key = "delaySeconds",
+     .hint = "set delaySeconds (slow_data: the extra wait per batch, default 0.2) to a number > 0",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = 3600,
+     .min_exclusive = true},
 };
 
 inline constexpr CelRule kCommandRules[] = {
@@ -381,7 +405,9 @@ inline constexpr FieldDef kJobFields[] = {
      .children = kElasticFields},
     {.key = "monitoring",
      .hint = "set monitoring to a mapping with any of: peakFlops, dtype, pricePerGpuHour, "
-             "ettrTarget, stragglerThreshold, dataWaitThreshold, lossSpikeFactor",
+             "ettrTarget, stragglerThreshold, dataWaitThreshold, lossSpikeFactor, "
+             "lossSpikeRollback, "
+             "totalSteps",
      .type = FieldType::kObject,
      .children = kMonitoringFields},
     {.key = "chaos",
@@ -411,8 +437,10 @@ inline std::span<const FieldDef> TopFields() {
   return fields;
 }
 
-inline constexpr ChaosKind kAllKinds[] = {ChaosKind::kKillRank, ChaosKind::kHangRank,
-                                          ChaosKind::kNanLoss, ChaosKind::kKillAgent};
+inline constexpr ChaosKind kAllKinds[] = {ChaosKind::kKillRank,  ChaosKind::kHangRank,
+                                          ChaosKind::kNanLoss,   ChaosKind::kKillAgent,
+                                          ChaosKind::kSlowRank,  ChaosKind::kSlowData,
+                                          ChaosKind::kLossSpike};
 
 // Set by the agent for every rank (docs/protocol.md section 3); a spec may not
 // override them.

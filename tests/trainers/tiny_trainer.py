@@ -14,13 +14,14 @@ under bulwark.run (no process group: backend=None), so a fault elsewhere makes t
 process re-enter the loop in the next generation instead of being restarted.
 """
 import argparse
+import itertools
 import math
 import os
 import sys
 import time
 
 import bulwark
-from bulwark import checkpoint
+from bulwark import checkpoint, metrics
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=100)
@@ -54,7 +55,9 @@ def train():
           f"master {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
           f"restart {os.environ.get('TORCHELASTIC_RESTART_COUNT')} "
           f"attempt {os.environ.get('BULWARK_ATTEMPT')} pid {os.getpid()}", flush=True)
+    batches = metrics.timed(itertools.repeat(None))  # data wait (and chaos slow_data)
     for step in bulwark.steps(start, args.steps + 1):
+        next(batches)
         time.sleep(step_time)
         if step_log:
             code = os.environ.get("TINY_CODE")
