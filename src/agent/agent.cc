@@ -285,6 +285,7 @@ int Agent::RunOnce() {
     return kAgentExitControllerLost;
   }
   for (const auto& d : UnixDgramRecvAll(dgram_.get())) HandleDatagram(d);
+  FlushPendingSteps();
   for (Rank& r : ranks_) PumpOutput(r, false);
   PumpWarm();
   PumpStore();
@@ -726,10 +727,62 @@ void Agent::HandleDatagram(const std::string& payload) {
   out["rank"] = *rank;
   out["step"] = *step;
   out["t"] = *t;
-  Send(out);
   if (type == "step") {
     step_hist_.Observe(out["step_time"].get<double>());
+    ForwardStep(*r, std::move(out));
+  } else {
+    Send(out);
+  }
+  if (type == "step") {
     if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) SendIncident(*f, nullptr);
+  }
+}
+
+namespace {
+
+// Adds step report `b` into `a` (a flood coalesced): the durations and counts add up,
+// the newest step, loss and time win, so the controller's ledger still covers every
+// second (docs/protocol.md §2).
+void MergeStep(Json& a, const Json& b) {
+  for (const char* k : {"step_time", "ckpt_stall", "tokens", "samples", "data_wait", "compute",
+                        "optimizer", "busy"}) {
+    if (b.contains(k)) a[k] = (a.contains(k) ? a[k].get<double>() : 0.0) + b[k].get<double>();
+  }
+  for (const char* k : {"step", "loss", "t", "lr", "grad_norm", "attempt", "inferred"}) {
+    if (b.contains(k)) a[k] = b[k];
+  }
+  a["coalesced"] = a.value("coalesced", 1) + 1;
+}
+
+}  // namespace
+
+void Agent::ForwardStep(Rank& r, Json out) {
+  // At most kMaxStepForwardHz reports per rank reach the controller; faster ones are
+  // merged into the next (a trainer reporting sub-millisecond steps, or a flood).
+  constexpr double kMinGapS = 1.0 / kMaxStepForwardHz;
+  const double now = clock_->NowMono();
+  if (!r.step_pending.is_null()) {
+    MergeStep(r.step_pending, out);
+    out = std::move(r.step_pending);
+    r.step_pending = Json();
+  }
+  if (r.step_forwarded_at >= 0 && now - r.step_forwarded_at < kMinGapS) {
+    ++reports_dropped_["flood"];
+    r.step_pending = std::move(out);
+    return;
+  }
+  r.step_forwarded_at = now;
+  Send(out);
+}
+
+void Agent::FlushPendingSteps() {
+  for (Rank& r : ranks_) {
+    if (r.step_pending.is_null()) continue;
+    const double since = clock_->NowMono() - r.step_forwarded_at;
+    if (r.step_forwarded_at >= 0 && since < 1.0 / kMaxStepForwardHz) continue;
+    r.step_forwarded_at = clock_->NowMono();
+    Send(r.step_pending);
+    r.step_pending = Json();
   }
 }
 

@@ -84,6 +84,10 @@ inline constexpr int kAgentExitControllerLost = 3;  // controller connection clo
 
 class Agent {
  public:
+  // Step reports of a rank reach the controller at most this often; faster ones are
+  // merged into the next (ForwardStep).
+  static constexpr double kMaxStepForwardHz = 200;
+
   Agent(AgentOptions opts, const Clock* clock);
   ~Agent();
   Agent(const Agent&) = delete;
@@ -114,6 +118,9 @@ class Agent {
     std::string stack_file;
     bool in_process = false;  // its SDK runs the training function in generations
     bool parked = false;      // left its generation alive; waits for the next one
+    // Step reports faster than kMaxStepForwardHz are merged here (ForwardStep).
+    Json step_pending;
+    double step_forwarded_at = -1;  // mono time of the last step forwarded
     bool retired = false;     // killed: the new attempt has no place for it
     std::string how;          // this attempt: "spawned", "warm" (from the pool) or "kept"
     double launched_mono = 0;  // when it joined the current attempt
@@ -158,6 +165,11 @@ class Agent {
   // Captures every live rank's stack; fills `stopped` with ranks in state 'T'.
   Json CaptureAllStacks(std::vector<int>* stopped);
   void HandleDatagram(const std::string& payload);
+  // Forwards a rank's step report to the controller, merging reports that come faster
+  // than kMaxStepForwardHz into the next (counted as dropped, reason "flood");
+  // FlushPendingSteps sends a merged one once the gap has passed (every loop turn).
+  void ForwardStep(Rank& r, Json out);
+  void FlushPendingSteps();
   // Forwards a rank's declared model FLOPs per token (`model`, or a hello carrying it).
   void ForwardModel(const Json& m, const Rank& r);
   // Warn, at most once a minute per kind of message (bad values a trainer repeats).

@@ -229,6 +229,30 @@ TEST_F(AgentGenerationsTest, ACrashReplacesOnlyTheCrashedRankTheSurvivorJoinsThe
   EXPECT_EQ(procs_.Spawned().size(), 4u);  // only the crashed rank got a new process
 }
 
+// A trainer that reports faster than the agent forwards (a flood, or sub-millisecond
+// steps): the reports in between are merged, so the controller gets at most 200 a
+// second per rank and still every second of step time, every token and the newest step.
+TEST_F(AgentGenerationsTest, AFloodOfStepReportsIsMergedNotLost) {
+  StartTwoRanks();
+  const double t0 = clock_.NowMono();
+  for (int s = 1; s <= 50; ++s) {  // in batches the socket queue holds, read at once
+    FromRank({{"type", "step"}, {"rank", 0}, {"step", s}, {"loss", 1.0 / s}, {"tokens", 10},
+              {"step_time", 0.001}, {"t", 1.0}});
+    if (s % 5 == 0) {
+      EXPECT_EQ(agent_->RunOnce(), -1);
+    }
+  }
+  ASSERT_LT(clock_.NowMono() - t0, 1.0 / Agent::kMaxStepForwardHz);
+  Json first = Expect("step");
+  EXPECT_EQ(first["step"], 1);  // the first goes out at once
+  Json merged = Expect("step");  // the other 49, once the gap has passed
+  EXPECT_EQ(merged["step"], 50);
+  EXPECT_EQ(merged["coalesced"], 49);
+  EXPECT_DOUBLE_EQ(merged["tokens"].get<double>(), 490);
+  EXPECT_NEAR(merged["step_time"].get<double>(), 0.049, 1e-9);
+  EXPECT_DOUBLE_EQ(merged["loss"].get<double>(), 1.0 / 50);
+}
+
 TEST_F(AgentGenerationsTest, AResizedWorldRenumbersTheKeptRanks) {
   // This node was slot 1 of 2 (ranks 2, 3); the job shrank to it alone: its parked
   // processes (matched by local rank) become ranks 0 and 1 of a world of 2.
