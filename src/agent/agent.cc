@@ -286,6 +286,7 @@ int Agent::RunOnce() {
   }
   for (const auto& d : UnixDgramRecvAll(dgram_.get())) HandleDatagram(d);
   FlushPendingSteps();
+  PollGpus();  // every kGpuPollS (agent_metrics.cc)
   for (Rank& r : ranks_) PumpOutput(r, false);
   PumpWarm();
   PumpStore();

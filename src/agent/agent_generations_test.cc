@@ -40,6 +40,7 @@ class AgentGenerationsTest : public ::testing::Test {
     o.heartbeat_interval_s = 1000;  // no heartbeats in the way
     o.procs = &procs_;
     o.stacks.gdb_path = "";
+    o.nvml_library = nvml_library_;
     agent_ = std::make_unique<Agent>(o, &clock_);
     ASSERT_TRUE(agent_->Start().ok());
     for (int i = 0; i < 100 && !ctl_; ++i) {
@@ -165,6 +166,7 @@ class AgentGenerationsTest : public ::testing::Test {
     }
   }
 
+  std::string nvml_library_;  // "" = no GPU look-up
   std::string dir_;
   FakeClock clock_{100};
   FakeProcesses procs_;
@@ -251,6 +253,49 @@ TEST_F(AgentGenerationsTest, AFloodOfStepReportsIsMergedNotLost) {
   EXPECT_DOUBLE_EQ(merged["tokens"].get<double>(), 490);
   EXPECT_NEAR(merged["step_time"].get<double>(), 0.049, 1e-9);
   EXPECT_DOUBLE_EQ(merged["loss"].get<double>(), 1.0 / 50);
+}
+
+// GPU health through NVML, here the scripted fake libnvidia-ml (src/gpu/testing): an XID
+// event on a device is an incident of the node, and the agent's /metrics shows the
+// device under DCGM's names with the job and node.
+class AgentGpuTest : public AgentGenerationsTest {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/bw_agent_gpu.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    gpu_dir_ = tmpl;
+    state_ = gpu_dir_ + "/nvml.json";
+    WriteState({{"devices",
+                 {{{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", "GPU-aaaa"}, {"util", 97},
+                   {"mem_used", 1 << 30}, {"mem_total", 80LL << 30}, {"temp", 61},
+                   {"power_mw", 650000}, {"sm_clock", 1980}, {"throttle", 0}, {"ecc_sbe", 0},
+                   {"ecc_dbe", 0}}}}});
+    ::setenv("BULWARK_FAKE_NVML_STATE", state_.c_str(), 1);
+    nvml_library_ = BW_FAKE_NVML;
+    AgentGenerationsTest::SetUp();
+  }
+  void TearDown() override {
+    AgentGenerationsTest::TearDown();
+    ::unsetenv("BULWARK_FAKE_NVML_STATE");
+    fs::remove_all(gpu_dir_);
+  }
+  void WriteState(const Json& j) { std::ofstream(state_) << j.dump(); }
+  std::string gpu_dir_, state_;
+};
+
+TEST_F(AgentGpuTest, AnXidEventIsAnIncidentOfTheNode) {
+  StartTwoRanks();
+  Json state = Json::parse(std::ifstream(state_));
+  state["pending_events"] = {{{"device", 0}, {"type", "xid"}, {"data", 79}}};
+  WriteState(state);
+  Json inc = Expect("incident", 400);  // the next poll (every 5 s of the fake clock)
+  EXPECT_EQ(inc["kind"], "fatal_log");
+  EXPECT_EQ(inc["subtype"], "xid");
+  EXPECT_EQ(inc["rank"], -1);
+  EXPECT_NE(inc["detail"].get<std::string>().find("XID 79 on GPU 0 (GPU-aaaa) of node-0"),
+            std::string::npos)
+      << inc.dump();
+  EXPECT_EQ(Json::parse(std::ifstream(state_))["pending_events"].size(), 0u);  // delivered
 }
 
 TEST_F(AgentGenerationsTest, AResizedWorldRenumbersTheKeptRanks) {
