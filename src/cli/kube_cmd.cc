@@ -9,6 +9,7 @@
 
 #include "k8s/client.h"
 #include "metrics/http_endpoint.h"
+#include "operator/dashboard.h"
 #include "operator/operator.h"
 #include "trainjob/trainjob.h"
 
@@ -94,9 +95,18 @@ int OperatorRun(const OperatorFlags& f, std::ostream& out, std::ostream& err) {
   op::Operator oper(client.get(), o);
   std::unique_ptr<metrics::HttpEndpoint> http;
   if (!f.metrics_addr.empty()) {
-    auto h = metrics::HttpEndpoint::Start(
-        f.metrics_addr, {[] { return true; }, [&oper] { return oper.leading(); },
-                         [&oper] { return op::FormatMetrics(oper.Stats(), oper.leading()); }});
+    metrics::HttpEndpointHandlers handlers;
+    handlers.healthy = [] { return true; };
+    handlers.ready = [&oper] { return oper.leading(); };
+    handlers.metrics = [&oper] { return op::FormatMetrics(oper.Stats(), oper.leading()); };
+    // The web dashboard of every TrainJob: /jobs/ (read-only; docs/monitoring.md).
+    handlers.route = [&oper](const std::string& path, const std::string& query) {
+      return op::DashboardRoute(
+          {[&oper] { return oper.JobKeys(); },
+           [&oper](const std::string& key) { return oper.JobStatus(key); }},
+          path, query, SystemClock::Get()->NowWall());
+    };
+    auto h = metrics::HttpEndpoint::Start(f.metrics_addr, handlers);
     if (!h.ok()) {
       err << "bulwark operator: " << h.status().message() << "\n";
       return 2;

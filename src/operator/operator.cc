@@ -76,6 +76,8 @@ class Operator::Impl {
   Impl(k8s::Client* client, OperatorOptions opts, std::atomic<bool>* leading);
   Status Run(const std::atomic<bool>* stop);
   OperatorStats Stats() const;
+  std::optional<ControllerStatus> JobStatus(const std::string& key) const;
+  std::vector<std::string> JobKeys() const;
 
  private:
   struct PodInfo {
@@ -135,7 +137,10 @@ class Operator::Impl {
   // The job's pods as (pod key "ns/name", info), a copy taken under mu_.
   std::vector<std::pair<std::string, PodInfo>> PodsOf(const std::string& job) const;
 
-  mutable std::mutex mu_;  // guards pod_index_, node_views_, stats_
+  mutable std::mutex mu_;  // guards pod_index_, node_views_, stats_, job_status_
+  // Each job's latest controller status, for the dashboard (JobStatus); written by
+  // ObserveRunner, dropped with stats_.ettr when the job no longer runs.
+  mutable std::map<std::string, ControllerStatus> job_status_;
   std::map<std::string, std::map<std::string, PodInfo>> pod_index_;  // job -> pod key -> info
   std::map<std::string, NodeView> node_views_;  // by node name (guarded by mu_)
   OperatorStats stats_;
@@ -298,6 +303,20 @@ void Operator::Impl::Shutdown() {
 OperatorStats Operator::Impl::Stats() const {
   std::lock_guard<std::mutex> l(mu_);
   return stats_;
+}
+
+std::optional<ControllerStatus> Operator::Impl::JobStatus(const std::string& key) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = job_status_.find(key);
+  if (it == job_status_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> Operator::Impl::JobKeys() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> keys;
+  for (const auto& [k, s] : job_status_) keys.push_back(k);
+  return keys;
 }
 
 // ---------------------------------------------------------------------------------
@@ -739,6 +758,10 @@ void Operator::Impl::CancelRunner(const std::string& key, bool requeue) {
 Observed Operator::Impl::ObserveRunner(const std::string& key, JobState& j) const {
   Observed o;
   const ControllerStatus s = j.runner->Snapshot();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    job_status_[key] = s;
+  }
   o.restarts = j.restarts_before + s.restarts;
   o.current_step = s.current_step;
   o.checkpoint_step = s.last_committed_step;
@@ -905,6 +928,13 @@ void Operator::Impl::PollRunners() {
     auto s = state_.find(e->first);
     e = s == state_.end() || !s->second.runner ? stats_.ettr.erase(e) : std::next(e);
   }
+  for (auto e = stats_.job_metrics.begin(); e != stats_.job_metrics.end();) {
+    auto s = state_.find(e->first);
+    e = s == state_.end() || !s->second.runner ? stats_.job_metrics.erase(e) : std::next(e);
+  }
+  for (auto e = job_status_.begin(); e != job_status_.end();) {  // kept while the job exists
+    e = state_.count(e->first) ? std::next(e) : job_status_.erase(e);
+  }
 }
 
 void Operator::Impl::FinishRunner(const std::string& key, JobState& j) {
@@ -955,6 +985,10 @@ Operator::Operator(k8s::Client* client, OperatorOptions opts)
 Operator::~Operator() = default;
 Status Operator::Run(const std::atomic<bool>* stop) { return impl_->Run(stop); }
 OperatorStats Operator::Stats() const { return impl_->Stats(); }
+std::optional<ControllerStatus> Operator::JobStatus(const std::string& key) const {
+  return impl_->JobStatus(key);
+}
+std::vector<std::string> Operator::JobKeys() const { return impl_->JobKeys(); }
 
 std::string FormatMetrics(const OperatorStats& s, bool leading) {
   metrics::Exposition e;

@@ -27,10 +27,12 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "controller/controller.h"
 #include "k8s/client.h"
 #include "k8s/informer.h"
 #include "k8s/leader.h"
@@ -83,6 +85,10 @@ class Operator {
   Status Run(const std::atomic<bool>* stop);
   OperatorStats Stats() const;
   bool leading() const { return leading_.load(); }
+  // A running (or finished, not yet deleted) TrainJob's latest controller status, by
+  // "namespace/name", for the dashboard; the keys known. Thread-safe.
+  std::optional<ControllerStatus> JobStatus(const std::string& key) const;
+  std::vector<std::string> JobKeys() const;
 
  private:
   struct JobState;

@@ -4,6 +4,7 @@
 // the Go module proxy); requeue, invalid specs, suspend and deletion; the local twin;
 // a PyTorchJob imported with `bulwark submit`; RBAC refusals and the audit of what the
 // operator's ServiceAccount used.
+#include "operator/dashboard.h"
 #include "operator/testing/e2e_fixture.h"
 
 namespace bulwark::op::e2e {
@@ -44,6 +45,20 @@ TEST_F(OperatorE2E, NodeLossIsQuarantinedAndTheStandbyTakesOver) {
       },
       60))
       << Describe("gpt");
+  // The job's series on the operator's /metrics and its dashboard (docs/monitoring.md).
+  EXPECT_NE(FormatMetrics(op_->Stats(), true)
+                .find("bulwark_steps_total{job=\"gpt\",namespace=\"" + ns_ + "\"}"),
+            std::string::npos)
+      << FormatMetrics(op_->Stats(), true);
+  const auto status = op_->JobStatus(ns_ + "/gpt");
+  ASSERT_TRUE(status.has_value());
+  EXPECT_GE(status->current_step, 60);
+  auto api = DashboardRoute({[&] { return op_->JobKeys(); },
+                             [&](const std::string& k) { return op_->JobStatus(k); }},
+                            "/jobs/" + ns_ + "/gpt/api/status", "", 0);
+  ASSERT_TRUE(api.has_value());
+  EXPECT_EQ(api->code, 200);
+  EXPECT_NE(api->body.find("\"job\":\"gpt\""), std::string::npos) << api->body;
 
   // The node dies.
   ASSERT_TRUE(kubelet_->SetNodeReady(victim_node, false).ok());
