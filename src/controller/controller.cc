@@ -478,7 +478,8 @@ void ControllerImpl::TickMetrics(bool force) {
   tb_.OnTick(clock_->NowWall(), snap, settled, force);
   if (stage_ == Stage::kRunning) {
     for (const MetricVerdict& v :
-         metric_faults_.Evaluate(clock_->NowWall(), snap.straggler_score, snap.rank_data_wait)) {
+         metric_faults_.Evaluate(clock_->NowWall(), snap.straggler_score, snap.rank_data_wait,
+                                 snap.tokens_per_s)) {
       OnMetricVerdict(v);
     }
   }

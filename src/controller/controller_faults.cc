@@ -109,6 +109,9 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
              std::to_string(node) +
              "` moves the job to a standby); Bulwark does not replace a straggler's node by "
              "itself yet";
+  } else if (v.kind == "throughput_collapse") {
+    reason = "no rank is singled out and nothing crashed: look at the input pipeline, "
+             "storage, the network and co-located work; the job continues";
   } else if (v.kind == "data_starvation") {
     reason = "the input pipeline, not the model, sets the pace: more data-loader workers, "
              "prefetching or faster storage; a restart would not help";
@@ -144,9 +147,10 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
   observations_.push_back(j);
   (void)store_->AddIncident(spec_.name, attempt_, j.dump());
   metrics_.OnIncident(v.kind);
-  const char* reason_name = v.kind == "straggler"         ? "StragglerDetected"
-                            : v.kind == "data_starvation" ? "DataStarvation"
-                                                          : "LossSpike";
+  const char* reason_name = v.kind == "straggler"             ? "StragglerDetected"
+                            : v.kind == "data_starvation"     ? "DataStarvation"
+                            : v.kind == "throughput_collapse" ? "ThroughputCollapse"
+                                                              : "LossSpike";
   Event(reason_name, v.evidence + (node_id.empty() ? "" : " (node " + node_id + ")") + "; " +
                          action + ": " + reason);
   tb_.OnIncident(j["step"].get<long>(), now,

@@ -132,7 +132,7 @@ inline constexpr const char* kIncidentKinds[] = {"crash",      "hang",
                                                  "node_lost",  "collective_error",
                                                  "straggler",  "data_starvation",
                                                  "loss_spike", "gpu_xid",
-                                                 "gpu_ecc"};
+                                                 "gpu_ecc",    "throughput_collapse"};
 
 // The kind an incident is counted under (a collective error, an XID or ECC error have
 // their own).

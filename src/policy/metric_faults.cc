@@ -51,7 +51,7 @@ std::optional<MetricVerdict> MetricFaultDetector::OnLoss(long step, double loss)
 
 std::vector<MetricVerdict> MetricFaultDetector::Evaluate(
     double t, const std::map<int, double>& straggler_score,
-    const std::map<int, double>& data_wait_share) {
+    const std::map<int, double>& data_wait_share, double tokens_per_s) {
   std::vector<MetricVerdict> out;
   if (last_eval_ >= 0 && t - last_eval_ < c_.period_s) return out;
   last_eval_ = t;
@@ -84,12 +84,32 @@ std::vector<MetricVerdict> MetricFaultDetector::Evaluate(
                   100 * c_.data_wait_threshold) +
               ", for " + std::to_string(c_.sustain) + " evaluations in a row");
   }
+  if (tokens_per_s > 0) {
+    bool collapsed = false;
+    double ref = 0;
+    if (throughput_.size() >= c_.collapse_window) {
+      ref = Median(std::vector<double>(throughput_.begin(), throughput_.end()));
+      collapsed = tokens_per_s < c_.collapse_factor * ref;
+    }
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "the job trains %.4g tokens/s, %.0f%% of its recent median %.4g, with no fault "
+                  "to explain it",
+                  tokens_per_s, ref > 0 ? 100 * tokens_per_s / ref : 0.0, ref);
+    judge("throughput_collapse", -1, collapsed, tokens_per_s, ref,
+          std::string(buf) + ", for " + std::to_string(c_.sustain) + " evaluations in a row");
+    if (!collapsed) {  // the reference follows normal throughput, not the collapse
+      throughput_.push_back(tokens_per_s);
+      if (throughput_.size() > c_.collapse_window) throughput_.pop_front();
+    }
+  }
   return out;
 }
 
 void MetricFaultDetector::OnRestart() {
   streak_.clear();
   last_eval_ = -1;
+  throughput_.clear();  // a restart's warm-up is not a collapse
 }
 
 }  // namespace bulwark

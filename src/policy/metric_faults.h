@@ -21,10 +21,12 @@ struct MetricFaultConfig {
   size_t spike_window = 32;           // the reference: median of this many recent losses
   size_t spike_warmup = 10;           // losses seen before spikes are judged
   double quiet_s = 300;               // the same rank's same verdict is not repeated sooner
+  double collapse_factor = 0.5;       // throughput below this × its reference
+  size_t collapse_window = 12;        // the reference: median of this many evaluations
 };
 
 struct MetricVerdict {
-  std::string kind;  // "straggler", "data_starvation", "loss_spike"
+  std::string kind;  // "straggler", "data_starvation", "loss_spike", "throughput_collapse"
   int rank = -1;
   long step = -1;        // loss_spike: the step whose loss spiked
   double value = 0;      // the score, the share of step time, or the loss
@@ -45,8 +47,12 @@ class MetricFaultDetector {
   // share over its recent steps. A rank below straggler_threshold, or above
   // data_wait_threshold, for `sustain` consecutive evaluations (at least period_s
   // apart) is a verdict; the same rank's same kind is then quiet for quiet_s.
+  // `tokens_per_s`: the job's throughput now (≤ 0 = unknown: not judged). Below
+  // collapse_factor × the median of the last collapse_window evaluations' (after that
+  // many) for `sustain` evaluations is a throughput collapse (rank -1).
   std::vector<MetricVerdict> Evaluate(double t, const std::map<int, double>& straggler_score,
-                                      const std::map<int, double>& data_wait_share);
+                                      const std::map<int, double>& data_wait_share,
+                                      double tokens_per_s = 0);
 
   // A new attempt: the counts start over (restarted ranks have no history), the loss
   // reference is kept (the model is the same).
@@ -55,6 +61,7 @@ class MetricFaultDetector {
  private:
   MetricFaultConfig c_;
   std::deque<double> losses_;
+  std::deque<double> throughput_;
   double last_eval_ = -1;
   std::map<std::pair<std::string, int>, int> streak_;
   std::map<std::pair<std::string, int>, double> reported_at_;

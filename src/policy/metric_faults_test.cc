@@ -54,5 +54,21 @@ TEST(MetricFaultsTest, AStreakBrokenByOneGoodEvaluationStartsOver) {
   EXPECT_TRUE(d.Evaluate(26, {}, {{2, 0.6}}).empty());  // counts start over
 }
 
+TEST(MetricFaultsTest, ThroughputCollapseAgainstItsOwnRecentMedian) {
+  MetricFaultDetector d({});
+  double t = 0;
+  for (int i = 0; i < 12; ++i, t += 5) EXPECT_TRUE(d.Evaluate(t, {}, {}, 1000 + i).empty());
+  EXPECT_TRUE(d.Evaluate(t, {}, {}, 600).empty());  // 60 %: not a collapse
+  t += 5;
+  for (int i = 0; i < 2; ++i, t += 5) EXPECT_TRUE(d.Evaluate(t, {}, {}, 300).empty());
+  auto v = d.Evaluate(t, {}, {}, 300);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].kind, "throughput_collapse");
+  EXPECT_EQ(v[0].rank, -1);
+  EXPECT_THAT(v[0].evidence, HasSubstr("300 tokens/s, 30% of its recent median"));
+  d.OnRestart();
+  EXPECT_TRUE(d.Evaluate(t + 5, {}, {}, 10).empty());  // no reference after a restart
+}
+
 }  // namespace
 }  // namespace bulwark
