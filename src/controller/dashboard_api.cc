@@ -58,6 +58,14 @@ Json StatusJson(const ControllerStatus& s, const std::string& job, double ettr_t
   return j;
 }
 
+Json SecondsJson(const std::array<double, kTimeCategoryCount>& seconds) {
+  Json j = Json::object();
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    j[TimeCategoryName(static_cast<TimeCategory>(i))] = seconds[i];
+  }
+  return j;
+}
+
 Json Series(const ControllerStatus& s) {
   Json points = Json::array();
   for (const SeriesPoint& p : s.metrics.series) {
@@ -67,7 +75,7 @@ Json Series(const ControllerStatus& s) {
                       {"tokens_per_s", p.tokens_per_s},
                       {"mfu", p.mfu},
                       {"ettr", p.ettr},
-                      {"seconds", p.seconds}});
+                      {"seconds", SecondsJson(p.seconds)}});
   }
   return {{"points", points}};
 }

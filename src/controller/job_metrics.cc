@@ -210,7 +210,10 @@ void JobMetrics::Tick(double t, const LedgerReport& settled) {
     p.tokens_per_s = s_.tokens_per_s;
     p.mfu = s_.mfu;
     p.ettr = settled.ettr();
-    for (const auto& [c, v] : settled.seconds) p.seconds[TimeCategoryName(c)] = v;
+    for (const auto& [c, v] : settled.seconds) {
+      const size_t i = static_cast<size_t>(c);
+      if (i < p.seconds.size()) p.seconds[i] = v;
+    }
     s_.series.push_back(p);
     if (s_.series.size() > kSeriesMax) {  // keep the whole run at half the resolution
       std::vector<SeriesPoint> half;

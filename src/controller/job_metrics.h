@@ -6,6 +6,7 @@
 // threads (the HTTP port, the status line, the dashboard) read.
 #pragma once
 
+#include <array>
 #include <deque>
 #include <map>
 #include <string>
@@ -41,7 +42,9 @@ struct SeriesPoint {
   double tokens_per_s = 0;
   double mfu = 0;
   double ettr = 0;
-  std::map<std::string, double> seconds;  // the settled ledger by category (timeline)
+  // The settled ledger by category, indexed by TimeCategory (the dashboard's timeline;
+  // an array, not a map: a long job keeps kSeriesMax of these, the operator one per job).
+  std::array<double, kTimeCategoryCount> seconds{};
 };
 
 // What a job's metrics are at one moment.
@@ -110,7 +113,7 @@ class JobMetrics {
     std::deque<StepSample> recent;  // last kWindow steps
   };
   static constexpr size_t kWindow = 20;
-  static constexpr size_t kSeriesMax = 2000;
+  static constexpr size_t kSeriesMax = 1000;
   static constexpr size_t kRankStepsMax = 120;
 
   double PeakFlops() const;

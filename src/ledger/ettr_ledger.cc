@@ -4,6 +4,10 @@
 #include <cmath>
 
 namespace bulwark {
+
+static_assert(static_cast<size_t>(TimeCategory::kIdle) + 1 == kTimeCategoryCount,
+              "kTimeCategoryCount counts TimeCategory's enumerators");
+
 namespace {
 
 constexpr TimeCategory kAllCategories[] = {

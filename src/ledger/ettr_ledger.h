@@ -7,6 +7,7 @@
 // negative time. Thread-compatible.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ enum class TimeCategory {
   kRework,      // repeated steps (<= high water) and the partial step lost at a fault
   kIdle,        // anything else (waiting, after the last step, before the first launch)
 };
+inline constexpr size_t kTimeCategoryCount = 7;  // the enumerators above, 0..6
 const char* TimeCategoryName(TimeCategory c);  // "productive", "checkpoint", ...
 
 struct IncidentRow {
