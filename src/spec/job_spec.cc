@@ -350,7 +350,14 @@ class Parser {
     auto f = r_.Fields(e.value, e.line, e.path, e.hint, kMonitoringFields);
     MonitoringSpec& m = spec_.monitoring;
     ReadNumberField(f, "peakFlops", &m.peak_flops);
-    if (auto it = f.find("dtype"); it != f.end()) r_.ReadString(it->second, &m.dtype);
+    if (auto it = f.find("dtype"); it != f.end() && r_.ReadString(it->second, &m.dtype)) {
+      bool known = false;
+      for (const char* d : kDtypeNames) known = known || m.dtype == d;
+      if (!known) {
+        r_.Error(it->second.line, it->second.path, "unknown dtype", m.dtype, it->second.hint);
+        m.dtype = "bf16";
+      }
+    }
     ReadNumberField(f, "pricePerGpuHour", &m.price_per_gpu_hour);
     ReadNumberField(f, "ettrTarget", &m.ettr_target);
     ReadNumberField(f, "stragglerThreshold", &m.straggler_threshold);

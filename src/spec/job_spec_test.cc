@@ -459,6 +459,35 @@ TEST(JobSpecTest, AllErrorsAreCollected) {
   EXPECT_EQ(Lines(r.status().message()).size(), 3u) << r.status().message();
 }
 
+TEST(JobSpecTest, MonitoringAndTheMetricChaosKinds) {
+  auto ok = ParseJobSpec(std::string(kPrefix) +
+                             "monitoring: {peakFlops: 989e12, dtype: fp8, pricePerGpuHour: 2.5, "
+                             "lossSpikeRollback: true, totalSteps: 100}\n"
+                             "chaos: [{kind: slow_rank, atStep: 3, rank: 0},\n"
+                             "        {kind: slow_data, atStep: 3, rank: 0, delaySeconds: 0.5},\n"
+                             "        {kind: loss_spike, atStep: 9, rank: 0, factor: 50}]\n",
+                         "j.yaml", "/b");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->monitoring.peak_flops, 989e12);
+  EXPECT_EQ(ok->monitoring.dtype, "fp8");
+  EXPECT_TRUE(ok->monitoring.loss_spike_rollback);
+  EXPECT_EQ(ok->monitoring.total_steps, 100);
+  EXPECT_EQ(ok->chaos[0].factor, 3);  // the defaults
+  EXPECT_EQ(ok->chaos[1].delay_seconds, 0.5);
+  EXPECT_EQ(ok->chaos[2].factor, 50);
+  auto bad = ParseJobSpec(std::string(kPrefix) +
+                              "monitoring: {dtype: bf8, ettrTarget: 2}\n"
+                              "chaos: [{kind: kill_rank, atStep: 3, rank: 0, factor: 2}]\n",
+                          "j.yaml", "/b");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("monitoring.dtype: unknown dtype (got bf8); set monitoring.dtype to the "
+                        "training dtype: bf16, fp16, fp8, tf32 or fp32"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("monitoring.ettrTarget: must be <= 1 (got 2)"));
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("chaos[0].factor: does not apply to kind kill_rank (got 2)"));
+}
+
 TEST(JobSpecTest, ChaosKindNames) {
   EXPECT_STREQ(ChaosKindName(ChaosKind::kKillRank), "kill_rank");
   EXPECT_STREQ(ChaosKindName(ChaosKind::kHangRank), "hang_rank");
