@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "common/curl_util.h"
+#include "common/markup.h"
 #include "objstore/sigv4.h"
 
 namespace bulwark::objstore {
@@ -69,33 +70,6 @@ bool ParseU64(std::string_view s, uint64_t* out) {
   }
   *out = v;
   return true;
-}
-
-std::string XmlEscape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
 }
 
 void AppendUtf8(uint32_t cp, std::string* out) {

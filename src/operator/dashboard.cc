@@ -1,35 +1,10 @@
 #include "operator/dashboard.h"
 
+#include "common/markup.h"
 #include "controller/dashboard_api.h"
 #include "ui/assets.h"
 
 namespace bulwark::op {
-namespace {
-
-std::string Html(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 std::optional<metrics::HttpResponse> DashboardRoute(const JobStatusSource& jobs,
                                                     const std::string& path,
@@ -41,11 +16,11 @@ std::optional<metrics::HttpResponse> DashboardRoute(const JobStatusSource& jobs,
         "<body style=\"font-family:sans-serif\"><h1>Bulwark TrainJobs</h1><ul>";
     for (const std::string& key : jobs.keys()) {
       auto s = jobs.status(key);
-      body += "<li><a href=\"/jobs/" + Html(key) + "/\">" + Html(key) + "</a>";
+      body += "<li><a href=\"/jobs/" + XmlEscape(key) + "/\">" + XmlEscape(key) + "</a>";
       if (s) {
         char ettr[32];
         std::snprintf(ettr, sizeof ettr, "%.3f", s->ledger.ettr());
-        body += " &mdash; " + Html(JobPhaseName(s->phase)) + ", step " +
+        body += " &mdash; " + XmlEscape(JobPhaseName(s->phase)) + ", step " +
                 std::to_string(s->current_step) + ", ETTR " + ettr;
       }
       body += "</li>";
