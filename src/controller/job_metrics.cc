@@ -4,23 +4,13 @@
 #include <cmath>
 
 #include "metrics/mfu.h"
+#include "policy/metric_faults.h"
 #include "policy/regroup.h"
 
 namespace bulwark {
 namespace {
 
 bool Has(double v) { return std::isfinite(v); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(mid), v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0) {
-    m = (m + *std::max_element(v.begin(), v.begin() + static_cast<long>(mid))) / 2;
-  }
-  return m;
-}
 
 }  // namespace
 

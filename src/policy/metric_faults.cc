@@ -7,14 +7,6 @@
 namespace bulwark {
 namespace {
 
-double Median(std::vector<double> v) {
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(mid), v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0)
-    m = (m + *std::max_element(v.begin(), v.begin() + static_cast<long>(mid))) / 2;
-  return m;
-}
 
 std::string Fmt(const char* f, double a, double b) {
   char buf[256];
@@ -23,6 +15,17 @@ std::string Fmt(const char* f, double a, double b) {
 }
 
 }  // namespace
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(mid), v.end());
+  double m = v[mid];
+  if (v.size() % 2 == 0) {
+    m = (m + *std::max_element(v.begin(), v.begin() + static_cast<long>(mid))) / 2;
+  }
+  return m;
+}
 
 std::optional<MetricVerdict> MetricFaultDetector::OnLoss(long step, double loss) {
   if (!std::isfinite(loss)) return std::nullopt;

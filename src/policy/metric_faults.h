@@ -12,6 +12,9 @@
 
 namespace bulwark {
 
+// The median of `v` (the mean of the middle two for an even count; 0 when empty).
+double Median(std::vector<double> v);
+
 struct MetricFaultConfig {
   double straggler_threshold = 0.75;  // a rank slower than this × the fastest's speed
   double data_wait_threshold = 0.3;   // data wait above this share of step time
