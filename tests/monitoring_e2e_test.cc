@@ -16,6 +16,7 @@
 #include "common/json_util.h"
 #include "common/net.h"
 #include "common/proc.h"
+#include "common/testing/test_venv.h"
 #include "e2e_util.h"
 
 namespace bulwark {
@@ -265,17 +266,7 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
   ExpectNoLeftovers();
 }
 
-// The venv scripts/test-venv.sh makes (TensorBoard's own reader): $BULWARK_TEST_VENV,
-// else ${XDG_CACHE_HOME:-$HOME/.cache}/bulwark/test-venv.
-std::string TestVenv() {
-  const char* env = std::getenv("BULWARK_TEST_VENV");
-  if (env != nullptr && *env != '\0') return env;
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  return (xdg != nullptr && *xdg != '\0' ? std::string(xdg)
-                                         : std::string(home ? home : "/nonexistent") + "/.cache") +
-         "/bulwark/test-venv";
-}
+using ::bulwark::testing::TestVenv;
 
 // `bulwark run` writes TensorBoard event files of an unchanged trainer; TensorBoard's
 // own EventAccumulator reads its loss per step, the final ETTR and the incident text.

@@ -151,7 +151,6 @@ void JobMetrics::Tick(double t, const LedgerReport& settled) {
   // Throughput: Σ over ranks of tokens ÷ step time over each rank's recent steps.
   double tps = 0;
   double worst_wait = 0;
-  int worst_rank = -1;
   std::map<int, std::vector<double>> busy;
   double step_time_sum = 0;
   size_t step_time_n = 0;
@@ -170,7 +169,6 @@ void JobMetrics::Tick(double t, const LedgerReport& settled) {
       s_.rank_data_wait[rank] = std::min(1.0, wait / time);
       if (wait / time > worst_wait) {
         worst_wait = wait / time;
-        worst_rank = rank;
       }
       if (rank == 0) {
         step_time_sum += time;
@@ -180,7 +178,6 @@ void JobMetrics::Tick(double t, const LedgerReport& settled) {
   }
   s_.tokens_per_s = tps;
   s_.data_wait_ratio = std::min(1.0, worst_wait);
-  s_.data_wait_rank = worst_rank;
   s_.mfu = metrics::Mfu(s_.flops_per_token, tps, s_.devices, s_.peak_flops);
   s_.straggler_score = StragglerScores(busy, kWindow / 2);
   s_.rank_busy_median.clear();

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/testing/test_venv.h"
 #include "common/clock.h"
 #include "common/json_util.h"
 #include "common/net.h"
@@ -536,18 +537,7 @@ TEST(EventWriterTest, WriteErrorNamesThePathIsStickyAndLeavesValidRecords) {
 
 // ---- 4. TensorBoard's own reader ----
 
-// The venv scripts/test-venv.sh makes: $BULWARK_TEST_VENV, else
-// ${XDG_CACHE_HOME:-$HOME/.cache}/bulwark/test-venv.
-std::string TestVenv() {
-  const char* env = std::getenv("BULWARK_TEST_VENV");
-  if (env != nullptr && *env != '\0') return env;
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string cache = (xdg != nullptr && *xdg != '\0') ? std::string(xdg)
-                            : home != nullptr                ? std::string(home) + "/.cache"
-                                                             : std::string("/nonexistent");
-  return cache + "/bulwark/test-venv";
-}
+using ::bulwark::testing::TestVenv;
 
 constexpr char kReadWithTensorBoard[] = R"(
 import json, os, sys
