@@ -21,11 +21,11 @@
 #include <sstream>
 #include <vector>
 
-#include "common/testing/test_venv.h"
 #include "common/clock.h"
 #include "common/json_util.h"
 #include "common/net.h"
 #include "common/proc.h"
+#include "common/testing/test_venv.h"
 
 namespace bulwark::tensorboard {
 namespace {
