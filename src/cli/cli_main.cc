@@ -1,0 +1,759 @@
+// `bulwark`: the command-line entry point. Subcommands:
+//   run SPEC        run a job on the local backend with the embedded controller
+//                   (SPEC: a job spec, a TrainJob or a Kubeflow PyTorchJob)
+//   validate SPEC   parse and validate a job spec, TrainJob or PyTorchJob
+//   render SPEC     the Kubernetes objects the operator would create (render_cmd.h)
+//   chaos ACTION    inject a fault into a running job (talks to its controller)
+//   update SPEC     apply a changed command, args, env or workdir to a running job in
+//                   place (talks to its controller)
+//   get / describe  read jobs, events and incidents from a store
+//   ckpt ls|inspect|verify|gc   inspect and maintain a checkpoint dir (ckpt_cmd.h)
+//   operator        run the Kubernetes operator; submit SPEC: create its TrainJob on a
+//                   cluster (kube_cmd.h, docs/kubernetes.md)
+//   sim CONFIG      simulate a cluster through faults with the real scheduler and
+//                   recovery policy (sim_cmd.h, docs/simulator.md)
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "backend/local_backend.h"
+#include "ckpt/checkpoint.h"
+#include "cli/ckpt_cmd.h"
+#include "cli/cli_main.h"
+#include "cli/kube_cmd.h"
+#include "cli/render_cmd.h"
+#include "cli/sim_cmd.h"
+#include "cli/progress.h"
+#include "cli/stores.h"
+#include "common/proc.h"
+#include "controller/controller.h"
+#include "controller/dashboard_api.h"
+#include "metrics/http_endpoint.h"
+#include "spec/job_spec.h"
+#include "spec/spec_reader.h"
+#include "store/store.h"
+#include "trainjob/trainjob.h"
+#include "ui/assets.h"
+
+#ifndef BULWARK_SOURCE_DIR
+#define BULWARK_SOURCE_DIR ""
+#endif
+#ifndef BULWARK_VERSION
+#define BULWARK_VERSION "unknown"
+#endif
+
+namespace bulwark {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ExeDir() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : p.parent_path().string();
+}
+
+std::string EnvOr(const char* k, const std::string& def) {
+  const char* v = getenv(k);
+  return v && *v ? v : def;
+}
+
+void OnSignal(int) { Controller::RequestCancel(); }
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "bulwark: %s\n", st.message().c_str());
+  return st.code() == Code::kInvalidArgument ? 2 : 1;
+}
+
+struct RunFlags {
+  std::string spec;
+  std::string report;
+  std::string run_dir;
+  std::string store;
+  bool fresh = false;
+  bool quiet = false;
+  uint64_t seed = 1;
+  int machines = 0;
+  double repair_s = 0;
+  std::string metrics_addr;     // "" = no /metrics
+  bool ui = false;              // serve the web dashboard on the metrics port
+  std::string tensorboard;      // event files' directory ("" = <run dir>/tensorboard)
+  double progress_s = 30;       // not a TTY: a progress line this often (0 = none)
+  bool no_tensorboard = false;
+  std::string metrics_sd_file;  // Prometheus file_sd target list
+  double metrics_linger_s = 0;  // after the end, wait this long for a last scrape
+};
+
+// `bulwark run`'s progress (docs/monitoring.md, "Terminal"): on a TTY a status line on
+// stderr redrawn twice a second; otherwise a plain line every `interval_s`. Stop()
+// (or the destructor) ends it; `c` must outlive it.
+class ProgressPrinter {
+ public:
+  ProgressPrinter(const Controller* c, long total, double interval_s)
+      : c_(c), total_(total), tty_(isatty(STDERR_FILENO) == 1), interval_s_(interval_s) {
+    if (!tty_ && interval_s_ <= 0) return;
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ProgressPrinter() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (tty_ && drawn_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!cv_.wait_for(l, std::chrono::duration<double>(tty_ ? 0.5 : interval_s_),
+                         [this] { return stop_; })) {
+      const ControllerStatus s = c_->Status();
+      if (s.stage.empty() || s.stage == "Done") continue;
+      cli::Progress p;
+      p.phase = s.stage == "Running" ? JobPhaseName(s.phase) : s.stage;
+      p.step = s.current_step;
+      p.total = total_;
+      p.loss = s.metrics.loss;
+      p.tokens_per_s = s.metrics.tokens_per_s;
+      p.mfu = s.metrics.mfu;
+      p.ettr = s.ledger.ettr();
+      p.restarts = s.restarts;
+      p.cost = s.metrics.cost_total;
+      p.ckpt_step = s.last_committed_step;
+      p.ckpt_tier = s.last_committed_tier;
+      const double now = SystemClock::Get()->NowWall();
+      if (s.last_committed_time > 0) p.ckpt_age_s = now - s.last_committed_time;
+      const auto& pts = s.metrics.series;
+      for (size_t i = pts.size(); i-- > 0;) {  // the rate over the last ~30 s
+        if (pts.empty() || pts.back().t - pts[i].t < 30) continue;
+        if (pts.back().step > pts[i].step) {
+          p.steps_per_s = static_cast<double>(pts.back().step - pts[i].step) /
+                          (pts.back().t - pts[i].t);
+        }
+        break;
+      }
+      if (tty_) {
+        std::fprintf(stderr, "\r\033[K%s", cli::FormatProgress(p, TerminalWidth() - 1).c_str());
+        drawn_ = true;
+      } else {
+        std::fprintf(stderr, "[bulwark] %s\n", cli::FormatProgress(p).c_str());
+      }
+      std::fflush(stderr);
+    }
+  }
+  static int TerminalWidth() {
+    winsize w{};
+    return ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 20 ? w.ws_col : 120;
+  }
+
+  const Controller* c_;
+  const long total_;
+  const bool tty_;
+  const double interval_s_;
+  bool drawn_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: joined before the members it reads go
+};
+
+// The controller's /metrics while `bulwark run` runs (docs/monitoring.md). Counts the
+// scrapes that saw the job finished, so the run can wait for one (--metrics-linger).
+class RunMetricsPort {
+ public:
+  static Result<std::unique_ptr<RunMetricsPort>> Start(const std::string& addr,
+                                                       const JobSpec& spec, bool ui) {
+    std::unique_ptr<RunMetricsPort> p(new RunMetricsPort());
+    p->ui_ = ui;
+    metrics::HttpEndpointHandlers h;
+    h.healthy = [] { return true; };
+    RunMetricsPort* self = p.get();
+    h.ready = [self] { return self->controller_.load() != nullptr; };
+    h.route = [self, name = spec.name, target = spec.monitoring.ettr_target](
+                  const std::string& path,
+                  const std::string& query) -> std::optional<metrics::HttpResponse> {
+      if (!self->ui_) return std::nullopt;
+      if (path.rfind("/api/", 0) == 0) {
+        const Controller* c = self->controller_.load();
+        if (c == nullptr) return metrics::HttpResponse{503, "text/plain", "starting\n"};
+        return DashboardApi(c->Status(), name, target, path, query,
+                            SystemClock::Get()->NowWall());
+      }
+      return ui::ServeAsset(path);
+    };
+    h.metrics = [self, name = spec.name, target = spec.monitoring.ettr_target] {
+      const Controller* c = self->controller_.load();
+      if (c == nullptr) return std::string();
+      const ControllerStatus s = c->Status();
+      const bool done = s.stage == "Done";
+      std::string text = RenderJobMetrics(name, s.metrics, s.settled, !done && s.stage != "",
+                                          target);
+      if (done) self->final_scrapes_.fetch_add(1);
+      return text;
+    };
+    BW_ASSIGN_OR_RETURN(p->http_, metrics::HttpEndpoint::Start(addr, h));
+    return p;
+  }
+  int port() const { return http_->port(); }
+  int final_scrapes() const { return final_scrapes_.load(); }
+  // The controller whose status is served (not owned; outlives this port's use).
+  void Serve(const Controller* c) { controller_.store(c); }
+
+ private:
+  RunMetricsPort() = default;
+  std::atomic<const Controller*> controller_{nullptr};
+  bool ui_ = false;
+  std::atomic<int> final_scrapes_{0};
+  std::unique_ptr<metrics::HttpEndpoint> http_;  // last: stopped before the counter goes
+};
+
+void PrintNotes(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+}
+
+int CmdRun(const RunFlags& f) {
+  auto manifest = trainjob::LoadManifest(f.spec, trainjob::Target::kLocal);
+  if (!manifest.ok()) return Fail(manifest.status());
+  PrintNotes(manifest->notes);
+  JobSpec* spec = &manifest->job.job;
+  std::string root = EnvOr("BULWARK_HOME", spec->workdir + "/.bulwark");
+  std::string run_dir = f.run_dir.empty() ? root + "/" + spec->name : f.run_dir;
+  std::string store_path = f.store.empty() ? root + "/bulwark.db" : f.store;
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  fs::create_directories(fs::path(store_path).parent_path(), ec);
+  auto store = Store::Open(store_path);
+  if (!store.ok()) return Fail(store.status());
+  if (Status st = cli::RememberStore(cli::StoreRegistryPath(), store_path); !st.ok()) {
+    std::fprintf(stderr, "note: `bulwark get` will not find this job from other "
+                         "directories: %s\n", st.message().c_str());
+  }
+  auto existing = (*store)->GetJob(spec->name);
+  if (!existing.ok()) return Fail(existing.status());
+  bool resuming = existing->has_value() && !IsTerminal((*existing)->phase);
+  if (f.fresh) {
+    fs::remove_all(spec->checkpoint.dir, ec);
+    fs::remove_all(run_dir + "/logs", ec);
+    resuming = false;
+    if (existing->has_value()) {
+      JobRecord r = **existing;
+      r.phase = JobPhase::kCancelled;
+      (void)(*store)->PutJob(r);
+    }
+  } else if (!resuming) {
+    auto committed = ckpt::ListCommitted(ckpt::Env::Default(), spec->checkpoint.dir);
+    if (committed.ok() && !committed->empty()) {
+      std::fprintf(
+          stderr,
+          "bulwark: checkpoint dir %s already holds committed checkpoints (newest step %ld) "
+          "from an earlier, finished run of job '%s'; pass --fresh to delete them and start "
+          "over, or set checkpoint.dir to a new directory\n",
+          spec->checkpoint.dir.c_str(), committed->back(), spec->name.c_str());
+      return 2;
+    }
+  }
+  (void)BecomeSubreaper();  // orphans of the job are ours to reap
+  LocalBackendOptions bo;
+  bo.agent_binary = EnvOr("BULWARK_AGENT", ExeDir() + "/bulwark-agent");
+  bo.sdk_lib =
+      EnvOr("BULWARK_LIB", fs::weakly_canonical(ExeDir() + "/../lib/libbulwark.so").string());
+  bo.python_dir = EnvOr("BULWARK_PYTHON_DIR", std::string(BULWARK_SOURCE_DIR) + "/python");
+  bo.heartbeat_interval_s = spec->fault_policy.heartbeat_interval_seconds;
+  bo.machines = f.machines;
+  bo.repair_s = f.repair_s;
+  bo.agent_metrics = !f.metrics_addr.empty();
+  if (access(bo.agent_binary.c_str(), X_OK) != 0) {
+    std::fprintf(
+        stderr,
+        "bulwark: agent binary %s not found; build it (cmake --build build) or set BULWARK_AGENT\n",
+        bo.agent_binary.c_str());
+    return 1;
+  }
+  LocalBackend backend(bo);
+  ControllerOptions co;
+  co.run_dir = run_dir;
+  co.seed = f.seed;
+  co.echo_events = !f.quiet;
+  if (!f.no_tensorboard) {
+    co.tensorboard_dir = f.tensorboard.empty() ? run_dir + "/tensorboard" : f.tensorboard;
+  }
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  // The port opens before the controller exists so its address can go into the
+  // target list; it serves the controller's status from then on.
+  std::unique_ptr<RunMetricsPort> port;
+  if (f.metrics_addr.empty() && (!f.metrics_sd_file.empty() || f.metrics_linger_s > 0)) {
+    std::fprintf(stderr, "bulwark run: --metrics-sd-file and --metrics-linger need "
+                         "--metrics-addr (e.g. --metrics-addr 127.0.0.1:0)\n");
+    return 2;
+  }
+  if (!f.metrics_addr.empty() || f.ui) {
+    const std::string addr = f.metrics_addr.empty() ? "127.0.0.1:0" : f.metrics_addr;
+    auto mp = RunMetricsPort::Start(addr, *spec, f.ui);
+    if (!mp.ok()) return Fail(InvalidArgument("--metrics-addr: " + mp.status().message()));
+    port = std::move(*mp);
+    const std::string host = addr.substr(0, addr.rfind(':'));
+    co.metrics_self = (host.empty() || host == "0.0.0.0" ? std::string("127.0.0.1") : host) +
+                      ":" + std::to_string(port->port());
+    co.metrics_sd_file = f.metrics_sd_file;
+    std::fprintf(stderr, "[bulwark] metrics: http://%s/metrics\n", co.metrics_self.c_str());
+    if (f.ui) std::fprintf(stderr, "[bulwark] dashboard: http://%s/\n", co.metrics_self.c_str());
+  }
+  co.total_steps = spec->monitoring.total_steps;
+  if (co.total_steps <= 0) {
+    std::vector<std::string> argv = spec->command;
+    argv.insert(argv.end(), spec->args.begin(), spec->args.end());
+    co.total_steps = cli::TotalStepsFromArgs(argv);
+  }
+  Controller c(*spec, co, &backend, store->get(), SystemClock::Get());
+  if (port) port->Serve(&c);
+  auto progress = std::make_unique<ProgressPrinter>(&c, co.total_steps, f.progress_s);
+  auto r = c.Run();
+  progress.reset();
+  if (port && f.metrics_linger_s > 0) {  // let Prometheus read the final values
+    const double until = SystemClock::Get()->NowMono() + f.metrics_linger_s;
+    while (port->final_scrapes() == 0 && SystemClock::Get()->NowMono() < until) {
+      SystemClock::Get()->SleepFor(0.05);
+    }
+  }
+  port.reset();  // its threads read `c`: stopped before `c` goes
+  (void)backend.Teardown(2);
+  int leftovers = KillAndReapAllChildren();
+  if (leftovers > 0) std::fprintf(stderr, "[bulwark] reaped %d leftover processes\n", leftovers);
+  if (!r.ok()) return Fail(r.status());
+  std::cout << FormatReport(r->report) << std::flush;
+  std::cout << "logs: " << run_dir << "/logs   store: " << store_path << "\n";
+  if (!co.tensorboard_dir.empty() && fs::exists(co.tensorboard_dir)) {
+    std::cout << "tensorboard: tensorboard --logdir " << co.tensorboard_dir << "\n";
+  }
+  if (!f.report.empty()) {
+    std::ofstream out(f.report);
+    out << r->report.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "bulwark: could not write report to %s\n", f.report.c_str());
+      return 1;
+    }
+  }
+  switch (r->phase) {
+    case JobPhase::kSucceeded:
+      return 0;
+    case JobPhase::kCancelled:
+      return 130;
+    default:
+      return 1;
+  }
+}
+
+// `validate`: a job spec is checked for the local backend; a TrainJob or PyTorchJob
+// for Kubernetes too unless --target local (the local check runs first either way).
+int CmdValidate(const std::string& path, const std::string& target) {
+  auto m = trainjob::LoadManifest(path, trainjob::Target::kLocal);
+  const bool k8s = target == "kubernetes" ||
+                   (target == "auto" && m.ok() && m->kind != trainjob::ManifestKind::kJobSpec);
+  if (m.ok() && k8s) m = trainjob::LoadManifest(path, trainjob::Target::kKubernetes);
+  if (!m.ok()) return Fail(m.status());
+  PrintNotes(m->notes);
+  const trainjob::TrainJob& t = m->job;
+  const JobSpec& s = t.job;
+  if (m->kind == trainjob::ManifestKind::kJobSpec && !k8s) {
+    std::printf("%s: OK (%s: %d nodes x %d ranks, %zu chaos faults)\n", path.c_str(),
+                s.name.c_str(), s.nodes, s.procs_per_node, s.chaos.size());
+    return 0;
+  }
+  if (k8s && t.pod.image.empty()) {  // what render and submit refuse, refused here too
+    std::fprintf(stderr,
+                 "bulwark: %s: pod.image: required on Kubernetes (the pods run the agent and "
+                 "the trainer in it); write it as a TrainJob with spec.pod.image (`bulwark "
+                 "render %s --trainjob --image IMAGE` prints one to start from)\n",
+                 path.c_str(), path.c_str());
+    return 2;
+  }
+  std::printf(
+      "%s: OK (%s %s/%s for %s: %d nodes x %d ranks, %zu chaos faults; gang %s, queue %s)\n",
+      path.c_str(), trainjob::ManifestKindName(m->kind), t.ns.c_str(), t.name.c_str(),
+      k8s ? "Kubernetes" : "the local backend", s.nodes, s.procs_per_node, s.chaos.size(),
+      trainjob::GangModeName(t.scheduling.gang), t.scheduling.queue.c_str());
+  return 0;
+}
+
+// The controller address of a running local job: `addr_in`, else its run directory's
+// controller.addr. "" (after printing why) when there is none.
+std::string ControllerAddress(const std::string& addr_in, const std::string& job,
+                              const std::string& run_root) {
+  if (!addr_in.empty()) return addr_in;
+  std::string addr;
+  const std::string path = run_root + "/" + job + "/controller.addr";
+  std::ifstream f(path);
+  if (!(f >> addr)) {
+    std::fprintf(stderr,
+                 "bulwark: no running controller found for job '%s' (%s missing); pass "
+                 "--controller HOST:PORT or --run-root\n",
+                 job.c_str(), path.c_str());
+    return "";
+  }
+  return addr;
+}
+
+// `top`: watches a running job through its controller (status_request): the progress
+// line, where the time went and the latest incidents; redrawn every `interval_s` on a
+// terminal, once with --once.
+int CmdTop(const std::string& addr, bool once, double interval_s) {
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  while (true) {
+    auto r = SendStatusRequest(addr, 5);
+    if (!r.ok()) {
+      std::fprintf(stderr, "bulwark top: %s (has the job ended?)\n", r.status().message().c_str());
+      return 1;
+    }
+    std::ostringstream o;
+    o << r->value("job", "?") << "  " << cli::FormatProgress(cli::ProgressFromReport(
+                                            *r, SystemClock::Get()->NowWall()))
+      << "\n";
+    if ((*r)["seconds"].is_object()) {
+      o << "time:";
+      for (const auto& [k, v] : (*r)["seconds"].items()) {
+        if (v.is_number() && v.get<double>() > 0) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " %s %.1fs", k.c_str(), v.get<double>());
+          o << buf;
+        }
+      }
+      o << "\n";
+    }
+    const Json& inc = (*r)["incidents"];
+    if (inc.is_array()) {
+      for (size_t i = inc.size() > 5 ? inc.size() - 5 : 0; i < inc.size(); ++i) {
+        o << "  " << inc[i].value("kind", "?") << " rank " << inc[i].value("rank", -1)
+          << " step " << inc[i].value("step", -1L) << ": "
+          << (inc[i].contains("decision") ? inc[i]["decision"].value("action", "") : "") << "\n";
+      }
+    }
+    std::printf("%s%s", tty && !once ? "\033[H\033[2J" : "", o.str().c_str());
+    std::fflush(stdout);
+    if (once) return 0;
+    SystemClock::Get()->SleepFor(interval_s);
+  }
+}
+
+int CmdChaos(const std::string& addr_in, const std::string& job, const std::string& run_root,
+             const std::string& action, int rank, int node) {
+  const std::string addr = ControllerAddress(addr_in, job, run_root);
+  if (addr.empty()) return 2;
+  auto r = SendChaosRequest(addr, action, rank, node, 5);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("%s\n", r->c_str());
+  return 0;
+}
+
+// `update`: the spec file (a job spec) holds the running job's new command, args, env or
+// workdir; its controller validates and applies it (controller_update.cc).
+int CmdUpdate(const std::string& spec_path, const std::string& addr_in,
+              const std::string& run_dir_in, int verify_steps) {
+  auto manifest = trainjob::LoadManifest(spec_path, trainjob::Target::kLocal);
+  if (!manifest.ok()) return Fail(manifest.status());
+  if (manifest->kind != trainjob::ManifestKind::kJobSpec) {
+    std::fprintf(stderr,
+                 "bulwark update: %s is a %s; update a job of `bulwark run` with its job spec, "
+                 "and a TrainJob on Kubernetes by editing it (kubectl edit/apply: the operator "
+                 "applies command, args and env changes in place)\n",
+                 spec_path.c_str(), trainjob::ManifestKindName(manifest->kind));
+    return 2;
+  }
+  const JobSpec& spec = manifest->job.job;
+  std::string addr = addr_in;
+  if (addr.empty()) {
+    const std::string run_dir =
+        run_dir_in.empty() ? EnvOr("BULWARK_HOME", spec.workdir + "/.bulwark") + "/" + spec.name
+                           : run_dir_in;
+    std::ifstream f(run_dir + "/controller.addr");
+    if (!(f >> addr)) {
+      std::fprintf(stderr,
+                   "bulwark update: job '%s' is not running (%s/controller.addr missing); start "
+                   "it with `bulwark run`, or pass --run-dir or --controller HOST:PORT\n",
+                   spec.name.c_str(), run_dir.c_str());
+      return 2;
+    }
+  }
+  std::ifstream in(spec_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string base = fs::absolute(spec_path).parent_path().string();
+  auto r = SendUpdateRequest(addr, text.str(), base, verify_steps, 10);
+  if (!r.ok()) {
+    std::fprintf(stderr, "bulwark update: %s\n", r.status().message().c_str());
+    return r.status().code() == Code::kInvalidArgument ? 2 : 1;
+  }
+  std::printf("%s\n", r->c_str());
+  return 0;
+}
+
+// get (list_only): every job of every store, under a header row. describe: the named
+// job, from the store where it was created last. `store_flag` "" means the stores
+// cli::KnownStores finds; all are opened read-only.
+int CmdDescribe(const std::string& store_flag, const std::string& job, bool list_only) {
+  const std::string registry = cli::StoreRegistryPath();
+  const std::vector<std::string> paths =
+      store_flag.empty() ? cli::KnownStores(registry) : std::vector<std::string>{store_flag};
+  if (paths.empty()) {
+    std::fprintf(stderr,
+                 "bulwark: no store found: none at ./.bulwark/bulwark.db and none remembered "
+                 "in %s (every `bulwark run` remembers its store there); give --store PATH\n",
+                 registry.c_str());
+    return 1;
+  }
+  struct Found {
+    std::string path;
+    JobRecord job;
+    Store* store;
+  };
+  std::vector<std::unique_ptr<Store>> open;
+  std::vector<Found> jobs;
+  for (const std::string& path : paths) {
+    auto store = Store::OpenReadOnly(path);
+    if (!store.ok()) return Fail(store.status());
+    auto list = (*store)->ListJobs();
+    if (!list.ok()) return Fail(list.status().Annotate(path));
+    for (const JobRecord& j : *list) {
+      if (job.empty() || j.name == job) jobs.push_back({path, j, store->get()});
+    }
+    open.push_back(std::move(*store));
+  }
+  if (list_only) {
+    const bool many = paths.size() > 1;
+    std::printf("%-20s %-11s %-7s %-8s %-6s %-9s %s\n", "NAME", "PHASE", "ATTEMPT",
+                "RESTARTS", "STEP", "COMMITTED", many ? "STORE / MESSAGE" : "MESSAGE");
+    for (const Found& f : jobs) {
+      const JobRecord& j = f.job;
+      std::printf("%-20s %-11s %-7d %-8d %-6ld %-9ld %s%s\n", j.name.c_str(),
+                  JobPhaseName(j.phase), j.attempt, j.restarts, j.high_water_step,
+                  j.last_committed_step, many ? (f.path + " / ").c_str() : "",
+                  j.message.c_str());
+    }
+    return 0;
+  }
+  if (jobs.empty()) {
+    std::fprintf(stderr, "bulwark: no job '%s' in %s%s; `bulwark get` lists the jobs\n",
+                 job.c_str(), paths.size() == 1 ? "" : "any of ",
+                 paths.size() == 1 ? paths[0].c_str() : (std::to_string(paths.size()) +
+                                                         " stores").c_str());
+    return 1;
+  }
+  const Found& f = *std::max_element(jobs.begin(), jobs.end(), [](const Found& a, const Found& b) {
+    return a.job.created < b.job.created;
+  });
+  const JobRecord& j = f.job;
+  std::printf("Name:      %s\nStore:     %s\nPhase:     %s\nAttempt:   %d (restarts %d)\n"
+              "Step:      %ld (committed %ld)\nMessage:   %s\n",
+              j.name.c_str(), f.path.c_str(), JobPhaseName(j.phase), j.attempt, j.restarts,
+              j.high_water_step, j.last_committed_step, j.message.c_str());
+  auto ev = f.store->ListEvents(j.name);
+  if (ev.ok()) {
+    std::printf("Events:\n");
+    for (const auto& e : *ev) {
+      if (e.t + 1e-3 < j.created) continue;  // an earlier run of a job of this name
+      std::printf("  %8.3f  %-22s %s\n", e.t - j.created, e.reason.c_str(), e.message.c_str());
+    }
+  }
+  if (!j.report_json.empty()) {
+    Json rep = Json::parse(j.report_json, nullptr, false);
+    if (!rep.is_discarded()) std::printf("%s", FormatReport(rep).c_str());
+  }
+  return 0;
+}
+
+// A command-line error: CLI11's message (or, for an unknown command, the closest one)
+// and exit status 2, whatever CLI11's own code for the error (105, 106, 109 ...);
+// --help and --version exit 0.
+int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+    }
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const std::string near = spec_internal::SuggestKey(word, names);
+      std::fprintf(stderr, "bulwark: unknown command '%s'%s; 'bulwark --help' lists the commands\n",
+                   word.c_str(), near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
+      return 2;
+    }
+  }
+  (void)app.exit(e);  // prints the error and where to find help
+  return 2;
+}
+
+}  // namespace
+}  // namespace bulwark
+
+namespace bulwark::cli {
+
+int Main(int argc, char** argv) {
+  CLI::App app{"Bulwark: keeps distributed training jobs training through faults"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("bulwark ") + BULWARK_VERSION);
+  app.footer("Exit status: 0 success, 1 failure, 2 usage error (a bad flag, argument or "
+             "spec).\nRun 'bulwark COMMAND --help' for a command's flags and defaults.");
+  RunFlags rf;
+  auto* run =
+      app.add_subcommand("run", "run a job spec on the local backend and print its ETTR report");
+  run->add_option("spec", rf.spec, "job spec, TrainJob or Kubeflow PyTorchJob (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  run->add_option("--report", rf.report, "also write the report as JSON to this file");
+  run->add_option("--run-dir", rf.run_dir,
+                  "scratch dir for logs and sockets (default <workdir>/.bulwark/<job>)");
+  run->add_option("--store", rf.store, "SQLite store (default <workdir>/.bulwark/bulwark.db)");
+  run->add_flag("--fresh", rf.fresh, "delete the job's checkpoints and start from step 0");
+  run->add_flag("--quiet", rf.quiet, "do not print controller events");
+  run->add_option("--seed", rf.seed, "seed for backoff jitter");
+  run->add_option("--machines", rf.machines,
+                  "model a fixed set of local machines (0 = unlimited): a node without a free "
+                  "one waits for capacity, an elastic job shrinks")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--metrics-addr", rf.metrics_addr,
+                  "serve Prometheus /metrics on HOST:PORT (:0 = a free port, printed); the "
+                  "agents then serve theirs too");
+  run->add_option("--tensorboard", rf.tensorboard,
+                  "write TensorBoard event files here (default <run dir>/tensorboard)");
+  run->add_flag("--no-tensorboard", rf.no_tensorboard, "write no TensorBoard event files");
+  run->add_option("--progress-interval", rf.progress_s,
+                  "when stderr is not a terminal, print a progress line this often (seconds; 0 = "
+                  "never); on a terminal a status line is kept up to date")
+      ->check(CLI::Range(0.0, 86400.0));
+  run->add_flag("--ui", rf.ui,
+                "serve the web dashboard (read-only) on the metrics port (127.0.0.1:0 without "
+                "--metrics-addr; the address is printed)");
+  run->add_option("--metrics-sd-file", rf.metrics_sd_file,
+                  "keep a Prometheus file_sd_configs target list of the controller and its "
+                  "agents in this file (needs --metrics-addr)");
+  run->add_option("--metrics-linger", rf.metrics_linger_s,
+                  "after the job ends, keep /metrics (and the --ui dashboard) up until /metrics "
+                  "is scraped once more, at most this many seconds")
+      ->check(CLI::Range(0.0, 3600.0));
+  run->add_option("--repair-seconds", rf.repair_s,
+                  "with --machines: how long a node lost to chaos keeps its machine down")
+      ->check(CLI::NonNegativeNumber);
+
+  std::string vspec, vtarget = "auto";
+  auto* validate = app.add_subcommand(
+      "validate", "check a job spec, TrainJob or PyTorchJob and print the problems found");
+  validate->add_option("spec", vspec, "job spec, TrainJob or Kubeflow PyTorchJob (YAML)")
+      ->required();
+  validate
+      ->add_option("--target", vtarget,
+                   "auto (Kubernetes for TrainJob/PyTorchJob), local or kubernetes")
+      ->check(CLI::IsMember({"auto", "local", "kubernetes"}));
+
+  std::string addr, job, run_root = EnvOr("BULWARK_HOME", ".bulwark"), action;
+  int rank = 0, node = 0;
+  auto* chaos = app.add_subcommand("chaos", "inject a fault into a running job");
+  chaos->add_option("action", action, "kill_rank | hang_rank | nan_loss | kill_agent")
+      ->required()
+      ->check(CLI::IsMember({"kill_rank", "hang_rank", "nan_loss", "kill_agent"}));
+  chaos->add_option("--job", job, "job name (finds its controller under --run-root)");
+  chaos->add_option("--run-root", run_root,
+                    "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
+  chaos->add_option("--controller", addr, "controller HOST:PORT (instead of --job)");
+  chaos->add_option("--rank", rank, "global rank (kill_rank, hang_rank, nan_loss)")
+      ->check(CLI::NonNegativeNumber);
+  chaos->add_option("--node", node, "node slot (kill_agent)")->check(CLI::NonNegativeNumber);
+
+  std::string tjob, taddr, trun_root = EnvOr("BULWARK_HOME", ".bulwark");
+  bool tonce = false;
+  double tinterval = 1;
+  auto* top = app.add_subcommand("top", "watch a running job: progress, lost time, incidents");
+  top->add_option("job", tjob, "job name (finds its controller under --run-root)");
+  top->add_option("--run-root", trun_root,
+                  "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
+  top->add_option("--controller", taddr, "controller HOST:PORT (instead of a job name)");
+  top->add_flag("--once", tonce, "print once and exit");
+  top->add_option("--interval", tinterval, "seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0));
+
+  std::string uspec, ucontroller, urun_dir;
+  int uverify = 20;
+  auto* update = app.add_subcommand(
+      "update", "apply a changed command, args, env or workdir to a running job in place");
+  update->add_option("spec", uspec, "the job spec with the new command, args, env or workdir")
+      ->required()
+      ->check(CLI::ExistingFile);
+  update->add_option("--controller", ucontroller, "controller HOST:PORT (default: from the run dir)");
+  update->add_option("--run-dir", urun_dir, "the job's run dir (default <workdir>/.bulwark/<job>)");
+  update
+      ->add_option("--verify-steps", uverify,
+                   "new steps the new code must make before it is kept; a fault before that "
+                   "rolls it back")
+      ->check(CLI::PositiveNumber);
+
+  std::string store_path, djob;
+  const std::string store_help =
+      "SQLite store (default: ./.bulwark/bulwark.db and every store a `bulwark run` used, "
+      "remembered in " + cli::StoreRegistryPath() + ")";
+  auto* get = app.add_subcommand("get", "list the jobs of the stores, with their phase and step");
+  get->add_option("--store", store_path, store_help)->check(CLI::ExistingFile);
+  auto* describe = app.add_subcommand("describe", "show a job's events, incidents and ETTR report");
+  describe->add_option("job", djob, "job name")->required();
+  describe->add_option("--store", store_path, store_help)->check(CLI::ExistingFile);
+
+  int ckpt_rc = 2;
+  auto* ckpt_cmd = cli::AddCkptCommands(app, &ckpt_rc);
+  int sim_rc = 2;
+  auto* sim_cmd = cli::AddSimCommand(app, &sim_rc);
+  int render_rc = 2;
+  auto* render_cmd = cli::AddRenderCommand(app, &render_rc);
+  int kube_rc = 2;
+  const std::vector<CLI::App*> kube_cmds = cli::AddKubeCommands(app, &kube_rc);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return UsageError(app, e, argc, argv);
+  }
+  if (*ckpt_cmd) return ckpt_rc;
+  if (*sim_cmd) return sim_rc;
+  if (*render_cmd) return render_rc;
+  for (CLI::App* c : kube_cmds) {
+    if (*c) return kube_rc;
+  }
+  if (*run) return CmdRun(rf);
+  if (*validate) return CmdValidate(vspec, vtarget);
+  if (*chaos) {
+    if (addr.empty() && job.empty()) {
+      std::fprintf(stderr, "bulwark chaos: give --job NAME or --controller HOST:PORT\n");
+      return 2;
+    }
+    return CmdChaos(addr, job, run_root, action, rank, node);
+  }
+  if (*update) return CmdUpdate(uspec, ucontroller, urun_dir, uverify);
+  if (*top) {
+    if (taddr.empty() && tjob.empty()) {
+      std::fprintf(stderr, "bulwark top: give a job name or --controller HOST:PORT\n");
+      return 2;
+    }
+    const std::string a = ControllerAddress(taddr, tjob, trun_root);
+    return a.empty() ? 2 : CmdTop(a, tonce, tinterval);
+  }
+  if (*get) return CmdDescribe(store_path, "", true);
+  if (*describe) return CmdDescribe(store_path, djob, false);
+  return 2;
+}
+
+}  // namespace bulwark::cli
