@@ -16,6 +16,7 @@ PKGS=(
   libcurl4-openssl-dev libssl-dev  # objstore: the S3 client (HTTP, SHA-256/HMAC)
   prometheus             # monitoring tests: a real Prometheus scrapes a job; promtool
   chromium               # the web dashboard's browser test (tests/ui) drives it headless
+  docker-registry        # registry tests: images' commands from a real registry on loopback
 )
 # objstore's integration tests run s3rver on node. Take Debian's node/npm only when
 # none is installed (a NodeSource nodejs bundles npm and conflicts with Debian's npm).

@@ -1,0 +1,324 @@
+// The registry client against a real registry (Debian's docker-registry on loopback,
+// registry/testing/test_registry.h) with images built from a directory.
+#include "registry/registry.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "common/net.h"
+#include "registry/internal.h"
+#include "registry/testing/test_registry.h"
+
+namespace bulwark::registry {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ImageSpec;
+using testing::PushedImage;
+using testing::PushTarget;
+using testing::TestRegistry;
+
+// A directory with a training script, as an image's content.
+class ImageDir {
+ public:
+  ImageDir() {
+    char tmpl[] = "/tmp/bw-image-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    fs::create_directories(dir_ + "/workspace");
+    std::ofstream(dir_ + "/workspace/train.py") << "print('training')\n";
+  }
+  ~ImageDir() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  const std::string& path() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+ImageSpec TrainerSpec() {
+  ImageSpec s;
+  s.entrypoint = {"/opt/conda/bin/python"};
+  s.cmd = {"/workspace/train.py", "--epochs", "2"};
+  s.working_dir = "/workspace";
+  s.env = {"PATH=/opt/conda/bin:/usr/bin:/bin", "PYTHONUNBUFFERED=1"};
+  return s;
+}
+
+std::string DockerConfig(const std::string& host, const std::string& user,
+                         const std::string& password, bool as_auth = true) {
+  nlohmann::json entry = as_auth ? nlohmann::json{{"auth", internal::Base64Encode(
+                                                               user + ":" + password)}}
+                                 : nlohmann::json{{"username", user}, {"password", password}};
+  return nlohmann::json{{"auths", {{host, entry}}}}.dump();
+}
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  void StartRegistry(const std::string& user = "", const std::string& password = "") {
+    testing::TestRegistryOptions o;
+    o.user = user;
+    o.password = password;
+    auto r = TestRegistry::Start(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    registry_ = std::move(r).value();
+    target_ = {registry_->host(), "team/trainer", user, password};
+  }
+
+  std::unique_ptr<TestRegistry> registry_;
+  PushTarget target_;
+  ImageDir dir_;
+};
+
+TEST(ImageRefTest, DockerDefaults) {
+  auto r = ParseImageRef("pytorch/pytorch:latest");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->registry, "docker.io");
+  EXPECT_EQ(r->ApiHost(), "registry-1.docker.io");
+  EXPECT_EQ(r->repository, "pytorch/pytorch");
+  EXPECT_EQ(r->tag, "latest");
+  r = ParseImageRef("ubuntu");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->repository, "library/ubuntu");
+  EXPECT_EQ(r->tag, "latest");
+  r = ParseImageRef("localhost:5000/a/b:v1.2");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->registry, "localhost:5000");
+  EXPECT_EQ(r->repository, "a/b");
+  EXPECT_EQ(r->tag, "v1.2");
+  const std::string d = "sha256:" + std::string(64, 'a');
+  r = ParseImageRef("ghcr.io/org/img@" + d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->registry, "ghcr.io");
+  EXPECT_EQ(r->tag, "");
+  EXPECT_EQ(r->Reference(), d);
+  r = ParseImageRef("img:1@" + d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tag, "1");
+  EXPECT_EQ(r->Reference(), d);
+  for (const char* bad : {"", "Upper/Case", "img@sha256:xyz", "img:", "a//b", "img:-x"}) {
+    EXPECT_EQ(ParseImageRef(bad).status().code(), Code::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ImageConfigTest, KubernetesCommandSemantics) {
+  ImageConfig c;
+  c.entrypoint = {"python"};
+  c.cmd = {"train.py"};
+  EXPECT_EQ(ImageCommand(c, {}), (std::vector<std::string>{"python", "train.py"}));
+  EXPECT_EQ(ImageCommand(c, {"eval.py"}), (std::vector<std::string>{"python", "eval.py"}));
+  c.entrypoint.clear();
+  EXPECT_EQ(ImageCommand(c, {}), (std::vector<std::string>{"train.py"}));
+  c.cmd.clear();
+  EXPECT_TRUE(ImageCommand(c, {}).empty());
+}
+
+TEST_F(RegistryTest, ResolvesTagAndDigestAndCaches) {
+  StartRegistry();
+  auto pushed = testing::PushImage(target_, "v1", dir_.path(), TrainerSpec());
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  Client client;
+  const std::string image = registry_->host() + "/team/trainer:v1";
+  auto c = client.Resolve(image, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->image, image);
+  EXPECT_EQ(c->entrypoint, TrainerSpec().entrypoint);
+  EXPECT_EQ(c->cmd, TrainerSpec().cmd);
+  EXPECT_EQ(c->working_dir, "/workspace");
+  EXPECT_EQ(c->env, TrainerSpec().env);
+  EXPECT_EQ(c->manifest_digest, pushed->manifest_digest);
+  EXPECT_EQ(c->config_digest, pushed->config_digest);
+  EXPECT_EQ(client.stats().requests, 2u);  // manifest + config
+
+  // The tag again within its TTL, and the digest: no request.
+  ASSERT_TRUE(client.Resolve(image, {}).ok());
+  auto by_digest = client.Resolve(registry_->host() + "/team/trainer@" + pushed->manifest_digest,
+                                  {});
+  ASSERT_TRUE(by_digest.ok()) << by_digest.status().ToString();
+  EXPECT_EQ(by_digest->cmd, TrainerSpec().cmd);
+  EXPECT_EQ(client.stats().requests, 2u);
+  EXPECT_EQ(client.stats().cache_hits, 2u);
+
+  // A fresh client resolves the digest from the registry (and verifies it).
+  Client fresh;
+  by_digest = fresh.Resolve(registry_->host() + "/team/trainer@" + pushed->manifest_digest, {});
+  ASSERT_TRUE(by_digest.ok()) << by_digest.status().ToString();
+  EXPECT_EQ(by_digest->entrypoint, TrainerSpec().entrypoint);
+  EXPECT_EQ(fresh.stats().requests, 2u);
+}
+
+TEST_F(RegistryTest, TagTtlExpiresButConfigStaysCached) {
+  StartRegistry();
+  ASSERT_TRUE(testing::PushImage(target_, "v1", dir_.path(), TrainerSpec()).ok());
+  FakeClock clock;
+  ClientOptions o;
+  o.clock = &clock;
+  o.tag_ttl_s = 60;
+  Client client(o);
+  const std::string image = registry_->host() + "/team/trainer:v1";
+  ASSERT_TRUE(client.Resolve(image, {}).ok());
+  EXPECT_EQ(client.stats().requests, 2u);
+  clock.Advance(61);
+  ASSERT_TRUE(client.Resolve(image, {}).ok());
+  EXPECT_EQ(client.stats().requests, 3u);  // the manifest again, not the config
+  ASSERT_TRUE(client.Resolve(image, {}).ok());
+  EXPECT_EQ(client.stats().requests, 3u);
+}
+
+TEST_F(RegistryTest, IndexPicksThePlatform) {
+  StartRegistry();
+  ImageSpec amd = TrainerSpec();
+  ImageSpec arm = TrainerSpec();
+  arm.architecture = "arm64";
+  arm.entrypoint = {"/arm/python"};
+  ImageSpec ppc = TrainerSpec();
+  ppc.architecture = "ppc64le";
+  ppc.oci = false;  // a Docker v2 manifest inside an OCI index
+  auto p_arm = testing::PushImage(target_, "", dir_.path(), arm);
+  auto p_amd = testing::PushImage(target_, "", dir_.path(), amd);
+  auto p_ppc = testing::PushImage(target_, "", dir_.path(), ppc);
+  ASSERT_TRUE(p_arm.ok() && p_amd.ok() && p_ppc.ok()) << p_arm.status().ToString();
+  auto index = testing::PushIndex(target_, "multi",
+                                  {{arm, *p_arm}, {amd, *p_amd}, {ppc, *p_ppc}});
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  auto list = testing::PushIndex(target_, "list", {{arm, *p_arm}, {amd, *p_amd}}, false);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+
+  Client client;
+  auto c = client.Resolve(registry_->host() + "/team/trainer:multi", {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->entrypoint, amd.entrypoint);
+  EXPECT_EQ(c->manifest_digest, p_amd->manifest_digest);
+  EXPECT_EQ(client.stats().requests, 3u);  // index, manifest, config
+  // The index by digest: cached under the index's digest too.
+  c = client.Resolve(registry_->host() + "/team/trainer@" + *index, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(client.stats().requests, 3u);
+
+  ClientOptions o;
+  o.platform.architecture = "arm64";
+  Client arm_client(o);
+  c = arm_client.Resolve(registry_->host() + "/team/trainer:list", {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->entrypoint, arm.entrypoint);
+  o.platform.architecture = "ppc64le";
+  Client ppc_client(o);
+  c = ppc_client.Resolve(registry_->host() + "/team/trainer:multi", {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->config_digest, p_ppc->config_digest);
+  o.platform.architecture = "s390x";
+  Client none(o);
+  c = none.Resolve(registry_->host() + "/team/trainer:multi", {});
+  EXPECT_EQ(c.status().code(), Code::kNotFound);
+  EXPECT_NE(c.status().message().find("no manifest for platform linux/s390x"), std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("linux/arm64, linux/amd64, linux/ppc64le"),
+            std::string::npos)
+      << c.status().message();
+}
+
+TEST_F(RegistryTest, PullSecretAuth) {
+  StartRegistry("trainer", "s3cret");
+  ASSERT_TRUE(testing::PushImage(target_, "v1", dir_.path(), TrainerSpec()).ok());
+  const std::string image = registry_->host() + "/team/trainer:v1";
+
+  Client client;
+  auto missing = client.Resolve(image, {});
+  EXPECT_EQ(missing.status().code(), Code::kPermissionDenied);
+  EXPECT_NE(missing.status().message().find("set pod.imagePullSecrets"), std::string::npos)
+      << missing.status().message();
+  EXPECT_NE(missing.status().message().find(registry_->host()), std::string::npos);
+
+  // A secret for another registry is no secret for this one.
+  auto other = client.Resolve(image, {{"other", DockerConfig("quay.io", "trainer", "s3cret")}});
+  EXPECT_EQ(other.status().code(), Code::kPermissionDenied);
+
+  auto wrong = client.Resolve(image, {{"regcred", DockerConfig(registry_->host(), "trainer",
+                                                                "wrong")}});
+  EXPECT_EQ(wrong.status().code(), Code::kPermissionDenied);
+  EXPECT_NE(wrong.status().message().find("pull secret regcred"), std::string::npos)
+      << wrong.status().message();
+
+  auto right = client.Resolve(image, {{"regcred", DockerConfig(registry_->host(), "trainer",
+                                                                "s3cret")}});
+  ASSERT_TRUE(right.ok()) << right.status().ToString();
+  EXPECT_EQ(right->cmd, TrainerSpec().cmd);
+  // username/password instead of auth, under an http:// key.
+  Client c2;
+  auto up = c2.Resolve(image, {{"regcred", DockerConfig("http://" + registry_->host(), "trainer",
+                                                         "s3cret", false)}});
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  // The cache is per credential: anonymous is still refused after a success.
+  EXPECT_EQ(client.Resolve(image, {}).status().code(), Code::kPermissionDenied);
+
+  auto malformed = client.Resolve(image, {{"broken", "{\"auths\": 3}"}});
+  EXPECT_EQ(malformed.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(malformed.status().message().find("pull secret broken"), std::string::npos);
+}
+
+TEST_F(RegistryTest, NotFoundNamesImageAndRegistry) {
+  StartRegistry();
+  ASSERT_TRUE(testing::PushImage(target_, "v1", dir_.path(), TrainerSpec()).ok());
+  Client client;
+  for (const std::string& image : {registry_->host() + "/team/trainer:v2",
+                                  registry_->host() + "/team/nothing:v1"}) {
+    auto c = client.Resolve(image, {});
+    EXPECT_EQ(c.status().code(), Code::kNotFound) << c.status().ToString();
+    EXPECT_NE(c.status().message().find("image " + image), std::string::npos);
+    EXPECT_NE(c.status().message().find("registry " + registry_->host()), std::string::npos);
+    EXPECT_NE(c.status().message().find("set command:"), std::string::npos);
+  }
+}
+
+TEST_F(RegistryTest, CorruptedConfigIsDataLoss) {
+  StartRegistry();
+  auto pushed = testing::PushImage(target_, "v1", dir_.path(), TrainerSpec());
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  const std::string blob = registry_->BlobPath(pushed->config_digest);
+  ASSERT_TRUE(fs::exists(blob)) << blob;
+  std::ifstream in(blob);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const size_t at = text.find("train.py");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 8, "evil.py!");  // same size: the registry serves it as stored
+  std::ofstream(blob, std::ios::trunc) << text;
+  Client client;
+  auto c = client.Resolve(registry_->host() + "/team/trainer:v1", {});
+  EXPECT_EQ(c.status().code(), Code::kDataLoss) << c.status().ToString();
+  EXPECT_NE(c.status().message().find(pushed->config_digest), std::string::npos);
+}
+
+TEST(RegistryTimeoutTest, ServerThatNeverAnswers) {
+  // Accepts connections (the kernel's backlog) but never reads or answers.
+  auto listener = TcpListen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  auto port = LocalPort(listener->get());
+  ASSERT_TRUE(port.ok());
+  ClientOptions o;
+  o.request_timeout_s = 0.5;
+  o.connect_timeout_s = 0.5;
+  Client client(o);
+  const auto start = std::chrono::steady_clock::now();
+  auto c = client.Resolve("127.0.0.1:" + std::to_string(*port) + "/team/trainer:v1", {});
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(c.status().code(), Code::kDeadlineExceeded) << c.status().ToString();
+  EXPECT_LT(took, 5.0);
+}
+
+TEST(RegistryTimeoutTest, UnreachableRegistry) {
+  auto port = PickFreePort("127.0.0.1");  // nothing listens there
+  ASSERT_TRUE(port.ok());
+  Client client;
+  auto c = client.Resolve("127.0.0.1:" + std::to_string(*port) + "/team/trainer:v1", {});
+  EXPECT_EQ(c.status().code(), Code::kUnavailable) << c.status().ToString();
+}
+
+}  // namespace
+}  // namespace bulwark::registry
