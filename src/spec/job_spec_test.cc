@@ -452,6 +452,18 @@ const BadCase kBadCases[] = {
 INSTANTIATE_TEST_SUITE_P(All, BadSpecTest, ::testing::ValuesIn(kBadCases),
                          [](const auto& info) { return std::string(info.param.label); });
 
+// Found by fuzz/fuzz_job_spec: yaml-cpp's message quoted a control byte of the input
+// (here the NUL), which split the error over two lines.
+TEST(JobSpecTest, SyntaxErrorsQuoteControlBytesOnOneLine) {
+  using namespace std::string_literals;
+  const std::string text = "name: hello\ncom\0\nnd: [\"x\"]\n"s;
+  auto r = ParseJobSpec(text, "j.yaml", "/b");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::StartsWith("j.yaml:"));
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("(yaml syntax)"));
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+}
+
 TEST(JobSpecTest, AllErrorsAreCollected) {
   auto r = ParseJobSpec(std::string(kPrefix) + "nodes: 0\nprocsPerNode: x\ncheckpoint: {keep: 0}\n",
                         "j.yaml", "/b");
