@@ -12,6 +12,8 @@
 #include "common/net.h"
 #include "registry/internal.h"
 #include "registry/testing/test_registry.h"
+#include "trainjob/render.h"
+#include "trainjob/trainjob.h"
 
 namespace bulwark::registry {
 namespace {
@@ -292,6 +294,61 @@ TEST_F(RegistryTest, CorruptedConfigIsDataLoss) {
   auto c = client.Resolve(registry_->host() + "/team/trainer:v1", {});
   EXPECT_EQ(c.status().code(), Code::kDataLoss) << c.status().ToString();
   EXPECT_NE(c.status().message().find(pushed->config_digest), std::string::npos);
+}
+
+// Kubeflow's quick-start PyTorchJob (Master + 3 Workers, pytorch/pytorch:latest, no
+// command) with its image in the loopback registry: converted, its command read from
+// the image, its pods rendered.
+TEST_F(RegistryTest, QuickStartPyTorchJobRunsTheImagesCommand) {
+  StartRegistry();
+  ImageSpec spec;
+  spec.entrypoint = {"/opt/conda/bin/python"};
+  spec.cmd = {"/workspace/train.py"};
+  spec.working_dir = "/workspace";
+  spec.env = {"PATH=/opt/conda/bin:/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES=all"};
+  target_.repository = "pytorch/pytorch";
+  auto pushed = testing::PushImage(target_, "latest", dir_.path(), spec);
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+
+  std::ifstream in(std::string(BW_TEST_SOURCE_DIR) +
+                   "/src/trainjob/testdata/pytorchjob-quickstart.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string image = registry_->host() + "/pytorch/pytorch:latest";
+  for (size_t at = text.find("pytorch/pytorch:latest"); at != std::string::npos;
+       at = text.find("pytorch/pytorch:latest", at + image.size())) {
+    text.replace(at, std::string("pytorch/pytorch:latest").size(), image);
+  }
+  auto m = trainjob::ParseManifest(text, "quickstart.yaml", "/", trainjob::Target::kKubernetes);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  trainjob::TrainJob t = m->job;
+  EXPECT_EQ(t.job.nodes, 4);
+  ASSERT_TRUE(t.job.command.empty());
+
+  Client client;
+  auto cfg = client.Resolve(t.pod.image, {});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto line = trainjob::ApplyImageConfig(*cfg, trainjob::Target::kKubernetes, &t);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_EQ(*line, "command from image " + image + " (" + pushed->manifest_digest +
+                       "): [\"/opt/conda/bin/python\", \"/workspace/train.py\"]");
+  EXPECT_EQ(t.job.command, (std::vector<std::string>{"/opt/conda/bin/python"}));
+  EXPECT_EQ(t.job.args, (std::vector<std::string>{"/workspace/train.py"}));
+  EXPECT_EQ(t.job.workdir, "/workspace");
+  EXPECT_EQ(t.job.env.at("NVIDIA_VISIBLE_DEVICES"), "all");
+  // The TrainJob the operator runs now has the command, and its four worker pods render.
+  auto resolved = trainjob::TrainJobFromObject(trainjob::ToObject(t));
+  ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+  EXPECT_EQ(resolved->job.command, t.job.command);
+  int workers = 0;
+  for (const Json& o : trainjob::RenderJobObjects(t, {}, {})) {
+    if (o.value("kind", "") != "Pod") continue;
+    EXPECT_EQ(o["spec"]["containers"][0]["image"], image);
+    workers += o["metadata"]["labels"][trainjob::kRoleLabel] == "worker";
+  }
+  EXPECT_EQ(workers, 4);
+  // Every pod of the job resolves from the cache: one walk for the job.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(client.Resolve(t.pod.image, {}).ok());
+  EXPECT_EQ(client.stats().requests, 2u);
 }
 
 TEST(RegistryTimeoutTest, ServerThatNeverAnswers) {

@@ -37,6 +37,10 @@ struct JobFieldsOptions {
   std::string name;
   PathMode paths = PathMode::kResolve;
   std::string base_dir;  // kResolve: "" = the current directory
+  // A TrainJob may leave `command` out: it then comes from its image's ENTRYPOINT + CMD
+  // (args, when given, replace CMD), resolved before the job starts. spec->command
+  // stays empty. A job spec (ParseJobSpec) always requires it.
+  bool command_optional = false;
   // Further keys the mapping may hold; they are key-checked here and returned for the
   // caller to parse (e.g. a TrainJob's scheduling, pod and suspend).
   std::span<const FieldDef> extra_fields;

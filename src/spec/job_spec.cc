@@ -86,7 +86,7 @@ class Parser {
     nodes_ok_ = nodes_ok;
 
     if (auto it = f.find("command"); it == f.end()) {
-      Missing(line, P("command"), HintFor(kJobFields, "command"));
+      if (!o_.command_optional) Missing(line, P("command"), HintFor(kJobFields, "command"));
     } else if (r_.ReadStringList(it->second, &spec_.command)) {
       if (spec_.command.empty()) {
         r_.Error(it->second.line, it->second.path, "must not be empty", "an empty list",

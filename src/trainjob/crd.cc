@@ -2,6 +2,7 @@
 // the parser's field tables (src/spec/job_spec_schema.h, trainjob_schema.h).
 #include <climits>
 #include <cmath>
+#include <string_view>
 
 #include "trainjob/render.h"
 #include "trainjob/trainjob_schema.h"
@@ -121,6 +122,10 @@ Json SpecSchema() {
                                std::end(spec_internal::kJobFields));
   fields.insert(fields.end(), std::begin(internal::kSpecExtraFields),
                 std::end(internal::kSpecExtraFields));
+  // A TrainJob without a command runs its image's ENTRYPOINT + CMD (docs/trainjob.md).
+  for (FieldDef& f : fields) {
+    if (std::string_view(f.key) == "command") f.required = false;
+  }
   return ObjectSchema(fields,
                       "The job (the fields of a job spec, docs/job-spec.md, without name) and how "
                       "it runs on Kubernetes: scheduling, suspend and pod (docs/trainjob.md).",

@@ -141,9 +141,11 @@ TEST(K8sSchemaTest, NodeTaintEventAndConvertedJobsValidate) {
                {"spec", {{"taints", Json::array({RenderQuarantineTaint("NodeNotReady")})}}}};
   std::vector<Json> objs = {node, RenderEvent(node, "Warning", "NodeQuarantined", "NotReady", 1e9)};
   for (const char* f :
-       {"pytorchjob-mnist.yaml", "pytorchjob-elastic.yaml", "pytorchjob-llm.yaml"}) {
+       {"pytorchjob-mnist.yaml", "pytorchjob-elastic.yaml", "pytorchjob-llm.yaml",
+        "pytorchjob-quickstart.yaml"}) {
     auto m = LoadManifest(kTestdata + "/" + f, Target::kKubernetes);
     ASSERT_TRUE(m.ok()) << m.status().message();
+    m->job.pod.image_pull_secrets = {"regcred"};  // the pods' imagePullSecrets
     objs.push_back(ToObject(m->job));
     for (Json& o : RenderJobObjects(m->job, {}, {})) objs.push_back(std::move(o));
   }

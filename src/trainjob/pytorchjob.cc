@@ -201,6 +201,11 @@ class Converter {
     if (At(ts, "priorityClassName").IsScalar()) {
       pod["priorityClassName"] = At(ts, "priorityClassName").Scalar();
     }
+    if (const YAML::Node ps = At(ts, "imagePullSecrets"); ps.IsSequence()) {
+      for (const YAML::Node& s : ps) {
+        if (At(s, "name").IsScalar()) pod["imagePullSecrets"].push_back(At(s, "name").Scalar());
+      }
+    }
     if (IsA(At(ts, "schedulerName"), "volcano")) {
       out_["spec"]["scheduling"]["gang"] = "volcano";
       Note(template_path_ +
@@ -209,7 +214,8 @@ class Converter {
     }
     static const std::set<std::string> kHandled = {
         "containers",        "nodeSelector",  "tolerations",   "serviceAccountName", "volumes",
-        "priorityClassName", "schedulerName", "restartPolicy", "hostNetwork",        "dnsPolicy"};
+        "priorityClassName", "schedulerName", "restartPolicy", "hostNetwork",        "dnsPolicy",
+        "imagePullSecrets"};
     std::vector<std::string> dropped;
     for (const auto& kv : ts) {
       const std::string key = kv.first.as<std::string>("");
@@ -276,9 +282,13 @@ class Converter {
       for (const YAML::Node& a : n) out.push_back(a.IsScalar() ? a.Scalar() : "");
     }
     if (!At(c, "command").IsSequence() || At(c, "command").size() == 0) {
-      Err(At(c, "command"), c, path + ".command", "required: the training command",
-          "set command (e.g. [torchrun, --nproc_per_node=8, train.py]); the image's ENTRYPOINT "
-          "is replaced by bulwark-agent, so the command must be explicit");
+      // Kubernetes runs the image's ENTRYPOINT + CMD (args replace CMD); so does Bulwark,
+      // with the command read from the image's config when the job starts
+      // (ApplyImageConfig), since the pod's entrypoint is bulwark-agent.
+      if (!argv[1].empty()) out_["spec"]["args"] = argv[1];
+      Note(path + ".command: not set: the command will be the image's ENTRYPOINT + " +
+           (argv[1].empty() ? std::string("CMD") : "args (which replace CMD)") +
+           ", read from its registry when the job starts");
       return;
     }
     Result<Launch> l = StripLauncher(argv[0], argv[1]);

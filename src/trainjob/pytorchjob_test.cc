@@ -126,20 +126,94 @@ TEST(PyTorchJobTest, LocalTargetDropsTheImagesWorkingDirectory) {
   EXPECT_THAT(AllNotes(*m), HasSubstr("workingDir /workspace dropped"));
 }
 
+// Kubeflow's quick-start: no command, so the image's ENTRYPOINT + CMD run.
+TEST(PyTorchJobTest, QuickStartWithoutCommandTakesItFromTheImage) {
+  for (Target target : {Target::kKubernetes, Target::kLocal}) {
+    auto m = Convert("pytorchjob-quickstart.yaml", target);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const TrainJob& t = m->job;
+    EXPECT_EQ(t.job.nodes, 4);
+    EXPECT_TRUE(t.job.command.empty());
+    EXPECT_TRUE(t.job.args.empty());
+    EXPECT_EQ(t.pod.image, "pytorch/pytorch:latest");
+    EXPECT_THAT(AllNotes(*m), HasSubstr("containers[0].command: not set: the command will be "
+                                        "the image's ENTRYPOINT + CMD"));
+    // The TrainJob it converts to leaves command out, and parses again.
+    const Json obj = ToObject(t);
+    EXPECT_FALSE(obj["spec"].contains("command"));
+    if (target == Target::kKubernetes) {
+      auto back = TrainJobFromObject(obj);
+      ASSERT_TRUE(back.ok()) << back.status().message();
+      EXPECT_TRUE(back->job.command.empty());
+    }
+  }
+}
+
+TEST(PyTorchJobTest, ArgsWithoutCommandReplaceTheImagesCmd) {
+  const std::string text =
+      "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: p}\nspec:\n"
+      "  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n"
+      "        spec:\n          imagePullSecrets: [{name: regcred}]\n          containers:\n"
+      "          - {name: pytorch, image: reg.example/t:1, args: [train.py, --lr, '0.1']}\n";
+  auto m = ParseManifest(text, "p.yaml", "/j", Target::kKubernetes);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_TRUE(m->job.job.command.empty());
+  EXPECT_EQ(m->job.job.args, (std::vector<std::string>{"train.py", "--lr", "0.1"}));
+  EXPECT_EQ(m->job.pod.image_pull_secrets, (std::vector<std::string>{"regcred"}));
+  EXPECT_THAT(AllNotes(*m), HasSubstr("ENTRYPOINT + args (which replace CMD)"));
+
+  registry::ImageConfig img;
+  img.image = "reg.example/t:1";
+  img.manifest_digest = "sha256:abc";
+  img.entrypoint = {"python3"};
+  img.cmd = {"serve.py"};
+  img.working_dir = "/workspace";
+  img.env = {"PATH=/opt/bin:/usr/bin", "RANK=9", "HF_HOME=/cache"};
+  TrainJob t = m->job;
+  t.job.env["HF_HOME"] = "/mine";
+  auto line = ApplyImageConfig(img, Target::kKubernetes, &t);
+  ASSERT_TRUE(line.ok()) << line.status().message();
+  EXPECT_EQ(*line, "command from image reg.example/t:1 (sha256:abc): "
+                   "[\"python3\", \"train.py\", \"--lr\", \"0.1\"]");
+  EXPECT_EQ(t.job.command, (std::vector<std::string>{"python3"}));
+  EXPECT_EQ(t.job.args, (std::vector<std::string>{"train.py", "--lr", "0.1"}));
+  EXPECT_EQ(t.job.workdir, "/workspace");
+  EXPECT_EQ(t.job.env.at("PATH"), "/opt/bin:/usr/bin");
+  EXPECT_EQ(t.job.env.at("HF_HOME"), "/mine");  // the spec wins
+  EXPECT_FALSE(t.job.env.contains("RANK"));      // the agent sets it
+  // Applied once: a job with a command is left alone.
+  EXPECT_EQ(*ApplyImageConfig(img, Target::kKubernetes, &t), "");
+
+  // The local backend takes the command only.
+  TrainJob local = m->job;
+  local.job.workdir = "/j";
+  ASSERT_TRUE(ApplyImageConfig(img, Target::kLocal, &local).ok());
+  EXPECT_EQ(local.job.workdir, "/j");
+  EXPECT_FALSE(local.job.env.contains("PATH"));
+
+  // A torchrun ENTRYPOINT loses its launcher as a PyTorchJob's command does.
+  TrainJob tr = m->job;
+  tr.job.args.clear();
+  img.entrypoint = {"torchrun", "--nproc_per_node=8"};
+  img.cmd = {"train.py", "--steps", "10"};
+  line = ApplyImageConfig(img, Target::kKubernetes, &tr);
+  ASSERT_TRUE(line.ok()) << line.status().message();
+  EXPECT_THAT(*line, HasSubstr("torchrun and its flags removed"));
+  EXPECT_EQ(tr.job.args, (std::vector<std::string>{"--steps", "10"}));
+
+  // Neither ENTRYPOINT nor CMD: the one refusal left.
+  TrainJob none = m->job;
+  none.job.args.clear();
+  img.entrypoint.clear();
+  img.cmd.clear();
+  auto refused = ApplyImageConfig(img, Target::kKubernetes, &none);
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              AllOf(HasSubstr("neither ENTRYPOINT nor CMD"), HasSubstr("set command")));
+}
+
 TEST(PyTorchJobTest, WhatCannotBeConvertedIsAnErrorWithLineAndFix) {
   const std::string head = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: p}\n";
-  auto no_command = ParseManifest(head +
-                                      "spec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: "
-                                      "2\n      template:\n        spec:\n          containers:\n  "
-                                      "          - {name: pytorch, image: i, args: [a]}\n",
-                                  "p.yaml", "/j", Target::kKubernetes);
-  ASSERT_FALSE(no_command.ok());
-  EXPECT_THAT(no_command.status().message(),
-              AllOf(HasSubstr("p.yaml:"),
-                    HasSubstr("spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]."
-                              "command: required"),
-                    HasSubstr("ENTRYPOINT is replaced by bulwark-agent")));
-
   auto chief = ParseManifest(head +
                                  "spec:\n  pytorchReplicaSpecs:\n    Chief: {replicas: 1}\n    "
                                  "Worker:\n      replicas: x\n",

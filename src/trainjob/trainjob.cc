@@ -9,7 +9,7 @@ Json JobFields(const JobSpec& j) {
   Json s = Json::object();
   s["nodes"] = j.nodes;
   s["procsPerNode"] = j.procs_per_node;
-  s["command"] = j.command;
+  if (!j.command.empty()) s["command"] = j.command;  // else from the image
   if (!j.args.empty()) s["args"] = j.args;
   if (!j.env.empty()) s["env"] = j.env;
   if (!j.workdir.empty()) s["workdir"] = j.workdir;
@@ -80,6 +80,7 @@ Json PodFields(const PodOptions& p) {
   if (!p.node_selector.empty()) o["nodeSelector"] = p.node_selector;
   if (p.tolerations.is_array() && !p.tolerations.empty()) o["tolerations"] = p.tolerations;
   if (p.data_volume.is_object()) o["dataVolume"] = p.data_volume;
+  if (!p.image_pull_secrets.empty()) o["imagePullSecrets"] = p.image_pull_secrets;
   return o;
 }
 

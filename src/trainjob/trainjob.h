@@ -14,6 +14,7 @@
 
 #include "common/net.h"
 #include "common/status.h"
+#include "registry/image_config.h"
 #include "sched/scheduler.h"
 #include "spec/job_spec.h"
 
@@ -62,6 +63,10 @@ struct PodOptions {
   std::string local_checkpoint_path;    // hostPath (DirectoryOrCreate) at /bulwark/local
   std::string shared_checkpoint_claim;  // PVC (ReadWriteMany) at /bulwark/shared
   std::string config_map;               // at /bulwark/config, read-only
+  // Secrets (kubernetes.io/dockerconfigjson) in the job's namespace: the pods'
+  // imagePullSecrets, and the credentials the operator reads the image's config with
+  // when the spec sets no command.
+  std::vector<std::string> image_pull_secrets;
   bool operator==(const PodOptions&) const = default;
 };
 
@@ -90,6 +95,20 @@ enum class Target : uint8_t {
   // /bulwark/local/<ns>/<name>; pod.image is required.
   kKubernetes,
 };
+
+// A TrainJob (or converted PyTorchJob) may leave spec.command out: it then runs its
+// image's ENTRYPOINT + CMD (args, when given, replace CMD), as Kubernetes runs a
+// container without a command. The caller reads the image's config (src/registry:
+// the operator before it starts the job, `bulwark run` before it runs it) and applies
+// it here: job.command and job.args from the image (a torchrun launcher and its flags
+// removed, as for a PyTorchJob's command); for kKubernetes also an unset workdir from
+// WorkingDir and the image's Env for the variables the spec does not set (reserved ones
+// skipped); kLocal ignores both (paths and variables of the image, not of this machine).
+// Returns the line for the job's Event: "command from image IMAGE (sha256:...): [argv]".
+// A job that has a command is left alone ("" returned). FailedPrecondition when the
+// image has neither ENTRYPOINT nor CMD; InvalidArgument for a launcher it cannot remove.
+Result<std::string> ApplyImageConfig(const registry::ImageConfig& image, Target target,
+                                     TrainJob* t);
 
 // Parses a TrainJob from YAML (or JSON) text. `source_name` prefixes errors;
 // `base_dir` resolves relative paths for kLocal ("" = the current directory). Errors:

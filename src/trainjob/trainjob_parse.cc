@@ -258,6 +258,7 @@ class TrainJobParser {
                                             : spec_internal::PathMode::kContainer;
     o.base_dir = ctx_.base_dir;
     o.extra_fields = kSpecExtraFields;
+    o.command_optional = true;  // then from pod.image (ApplyImageConfig)
     auto f = spec_internal::ParseJobFields(r_, e.value, e.line, o, &job_.job);
     job_.job.name = job_.name;
 
@@ -279,6 +280,20 @@ class TrainJobParser {
       Missing(e.line, "spec.pod", kSpecExtraFields[2].hint);
     }
     if (!gpus_set) job_.pod.gpus_per_node = job_.job.procs_per_node;
+    if (job_.job.command.empty() && !f.contains("command")) {
+      if (job_.pod.image.empty()) {
+        if (ctx_.target == Target::kLocal) {  // kKubernetes: spec.pod.image is reported
+          Missing(e.line, "spec.command",
+                  "set command (e.g. [python3, train.py]), or pod.image to take the command "
+                  "from the image's ENTRYPOINT and CMD");
+        }
+      } else if (notes != nullptr) {
+        notes->push_back(ctx_.source + ": spec.command: not set: the command is the image " +
+                         job_.pod.image + "'s ENTRYPOINT + " +
+                         (job_.job.args.empty() ? "CMD" : "args (which replace CMD)") +
+                         ", read from its registry when the job starts");
+      }
+    }
     if (ctx_.target == Target::kKubernetes && job_.job.elastic.enabled()) {
       // The operator admits and places fixed gangs (src/sched); it does not resize one.
       r_.Error(e.line, "spec.elastic", "the Kubernetes operator does not resize jobs yet",
@@ -385,6 +400,11 @@ class TrainJobParser {
     }
     if (v.contains("tolerations") && v["tolerations"].is_array()) p.tolerations = v["tolerations"];
     if (v.contains("dataVolume") && v["dataVolume"].is_object()) p.data_volume = v["dataVolume"];
+    if (v.contains("imagePullSecrets") && v["imagePullSecrets"].is_array()) {
+      for (const Json& s : v["imagePullSecrets"]) {
+        if (s.is_string()) p.image_pull_secrets.push_back(s.get<std::string>());
+      }
+    }
 
     auto bad = [&](const char* key, const std::string& problem, const std::string& got) {
       const Entry& at = f.at(key);

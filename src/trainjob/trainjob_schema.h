@@ -178,6 +178,11 @@ inline constexpr FieldDef kPodFields[] = {
              "/bulwark/shared"},
     {.key = "configMap",
      .hint = "set pod.configMap to a ConfigMap in the job's namespace, mounted at /bulwark/config"},
+    {.key = "imagePullSecrets",
+     .hint = "set pod.imagePullSecrets to a list of kubernetes.io/dockerconfigjson Secret names in "
+             "the job's namespace, e.g. [regcred]",
+     .type = FieldType::kStringList,
+     .max_items = 16},
 };
 
 // The keys a TrainJob's spec holds besides the job fields.
