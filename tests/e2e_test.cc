@@ -481,6 +481,71 @@ TEST_F(E2E, KilledControllerIsAdoptedWithoutRestartingARank) {
   ExpectNoLeftovers();
 }
 
+// kubectl's verbs on a running local job: logs, get and cancel find it through the
+// store of its `bulwark run`; cancel ends it Cancelled (exit 130) with nothing left.
+TEST_F(E2E, LogsGetAndCancelOfARunningJob) {
+  const std::string spec = WriteSpec("cancelme", 1, 2, 100000, kFastPolicy);
+  const std::string bin = build_ + "/bin/bulwark", store = dir_ + "/bulwark.db";
+  std::thread user([&] {
+    ASSERT_TRUE(WaitForFileText(dir_ + "/run/logs/rank-1.log", "starting at step", 60));
+    auto [lrc, logs] = RunProcess({bin, "logs", "cancelme", "--rank", "1", "--store", store},
+                                  StateEnv(), 30);
+    EXPECT_EQ(lrc, 0) << logs;
+    EXPECT_NE(logs.find("starting at step"), std::string::npos) << logs;
+    EXPECT_NE(logs.find("rank 1 on node-0"), std::string::npos) << logs;
+    auto [grc, got] =
+        RunProcess({bin, "get", "cancelme", "-o", "json", "--store", store}, StateEnv(), 30);
+    EXPECT_EQ(grc, 0) << got;
+    const Json job = Json::parse(got, nullptr, false);
+    EXPECT_EQ(job.value("phase", ""), "Running") << got;
+    EXPECT_EQ(job.value("runDir", ""), dir_ + "/run") << got;
+    auto [crc, cancel] = RunProcess({bin, "cancel", "cancelme", "--store", store}, StateEnv(), 90);
+    EXPECT_EQ(crc, 0) << cancel;
+    EXPECT_NE(cancel.find("cancelling job cancelme"), std::string::npos) << cancel;
+    EXPECT_NE(cancel.find("job/cancelme Cancelled"), std::string::npos) << cancel;
+  });
+  auto o = Run(spec);
+  user.join();
+  EXPECT_EQ(o.exit_code, 130) << o.output;
+  EXPECT_EQ(o.report.value("phase", ""), "Cancelled") << o.report.dump();
+  auto [rc, again] = RunProcess({bin, "cancel", "cancelme", "--store", store}, StateEnv(), 30);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(again.find("is not running (phase Cancelled)"), std::string::npos) << again;
+  ExpectNoLeftovers();
+}
+
+// torchrun's form, no YAML: the flags become the job spec.
+TEST_F(E2E, AScriptRunsWithTorchrunFlagsAndNoSpec) {
+  std::map<std::string, std::string> env = StateEnv();
+  env["BW_E2E_TAG"] = tag_;
+  if (!std::string(BW_TEST_PRELOAD).empty()) {
+    env["LD_PRELOAD"] = BW_TEST_PRELOAD;
+    env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
+  }
+  auto [rc, out] = RunProcess(
+      {build_ + "/bin/bulwark", "run", "--nnodes", "2", "--nproc-per-node", "2",
+       src_ + "/tests/trainers/tiny_trainer.py", "--run-dir", dir_ + "/run", "--store",
+       dir_ + "/bulwark.db", "--checkpoint-dir", dir_ + "/ckpt", "--checkpoint-every", "10",
+       "--report",
+       dir_ + "/report.json", "--", "--steps", "30"},
+      env, 240);
+  ASSERT_EQ(rc, 0) << out;
+  std::ifstream in(dir_ + "/report.json");
+  const Json report = Json::parse(in, nullptr, false);
+  EXPECT_EQ(report.value("job", ""), "tiny-trainer") << report.dump();
+  EXPECT_EQ(report.value("nodes", 0), 2);
+  EXPECT_EQ(report.value("procs_per_node", 0), 2);
+  EXPECT_EQ(report.value("last_step", 0L), 30);
+  EXPECT_TRUE(fs::exists(dir_ + "/ckpt/step-000000000030/COMMIT"));
+  // A flag that does not make a job is a usage error naming it.
+  auto [brc, bad] = RunProcess({build_ + "/bin/bulwark", "run", "--nnodes", "3:1",
+                                src_ + "/tests/trainers/tiny_trainer.py"},
+                               env, 30);
+  EXPECT_EQ(brc, 2) << bad;
+  EXPECT_NE(bad.find("--nnodes: expected N or MIN:MAX"), std::string::npos) << bad;
+  ExpectNoLeftovers();
+}
+
 TEST_F(E2E, BadSpecIsRejectedWithFieldAndLine) {
   std::string path = dir_ + "/bad.yaml";
   std::ofstream(path) << "name: bad\nnodes: 0\nprocsPerNode: 1\ncommand: [\"/bin/true\"]\n";

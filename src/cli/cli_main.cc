@@ -6,7 +6,7 @@
 //   chaos ACTION    inject a fault into a running job (talks to its controller)
 //   update SPEC     apply a changed command, args, env or workdir to a running job in
 //                   place (talks to its controller)
-//   get / describe  read jobs, events and incidents from a store
+//   get / describe / logs / cancel   the local jobs of the stores (jobs_cmd.h)
 //   ckpt ls|inspect|verify|gc   inspect and maintain a checkpoint dir (ckpt_cmd.h)
 //   operator        run the Kubernetes operator; submit SPEC: create its TrainJob on a
 //                   cluster (kube_cmd.h, docs/kubernetes.md)
@@ -31,7 +31,9 @@
 
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
+#include "cli/adhoc.h"
 #include "cli/ckpt_cmd.h"
+#include "cli/jobs_cmd.h"
 #include "cli/cli_main.h"
 #include "cli/kube_cmd.h"
 #include "cli/render_cmd.h"
@@ -42,9 +44,11 @@
 #include "controller/controller.h"
 #include "controller/dashboard_api.h"
 #include "metrics/http_endpoint.h"
+#include "registry/registry.h"
 #include "spec/job_spec.h"
 #include "spec/spec_reader.h"
 #include "store/store.h"
+#include "trainjob/manifest_input.h"
 #include "trainjob/trainjob.h"
 #include "ui/assets.h"
 
@@ -78,8 +82,16 @@ int Fail(const Status& st) {
   return st.code() == Code::kInvalidArgument ? 2 : 1;
 }
 
+// A manifest argument that names no file is a usage error (exit 2), as a bad flag is.
+Status InputError(const Status& st) {
+  return st.code() == Code::kNotFound ? InvalidArgument(st.message()) : st;
+}
+
 struct RunFlags {
-  std::string spec;
+  std::string spec;      // positional: a spec file, "-" (stdin) or a script (ad hoc)
+  std::string filename;  // -f: a spec file or "-"
+  cli::AdhocFlags adhoc;  // torchrun-style flags; adhoc.args holds the words after --
+  bool torchrun_flags = false;  // --nnodes, --nproc-per-node or -m given
   std::string report;
   std::string run_dir;
   std::string store;
@@ -227,10 +239,57 @@ void PrintNotes(const std::vector<std::string>& notes) {
   for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
 }
 
+// The job `run` was given: a spec file or "-" (one document), or a script with
+// torchrun-style flags (adhoc.h).
+Result<trainjob::LoadedManifest> RunManifest(const RunFlags& f) {
+  if (!f.spec.empty() && !f.filename.empty()) {
+    return InvalidArgument("give the job once: a SPEC argument or -f FILE, not both");
+  }
+  const std::string path = f.filename.empty() ? f.spec : f.filename;
+  if (path.empty()) {
+    return InvalidArgument("give a job spec (bulwark run job.yaml, or -f - for standard input) "
+                           "or a script (bulwark run --nnodes 2 --nproc-per-node 2 train.py -- "
+                           "ARGS)");
+  }
+  if (f.filename.empty() && cli::IsAdhocRun(path, f.torchrun_flags)) {
+    cli::AdhocFlags a = f.adhoc;
+    a.script = path;
+    std::error_code ec;
+    if (!a.module && !fs::exists(path, ec)) {
+      return InvalidArgument("script " + path + ": no such file (relative to " +
+                             fs::current_path(ec).string() + "; with -m it is a module name)");
+    }
+    return cli::AdhocManifest(a, fs::current_path(ec).string());
+  }
+  if (!f.adhoc.args.empty()) {
+    return InvalidArgument("the words after -- are a script's arguments (bulwark run train.py -- "
+                           "ARGS); for a job spec put them in its args: field");
+  }
+  auto read = trainjob::ReadManifestInput(path);
+  if (!read.ok()) return InputError(read.status());
+  const trainjob::ManifestInput& in = *read;
+  BW_ASSIGN_OR_RETURN(std::vector<trainjob::LoadedManifest> ms,
+                      trainjob::ParseManifestInput(in, trainjob::Target::kLocal));
+  if (ms.size() > 1) {
+    return InvalidArgument(in.name + " holds " + std::to_string(ms.size()) +
+                           " manifests; `bulwark run` runs one job: give it one document "
+                           "(`bulwark validate` and `render` take several)");
+  }
+  return std::move(ms[0]);
+}
+
 int CmdRun(const RunFlags& f) {
-  auto manifest = trainjob::LoadManifest(f.spec, trainjob::Target::kLocal);
+  auto manifest = RunManifest(f);
   if (!manifest.ok()) return Fail(manifest.status());
   PrintNotes(manifest->notes);
+  if (manifest->job.job.command.empty()) {  // the image's ENTRYPOINT + CMD (docs/trainjob.md)
+    registry::Client images;
+    auto cfg = images.Resolve(manifest->job.pod.image, registry::LocalDockerConfig());
+    if (!cfg.ok()) return Fail(cfg.status());
+    auto line = trainjob::ApplyImageConfig(*cfg, trainjob::Target::kLocal, &manifest->job);
+    if (!line.ok()) return Fail(line.status());
+    PrintNotes({*line});
+  }
   JobSpec* spec = &manifest->job.job;
   std::string root = EnvOr("BULWARK_HOME", spec->workdir + "/.bulwark");
   std::string run_dir = f.run_dir.empty() ? root + "/" + spec->name : f.run_dir;
@@ -363,34 +422,68 @@ int CmdRun(const RunFlags& f) {
 
 // `validate`: a job spec is checked for the local backend; a TrainJob or PyTorchJob
 // for Kubernetes too unless --target local (the local check runs first either way).
-int CmdValidate(const std::string& path, const std::string& target) {
-  auto m = trainjob::LoadManifest(path, trainjob::Target::kLocal);
-  const bool k8s = target == "kubernetes" ||
-                   (target == "auto" && m.ok() && m->kind != trainjob::ManifestKind::kJobSpec);
-  if (m.ok() && k8s) m = trainjob::LoadManifest(path, trainjob::Target::kKubernetes);
-  if (!m.ok()) return Fail(m.status());
-  PrintNotes(m->notes);
-  const trainjob::TrainJob& t = m->job;
-  const JobSpec& s = t.job;
-  if (m->kind == trainjob::ManifestKind::kJobSpec && !k8s) {
-    std::printf("%s: OK (%s: %d nodes x %d ranks, %zu chaos faults)\n", path.c_str(),
-                s.name.c_str(), s.nodes, s.procs_per_node, s.chaos.size());
-    return 0;
-  }
-  if (k8s && t.pod.image.empty()) {  // what render and submit refuse, refused here too
-    std::fprintf(stderr,
-                 "bulwark: %s: pod.image: required on Kubernetes (the pods run the agent and "
-                 "the trainer in it); write it as a TrainJob with spec.pod.image (`bulwark "
-                 "render %s --trainjob --image IMAGE` prints one to start from)\n",
-                 path.c_str(), path.c_str());
+// Every document of every input is checked; one line each, exit 2 if any failed.
+int CmdValidate(const std::vector<std::string>& paths, const std::string& target) {
+  if (paths.empty()) {
+    std::fprintf(stderr, "bulwark validate: give a spec file (or -f FILE, - for stdin)\n");
     return 2;
   }
-  std::printf(
-      "%s: OK (%s %s/%s for %s: %d nodes x %d ranks, %zu chaos faults; gang %s, queue %s)\n",
-      path.c_str(), trainjob::ManifestKindName(m->kind), t.ns.c_str(), t.name.c_str(),
-      k8s ? "Kubernetes" : "the local backend", s.nodes, s.procs_per_node, s.chaos.size(),
-      trainjob::GangModeName(t.scheduling.gang), t.scheduling.queue.c_str());
-  return 0;
+  int rc = 0;
+  for (const std::string& path : paths) {
+    auto in = trainjob::ReadManifestInput(path);
+    if (!in.ok()) {
+      rc = std::max(rc, Fail(InputError(in.status())));
+      continue;
+    }
+    auto local = trainjob::ParseManifestInput(*in, trainjob::Target::kLocal);
+    if (!local.ok()) {
+      rc = std::max(rc, Fail(local.status()));
+      continue;
+    }
+    const bool any_k8s = std::any_of(local->begin(), local->end(), [](const auto& m) {
+      return m.kind != trainjob::ManifestKind::kJobSpec;
+    });
+    auto ms = local;
+    if (target == "kubernetes" || (target == "auto" && any_k8s)) {
+      ms = trainjob::ParseManifestInput(*in, trainjob::Target::kKubernetes);
+      if (!ms.ok()) {
+        rc = std::max(rc, Fail(ms.status()));
+        continue;
+      }
+    }
+    for (size_t i = 0; i < ms->size(); ++i) {
+      const trainjob::LoadedManifest& m = (*ms)[i];
+      const bool k8s = target == "kubernetes" ||
+                       (target == "auto" && m.kind != trainjob::ManifestKind::kJobSpec);
+      const trainjob::LoadedManifest& shown = k8s ? m : (*local)[i];
+      PrintNotes(shown.notes);
+      const trainjob::TrainJob& t = shown.job;
+      const JobSpec& s = t.job;
+      const std::string where =
+          in->name + (ms->size() > 1 ? " (document " + std::to_string(i + 1) + ")" : "");
+      if (m.kind == trainjob::ManifestKind::kJobSpec && !k8s) {
+        std::printf("%s: OK (%s: %d nodes x %d ranks, %zu chaos faults)\n", where.c_str(),
+                    s.name.c_str(), s.nodes, s.procs_per_node, s.chaos.size());
+        continue;
+      }
+      if (k8s && t.pod.image.empty()) {  // what render and submit refuse, refused here too
+        std::fprintf(stderr,
+                     "bulwark: %s: pod.image: required on Kubernetes (the pods run the agent "
+                     "and the trainer in it); write it as a TrainJob with spec.pod.image "
+                     "(`bulwark render %s --trainjob --image IMAGE` prints one to start from)\n",
+                     where.c_str(), in->name.c_str());
+        rc = 2;
+        continue;
+      }
+      std::printf(
+          "%s: OK (%s %s/%s for %s: %d nodes x %d ranks, %zu chaos faults; gang %s, queue "
+          "%s)\n",
+          where.c_str(), trainjob::ManifestKindName(m.kind), t.ns.c_str(), t.name.c_str(),
+          k8s ? "Kubernetes" : "the local backend", s.nodes, s.procs_per_node, s.chaos.size(),
+          trainjob::GangModeName(t.scheduling.gang), t.scheduling.queue.c_str());
+    }
+  }
+  return rc;
 }
 
 // The controller address of a running local job: `addr_in`, else its run directory's
@@ -504,80 +597,6 @@ int CmdUpdate(const std::string& spec_path, const std::string& addr_in,
   return 0;
 }
 
-// get (list_only): every job of every store, under a header row. describe: the named
-// job, from the store where it was created last. `store_flag` "" means the stores
-// cli::KnownStores finds; all are opened read-only.
-int CmdDescribe(const std::string& store_flag, const std::string& job, bool list_only) {
-  const std::string registry = cli::StoreRegistryPath();
-  const std::vector<std::string> paths =
-      store_flag.empty() ? cli::KnownStores(registry) : std::vector<std::string>{store_flag};
-  if (paths.empty()) {
-    std::fprintf(stderr,
-                 "bulwark: no store found: none at ./.bulwark/bulwark.db and none remembered "
-                 "in %s (every `bulwark run` remembers its store there); give --store PATH\n",
-                 registry.c_str());
-    return 1;
-  }
-  struct Found {
-    std::string path;
-    JobRecord job;
-    Store* store;
-  };
-  std::vector<std::unique_ptr<Store>> open;
-  std::vector<Found> jobs;
-  for (const std::string& path : paths) {
-    auto store = Store::OpenReadOnly(path);
-    if (!store.ok()) return Fail(store.status());
-    auto list = (*store)->ListJobs();
-    if (!list.ok()) return Fail(list.status().Annotate(path));
-    for (const JobRecord& j : *list) {
-      if (job.empty() || j.name == job) jobs.push_back({path, j, store->get()});
-    }
-    open.push_back(std::move(*store));
-  }
-  if (list_only) {
-    const bool many = paths.size() > 1;
-    std::printf("%-20s %-11s %-7s %-8s %-6s %-9s %s\n", "NAME", "PHASE", "ATTEMPT",
-                "RESTARTS", "STEP", "COMMITTED", many ? "STORE / MESSAGE" : "MESSAGE");
-    for (const Found& f : jobs) {
-      const JobRecord& j = f.job;
-      std::printf("%-20s %-11s %-7d %-8d %-6ld %-9ld %s%s\n", j.name.c_str(),
-                  JobPhaseName(j.phase), j.attempt, j.restarts, j.high_water_step,
-                  j.last_committed_step, many ? (f.path + " / ").c_str() : "",
-                  j.message.c_str());
-    }
-    return 0;
-  }
-  if (jobs.empty()) {
-    std::fprintf(stderr, "bulwark: no job '%s' in %s%s; `bulwark get` lists the jobs\n",
-                 job.c_str(), paths.size() == 1 ? "" : "any of ",
-                 paths.size() == 1 ? paths[0].c_str() : (std::to_string(paths.size()) +
-                                                         " stores").c_str());
-    return 1;
-  }
-  const Found& f = *std::max_element(jobs.begin(), jobs.end(), [](const Found& a, const Found& b) {
-    return a.job.created < b.job.created;
-  });
-  const JobRecord& j = f.job;
-  std::printf("Name:      %s\nStore:     %s\nPhase:     %s\nAttempt:   %d (restarts %d)\n"
-              "Step:      %ld (committed %ld)\nMessage:   %s\n",
-              j.name.c_str(), f.path.c_str(), JobPhaseName(j.phase), j.attempt, j.restarts,
-              j.high_water_step, j.last_committed_step, j.message.c_str());
-  auto ev = f.store->ListEvents(j.name);
-  if (ev.ok()) {
-    std::printf("Events:\n");
-    for (const auto& e : *ev) {
-      if (e.t + 1e-3 < j.created) continue;  // an earlier run of a job of this name
-      std::printf("  %8.3f  %-22s %s\n", e.t - j.created, e.reason.c_str(), e.message.c_str());
-    }
-  }
-  if (!j.report_json.empty()) {
-    Json rep = Json::parse(j.report_json, nullptr, false);
-    if (!rep.is_discarded()) std::printf("%s", FormatReport(rep).c_str());
-  }
-  return 0;
-}
-
 // A command-line error: CLI11's message (or, for an unknown command, the closest one)
 // and exit status 2, whatever CLI11's own code for the error (105, 106, 109 ...);
 // --help and --version exit 0.
@@ -611,12 +630,44 @@ int Main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("bulwark ") + BULWARK_VERSION);
   app.footer("Exit status: 0 success, 1 failure, 2 usage error (a bad flag, argument or "
              "spec).\nRun 'bulwark COMMAND --help' for a command's flags and defaults.");
+  app.option_defaults()->always_capture_default();  // --help shows every default
   RunFlags rf;
-  auto* run =
-      app.add_subcommand("run", "run a job spec on the local backend and print its ETTR report");
-  run->add_option("spec", rf.spec, "job spec, TrainJob or Kubeflow PyTorchJob (YAML)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  auto* run = app.add_subcommand(
+      "run", "run a job spec, or a script with torchrun's flags, on the local backend and "
+             "print its ETTR report");
+  run->add_option("spec", rf.spec,
+                  "job spec, TrainJob or Kubeflow PyTorchJob (YAML; - reads standard input), "
+                  "or a script: train.py (or a module with -m)");
+  run->add_option("args", rf.adhoc.args, "after --: the script's arguments");
+  run->add_option("-f,--filename", rf.filename, "the job spec file (- reads standard input)");
+  auto* nnodes = run->add_option("--nnodes", rf.adhoc.nnodes,
+                                 "script: nodes, N or MIN:MAX (elastic between them)");
+  auto* nproc = run->add_option("--nproc-per-node,--nproc_per_node", rf.adhoc.nproc_per_node,
+                                "script: ranks per node")
+                    ->check(CLI::Range(1, 4096));
+  auto* module = run->add_flag("-m,--module", rf.adhoc.module,
+                               "script: the argument is a Python module (python3 -m NAME)");
+  run->add_option("--name", rf.adhoc.name, "script: job name (default: from the script)");
+  run->add_option("--max-restarts,--max_restarts", rf.adhoc.max_restarts,
+                  "script: restarts before the job fails (-1: the spec default, 10)")
+      ->check(CLI::Range(-1, 100000));
+  run->add_option("--standby", rf.adhoc.standby, "script: warm standby nodes")
+      ->check(CLI::Range(0, 1024));
+  run->add_option("--checkpoint-dir", rf.adhoc.checkpoint_dir,
+                  "script: checkpoint directory (default <cwd>/checkpoints/<name>)");
+  run->add_option("--checkpoint-every", rf.adhoc.checkpoint_every,
+                  "script: a checkpoint every N steps (the SDK's should_checkpoint; 0: none)")
+      ->check(CLI::Range(0, 1 << 30));
+  run->callback([&rf, nnodes, nproc, module] {
+    rf.torchrun_flags = nnodes->count() > 0 || nproc->count() > 0 || module->count() > 0;
+  });
+  run->footer(
+      "Examples:\n"
+      "  bulwark run examples/pytorch-ddp/job.yaml --fresh --report report.json\n"
+      "  bulwark run --nnodes 2 --nproc-per-node 2 train.py -- --steps 100\n"
+      "  bulwark render job.yaml --trainjob | bulwark run -f -\n"
+      "A script runs as a job spec with these values would (docs/job-spec.md): each rank "
+      "gets torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...).");
   run->add_option("--report", rf.report, "also write the report as JSON to this file");
   run->add_option("--run-dir", rf.run_dir,
                   "scratch dir for logs and sockets (default <workdir>/.bulwark/<job>)");
@@ -652,15 +703,22 @@ int Main(int argc, char** argv) {
                   "with --machines: how long a node lost to chaos keeps its machine down")
       ->check(CLI::NonNegativeNumber);
 
-  std::string vspec, vtarget = "auto";
+  std::vector<std::string> vspecs, vfiles;
+  std::string vtarget = "auto";
   auto* validate = app.add_subcommand(
-      "validate", "check a job spec, TrainJob or PyTorchJob and print the problems found");
-  validate->add_option("spec", vspec, "job spec, TrainJob or Kubeflow PyTorchJob (YAML)")
-      ->required();
+      "validate", "check job specs, TrainJobs or PyTorchJobs (every document of every file)");
+  validate->add_option("spec", vspecs,
+                       "job spec, TrainJob or Kubeflow PyTorchJob files (YAML; - reads "
+                       "standard input)");
+  validate->add_option("-f,--filename", vfiles, "a file to check, as SPEC (repeatable)");
   validate
       ->add_option("--target", vtarget,
                    "auto (Kubernetes for TrainJob/PyTorchJob), local or kubernetes")
       ->check(CLI::IsMember({"auto", "local", "kubernetes"}));
+  validate->footer(
+      "Examples:\n  bulwark validate examples/pytorch-ddp/job.yaml\n"
+      "  bulwark validate -f deploy/sample-trainjob.yaml --target kubernetes\n"
+      "  cat a.yaml b.yaml | bulwark validate -");
 
   std::string addr, job, run_root = EnvOr("BULWARK_HOME", ".bulwark"), action;
   int rank = 0, node = 0;
@@ -703,16 +761,8 @@ int Main(int argc, char** argv) {
                    "rolls it back")
       ->check(CLI::PositiveNumber);
 
-  std::string store_path, djob;
-  const std::string store_help =
-      "SQLite store (default: ./.bulwark/bulwark.db and every store a `bulwark run` used, "
-      "remembered in " + cli::StoreRegistryPath() + ")";
-  auto* get = app.add_subcommand("get", "list the jobs of the stores, with their phase and step");
-  get->add_option("--store", store_path, store_help)->check(CLI::ExistingFile);
-  auto* describe = app.add_subcommand("describe", "show a job's events, incidents and ETTR report");
-  describe->add_option("job", djob, "job name")->required();
-  describe->add_option("--store", store_path, store_help)->check(CLI::ExistingFile);
-
+  int jobs_rc = 2;
+  const std::vector<CLI::App*> job_cmds = cli::AddJobCommands(app, &jobs_rc);
   int ckpt_rc = 2;
   auto* ckpt_cmd = cli::AddCkptCommands(app, &ckpt_rc);
   int sim_rc = 2;
@@ -733,8 +783,14 @@ int Main(int argc, char** argv) {
   for (CLI::App* c : kube_cmds) {
     if (*c) return kube_rc;
   }
+  for (CLI::App* c : job_cmds) {
+    if (*c) return jobs_rc;
+  }
   if (*run) return CmdRun(rf);
-  if (*validate) return CmdValidate(vspec, vtarget);
+  if (*validate) {
+    vspecs.insert(vspecs.end(), vfiles.begin(), vfiles.end());
+    return CmdValidate(vspecs, vtarget);
+  }
   if (*chaos) {
     if (addr.empty() && job.empty()) {
       std::fprintf(stderr, "bulwark chaos: give --job NAME or --controller HOST:PORT\n");
@@ -751,8 +807,6 @@ int Main(int argc, char** argv) {
     const std::string a = ControllerAddress(taddr, tjob, trun_root);
     return a.empty() ? 2 : CmdTop(a, tonce, tinterval);
   }
-  if (*get) return CmdDescribe(store_path, "", true);
-  if (*describe) return CmdDescribe(store_path, djob, false);
   return 2;
 }
 

@@ -1,5 +1,7 @@
 #include "cli/kube_cmd.h"
 
+#include "trainjob/manifest_input.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -130,23 +132,18 @@ int OperatorRun(const OperatorFlags& f, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-int SubmitRun(const std::string& spec, const KubeFlags& f, std::ostream& out, std::ostream& err) {
-  auto m = trainjob::LoadManifest(spec, trainjob::Target::kKubernetes);
-  if (!m.ok()) {
-    err << m.status().message() << "\n";
-    return 2;
-  }
-  for (const std::string& n : m->notes) out << "note: " << n << "\n";
-  trainjob::TrainJob tj = m->job;
+// Creates the TrainJob of one manifest.
+int SubmitOne(const trainjob::LoadedManifest& m, k8s::Client* client,
+              const std::string& context_ns, const KubeFlags& f, std::ostream& out,
+              std::ostream& err) {
+  for (const std::string& n : m.notes) out << "note: " << n << "\n";
+  trainjob::TrainJob tj = m.job;
   // kubectl's rule: --namespace, else the manifest's, else the kubeconfig context's.
   if (!f.ns.empty() && tj.ns_given && f.ns != tj.ns) {
     err << "bulwark submit: the manifest's namespace " << tj.ns << " does not match --namespace "
         << f.ns << "; drop one of them\n";
     return 2;
   }
-  std::string context_ns;
-  std::unique_ptr<k8s::Client> client = Connect(f, "submit", err, &context_ns);
-  if (!client) return 2;
   const std::string ns = !f.ns.empty() ? f.ns
                          : tj.ns_given ? tj.ns
                                        : (context_ns.empty() ? "default" : context_ns);
@@ -171,6 +168,26 @@ int SubmitRun(const std::string& spec, const KubeFlags& f, std::ostream& out, st
   return 0;
 }
 
+int SubmitRun(const std::string& spec, const KubeFlags& f, std::ostream& out, std::ostream& err) {
+  auto in = trainjob::ReadManifestInput(spec);
+  auto ms = in.ok() ? trainjob::ParseManifestInput(*in, trainjob::Target::kKubernetes)
+                    : Result<std::vector<trainjob::LoadedManifest>>(in.status());
+  if (!ms.ok()) {
+    err << ms.status().message() << "\n";
+    return ms.status().code() == Code::kInvalidArgument || ms.status().code() == Code::kNotFound
+               ? 2
+               : 1;
+  }
+  std::string context_ns;
+  std::unique_ptr<k8s::Client> client = Connect(f, "submit", err, &context_ns);
+  if (!client) return 2;
+  int rc = 0;  // every manifest is tried, as kubectl create -f does
+  for (const trainjob::LoadedManifest& m : *ms) {
+    rc = std::max(rc, SubmitOne(m, client.get(), context_ns, f, out, err));
+  }
+  return rc;
+}
+
 std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostream& out,
                                        std::ostream& err) {
   auto flags = std::make_shared<OperatorFlags>();
@@ -193,7 +210,10 @@ std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostre
   auto sflags = std::make_shared<KubeFlags>();
   auto spec = std::make_shared<std::string>();
   auto* s = app.add_subcommand("submit", "create the TrainJob for a spec on a cluster");
-  s->add_option("spec", *spec, "job spec, TrainJob or PyTorchJob manifest")->required();
+  s->add_option("spec,-f,--filename", *spec,
+                "job spec, TrainJob or PyTorchJob manifest (every document; - reads standard "
+                "input)")
+      ->required();
   s->add_option("--kubeconfig", sflags->kubeconfig, "kubeconfig file");
   s->add_option("--context", sflags->context, "kubeconfig context");
   s->add_option("--namespace,-n", sflags->ns,

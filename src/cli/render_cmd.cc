@@ -1,5 +1,7 @@
 #include "cli/render_cmd.h"
 
+#include "trainjob/manifest_input.h"
+
 #include <memory>
 #include <regex>
 #include <set>
@@ -68,24 +70,18 @@ int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err) {
     return 0;
   }
   if (f.spec.empty()) return Usage(err, "give a SPEC (job spec, TrainJob or PyTorchJob) or --crd");
-  auto m = trainjob::LoadManifest(f.spec, trainjob::Target::kKubernetes);
-  if (!m.ok()) {
-    err << "bulwark render: " << m.status().message() << "\n";
-    return m.status().code() == Code::kInvalidArgument || m.status().code() == Code::kNotFound ? 2
-                                                                                               : 1;
+  auto in = trainjob::ReadManifestInput(f.spec);
+  auto ms = in.ok() ? trainjob::ParseManifestInput(*in, trainjob::Target::kKubernetes)
+                    : Result<std::vector<trainjob::LoadedManifest>>(in.status());
+  if (!ms.ok()) {
+    err << "bulwark render: " << ms.status().message() << "\n";
+    return ms.status().code() == Code::kInvalidArgument || ms.status().code() == Code::kNotFound
+               ? 2
+               : 1;
   }
-  for (const std::string& note : m->notes) err << "note: " << note << "\n";
-  trainjob::TrainJob& t = m->job;
-  if (!f.image.empty()) t.pod.image = f.image;
-  if (f.trainjob) {
-    Print({trainjob::ToObject(t)}, f.output, out);
-    return 0;
-  }
-  if (t.pod.image.empty()) {
-    return Usage(err, f.spec +
-                          ": no pod.image: pass --image IMAGE, or write a TrainJob (bulwark "
-                          "render " +
-                          f.spec + " --trainjob prints one to start from)");
+  if (ms->size() > 1 && !f.node_names.empty()) {
+    return Usage(err, "--node-names binds the pods of one job; " + in->name + " holds " +
+                          std::to_string(ms->size()) + " manifests");
   }
   trainjob::RenderOptions o;
   if (!f.controller.empty()) {
@@ -95,11 +91,27 @@ int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err) {
     }
     o.controller_addr = f.controller;
   }
-  std::vector<std::string> names;
-  std::stringstream list(f.node_names);
-  for (std::string name; std::getline(list, name, ',');) names.push_back(name);
-  if (int rc = CheckNodeNames(names, t, err); rc != 0) return rc;
-  Print(trainjob::RenderJobObjects(t, names, o), f.output, out);
+  std::vector<Json> objects;  // every document's, in order: one YAML stream
+  for (trainjob::LoadedManifest& m : *ms) {
+    for (const std::string& note : m.notes) err << "note: " << note << "\n";
+    trainjob::TrainJob& t = m.job;
+    if (!f.image.empty()) t.pod.image = f.image;
+    if (f.trainjob) {
+      objects.push_back(trainjob::ToObject(t));
+      continue;
+    }
+    if (t.pod.image.empty()) {
+      return Usage(err, in->name + ": " + t.name +
+                            ": no pod.image: pass --image IMAGE, or write a TrainJob (bulwark "
+                            "render " + in->name + " --trainjob prints one to start from)");
+    }
+    std::vector<std::string> names;
+    std::stringstream list(f.node_names);
+    for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+    if (int rc = CheckNodeNames(names, t, err); rc != 0) return rc;
+    for (Json& obj : trainjob::RenderJobObjects(t, names, o)) objects.push_back(std::move(obj));
+  }
+  Print(objects, f.output, out);
   return 0;
 }
 
@@ -107,7 +119,9 @@ CLI::App* AddRenderCommand(CLI::App& app, int* exit_code, std::ostream& out, std
   auto flags = std::make_shared<RenderFlags>();
   auto* cmd = app.add_subcommand(
       "render", "print the Kubernetes objects the operator would create for a spec (no cluster)");
-  cmd->add_option("spec", flags->spec, "job spec, TrainJob or Kubeflow PyTorchJob (YAML)");
+  cmd->add_option("spec,-f,--filename", flags->spec,
+                  "job spec, TrainJob or Kubeflow PyTorchJob (YAML, every document; - reads "
+                  "standard input)");
   cmd->add_option("--node-names", flags->node_names,
                   "comma-separated node names that bind the pods in order (gang: bulwark)");
   cmd->add_option("--controller", flags->controller, "controller HOST:PORT the agents dial");

@@ -158,6 +158,7 @@ Status ControllerImpl::Setup() {
   if (!opts_.run_id.empty()) rec_.run_id = opts_.run_id;
   rec_.spec_yaml = yaml.str();
   rec_.spec_path = spec_.source_path;
+  rec_.run_dir = opts_.run_dir;
   rec_.phase = JobPhase::kPending;
   if (!spec_.checkpoint.object_store.empty()) {
     auto ot = ckpt::ObjectTier::OpenUrl(spec_.checkpoint.object_store, opts_.ckpt_env);

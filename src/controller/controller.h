@@ -176,6 +176,9 @@ class Controller {
 // the controller's reply message. Used by `bulwark chaos`.
 Result<std::string> SendChaosRequest(const std::string& addr, const std::string& action, int rank,
                                      int node, double timeout_s);
+// Asks the controller at addr to cancel its job (as SIGINT to `bulwark run` does: the
+// ranks are stopped, the job ends Cancelled); returns its reply. `bulwark cancel`.
+Result<std::string> SendCancelRequest(const std::string& addr, double timeout_s);
 // Sends a code update (the spec's YAML text, parsed by the controller with relative
 // paths against `base_dir`) to the controller at addr; returns its reply message
 // (FailedPrecondition / InvalidArgument with the reason when it refused). `bulwark update`.

@@ -186,6 +186,10 @@ void ControllerImpl::HandleClientRequest(JsonLineConn& c, const Json& m) {
   } else if (type == "update_request") {
     HandleUpdateRequest(c, m);
     return;
+  } else if (type == "cancel_request") {
+    Cancel();  // the loop ends the attempt as for SIGINT: agents stopped, phase Cancelled
+    reply["ok"] = true;
+    reply["message"] = "cancelling job " + spec_.name + " at step " + std::to_string(last_step_);
   } else if (type == "status_request") {
     reply["ok"] = true;
     reply["message"] = std::string(JobPhaseName(rec_.phase)) + " attempt " +

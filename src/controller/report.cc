@@ -203,6 +203,10 @@ Result<std::string> SendChaosRequest(const std::string& addr, const std::string&
       timeout_s);
 }
 
+Result<std::string> SendCancelRequest(const std::string& addr, double timeout_s) {
+  return SendClientRequest(addr, Json{{"type", "cancel_request"}}, timeout_s);
+}
+
 Result<std::string> SendUpdateRequest(const std::string& addr, const std::string& spec_yaml,
                                       const std::string& base_dir, int verify_steps,
                                       double timeout_s) {

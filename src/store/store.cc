@@ -55,7 +55,8 @@ constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS jobs (
   name TEXT PRIMARY KEY, spec_yaml TEXT NOT NULL, spec_path TEXT, phase TEXT NOT NULL,
   run_id TEXT, attempt INTEGER, restarts INTEGER, high_water_step INTEGER,
-  last_committed_step INTEGER, created REAL, updated REAL, message TEXT, report_json TEXT);
+  last_committed_step INTEGER, created REAL, updated REAL, message TEXT, report_json TEXT,
+  run_dir TEXT);
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT, t REAL, reason TEXT, message TEXT);
 CREATE TABLE IF NOT EXISTS incidents (
@@ -118,6 +119,10 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   Status st = s->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
   if (st.ok()) st = s->Exec(kSchema);
   if (!st.ok()) return st.Annotate("store " + path + " (is it a Bulwark store?)");
+  // Stores made before the run_dir column get it (NULL, read as "").
+  auto has = s->HasColumn("jobs", "run_dir");
+  if (!has.ok()) return has.status().Annotate("store " + path);
+  if (!*has) BW_RETURN_IF_ERROR(s->Exec("ALTER TABLE jobs ADD COLUMN run_dir TEXT"));
   return s;
 }
 
@@ -128,10 +133,23 @@ Result<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& path) {
   if (!s->Exec("SELECT name FROM jobs LIMIT 1").ok()) {
     return InvalidArgument("store " + path + ": not a Bulwark store (it has no jobs table)");
   }
+  auto has = s->HasColumn("jobs", "run_dir");
+  if (!has.ok()) return has.status().Annotate("store " + path);
+  s->has_run_dir_ = *has;
   return s;
 }
 
 Store::~Store() { sqlite3_close(db_); }
+
+Result<bool> Store::HasColumn(const std::string& table, const std::string& column) {
+  Stmt s(db_, ("SELECT name FROM pragma_table_info('" + table + "')").c_str());
+  BW_RETURN_IF_ERROR(s.status());
+  while (true) {
+    BW_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return false;
+    if (s.Text(0) == column) return true;
+  }
+}
 
 Status Store::Exec(const std::string& sql) {
   char* err = nullptr;
@@ -146,8 +164,8 @@ Status Store::Exec(const std::string& sql) {
 Status Store::PutJob(const JobRecord& j) {
   Stmt s(db_,
          "INSERT OR REPLACE INTO jobs (name, spec_yaml, spec_path, phase, run_id, attempt, "
-         "restarts, high_water_step, last_committed_step, created, updated, message, report_json) "
-         "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)");
+         "restarts, high_water_step, last_committed_step, created, updated, message, report_json, "
+         "run_dir) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)");
   BW_RETURN_IF_ERROR(s.status());
   s.Bind(1, j.name)
       .Bind(2, j.spec_yaml)
@@ -155,7 +173,7 @@ Status Store::PutJob(const JobRecord& j) {
       .Bind(4, std::string(JobPhaseName(j.phase)));
   s.Bind(5, j.run_id).Bind(6, j.attempt).Bind(7, j.restarts).Bind(8, j.high_water_step);
   s.Bind(9, j.last_committed_step).Bind(10, j.created).Bind(11, j.updated).Bind(12, j.message);
-  s.Bind(13, j.report_json);
+  s.Bind(13, j.report_json).Bind(14, j.run_dir);
   BW_ASSIGN_OR_RETURN(bool row, s.Step());
   (void)row;
   return Status::Ok();
@@ -177,15 +195,20 @@ Result<JobRecord> RowToJob(Stmt& s) {
   j.updated = s.Real(10);
   j.message = s.Text(11);
   j.report_json = s.Text(12);
+  j.run_dir = s.Text(13);
   return j;
 }
-constexpr const char* kJobCols =
-    "SELECT name, spec_yaml, spec_path, phase, run_id, attempt, restarts, high_water_step, "
-    "last_committed_step, created, updated, message, report_json FROM jobs";
+// The jobs columns RowToJob reads; `run_dir` false: a store without that column.
+std::string JobCols(bool run_dir) {
+  return std::string(
+             "SELECT name, spec_yaml, spec_path, phase, run_id, attempt, restarts, "
+             "high_water_step, last_committed_step, created, updated, message, report_json, ") +
+         (run_dir ? "run_dir" : "''") + " FROM jobs";
+}
 }  // namespace
 
 Result<std::optional<JobRecord>> Store::GetJob(const std::string& name) {
-  Stmt s(db_, (std::string(kJobCols) + " WHERE name = ?1").c_str());
+  Stmt s(db_, (JobCols(has_run_dir_) + " WHERE name = ?1").c_str());
   BW_RETURN_IF_ERROR(s.status());
   s.Bind(1, name);
   BW_ASSIGN_OR_RETURN(bool row, s.Step());
@@ -195,7 +218,7 @@ Result<std::optional<JobRecord>> Store::GetJob(const std::string& name) {
 }
 
 Result<std::vector<JobRecord>> Store::ListJobs() {
-  Stmt s(db_, (std::string(kJobCols) + " ORDER BY created").c_str());
+  Stmt s(db_, (JobCols(has_run_dir_) + " ORDER BY created").c_str());
   BW_RETURN_IF_ERROR(s.status());
   std::vector<JobRecord> out;
   while (true) {

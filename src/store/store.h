@@ -38,6 +38,7 @@ struct JobRecord {
   double updated = 0;
   std::string message;      // last status message / diagnosis
   std::string report_json;  // the ETTR report when finished
+  std::string run_dir;      // logs, controller.addr ("" in stores older than the column)
 };
 
 struct EventRecord {
@@ -85,7 +86,10 @@ class Store {
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   Status Exec(const std::string& sql);
+  // Whether table `table` has column `column` (stores made by older versions lack some).
+  Result<bool> HasColumn(const std::string& table, const std::string& column);
   sqlite3* db_;
+  bool has_run_dir_ = true;  // false: an older read-only store, run_dir reads as ""
 };
 
 }  // namespace bulwark

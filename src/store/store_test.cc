@@ -5,6 +5,8 @@
 
 #include <fstream>
 
+#include <sqlite3.h>
+
 namespace bulwark {
 namespace {
 
@@ -53,6 +55,40 @@ TEST(Store, JobsSurviveReopen) {
   EXPECT_EQ((*ev)[0].reason, "RankCrashed");
   EXPECT_EQ(*(*s)->ListCheckpoints("gpt"), (std::vector<long>{100, 110}));
   EXPECT_EQ((*(*s)->ListIncidents("gpt")).size(), 1u);
+}
+
+// A store written before the run_dir column: read-only readers see "" and a writer
+// adds the column without losing the rows.
+TEST(Store, StoresWithoutTheRunDirColumnAreReadAndUpgraded) {
+  std::string path = TmpPath("old-schema.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE jobs (name TEXT PRIMARY KEY, spec_yaml TEXT NOT NULL, "
+                           "spec_path TEXT, phase TEXT NOT NULL, run_id TEXT, attempt INTEGER, "
+                           "restarts INTEGER, high_water_step INTEGER, last_committed_step "
+                           "INTEGER, created REAL, updated REAL, message TEXT, report_json TEXT);"
+                           "INSERT INTO jobs (name, spec_yaml, phase) VALUES ('old', 'x', "
+                           "'Succeeded');",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  {
+    auto ro = Store::OpenReadOnly(path);
+    ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+    auto jobs = (*ro)->ListJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    ASSERT_EQ(jobs->size(), 1u);
+    EXPECT_EQ((*jobs)[0].run_dir, "");
+  }
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  JobRecord j = **(*s)->GetJob("old");
+  j.run_dir = "/runs/old";
+  ASSERT_TRUE((*s)->PutJob(j).ok());
+  EXPECT_EQ((**(*s)->GetJob("old")).run_dir, "/runs/old");
 }
 
 TEST(Store, AgentsAreKeptPerJobAndNode) {
