@@ -69,6 +69,7 @@ struct Operator::JobState {
   // generation is applied in place when only command, args, env or workdir changed.
   std::optional<trainjob::TrainJob> running;
   long running_generation = -1;
+  std::string command_source;  // the last CommandFromImage Event's text
 };
 
 class Operator::Impl {
@@ -106,6 +107,11 @@ class Operator::Impl {
   bool TryAdopt(const std::string& key, JobState& j, const Json& obj, const trainjob::TrainJob& tj);
   void Cycle();
   Status StartRunner(const std::string& key, const trainjob::TrainJob& tj, bool delegated);
+  // A job without spec.command: reads its image's config (with the pull secrets of
+  // pod.imagePullSecrets) and applies it (trainjob::ApplyImageConfig); posts the
+  // CommandFromImage Event when where the command comes from changed. A job with a
+  // command is left alone. FailedPrecondition: the image has neither ENTRYPOINT nor CMD.
+  Status CommandFromImage(const std::string& key, trainjob::TrainJob* tj);
   // Stops the job's runner; `requeue` sends it back to Pending. Callers post the Event.
   void CancelRunner(const std::string& key, bool requeue);
   void PollRunners();
@@ -128,6 +134,7 @@ class Operator::Impl {
   k8s::WorkQueue queue_;
   std::unique_ptr<k8s::Informer> jobs_, pods_, nodes_;
   std::unique_ptr<k8s::LeaderElector> elector_;
+  registry::Client registry_;  // image configs, cached across jobs and their restarts
   std::map<std::string, JobState> state_;
   std::atomic<bool> nodes_dirty_{true};
   bool sched_dirty_ = true;
@@ -152,7 +159,8 @@ Operator::Impl::Impl(k8s::Client* client, OperatorOptions opts, std::atomic<bool
       leading_(leading),
       clock_(opts_.runner.clock ? opts_.runner.clock : SystemClock::Get()),
       placement_(opts_.scheduler, opts_.queues.empty() ? DefaultQueues() : opts_.queues,
-                 /*unlimited_quota=*/opts_.queues.empty()) {
+                 /*unlimited_quota=*/opts_.queues.empty()),
+      registry_(opts_.registry) {
   // Pods are named <job>-<run id>-<node id>; the run id carries this incarnation so a
   // new leader never mistakes a pod of its predecessor (still terminating) for its own.
   char buf[16];
@@ -588,6 +596,28 @@ void Operator::Impl::Reconcile(const std::string& key) {
     WritePending(key, j, "Suspended", "spec.suspend is true");
     return;
   }
+  if (Status st = CommandFromImage(key, &*tj); !st.ok()) {
+    if (st.code() == Code::kFailedPrecondition) {  // the image has no command: as invalid
+      if (j.invalid_generation != gen) {
+        j.invalid_generation = gen;
+        Observed o;
+        o.phase = Phase::kFailed;
+        o.reason = "InvalidSpec";
+        o.message = st.message();
+        WriteStatus(key, j, o, true);
+        PostJobEvent(key, "Warning", "InvalidSpec", st.message());
+      }
+      return;
+    }
+    // Unreachable registry, missing pull secret, ...: retried with the queue's backoff.
+    st = ExplainForbidden(st);
+    const std::string text = "ImageConfigUnavailable: " + st.message();
+    if (text != j.start_error) PostJobEvent(key, "Warning", "ImageConfigUnavailable", st.message());
+    j.start_error = text;
+    WritePending(key, j, "ImageConfigUnavailable", st.message());
+    queue_.AddRateLimited(key, Now());
+    return;
+  }
   if (TryAdopt(key, j, *obj, *tj)) return;
   CleanupPods(key, "");  // pods of an earlier runner or operator incarnation
   const bool delegated = tj->scheduling.gang != trainjob::GangMode::kBulwark;
@@ -620,6 +650,9 @@ void Operator::Impl::Reconcile(const std::string& key) {
 void Operator::Impl::ApplyEdit(const std::string& key, JobState& j, const Json& obj, long gen) {
   j.running_generation = gen;  // each generation is judged once
   auto next = trainjob::TrainJobFromObject(obj);
+  if (next.ok()) {
+    if (Status st = CommandFromImage(key, &*next); !st.ok()) next = st;
+  }
   if (!next.ok()) {
     PostJobEvent(key, "Warning", "SpecChangeNotApplied",
                  "generation " + std::to_string(gen) + " is not valid; the job goes on as it was: " +
@@ -707,8 +740,41 @@ void Operator::Impl::Cycle() {
   }
 }
 
-Status Operator::Impl::StartRunner(const std::string& key, const trainjob::TrainJob& tj,
+Status Operator::Impl::CommandFromImage(const std::string& key, trainjob::TrainJob* tj) {
+  if (!tj->job.command.empty()) return Status::Ok();
+  static const k8s::Resource kSecrets{"", "v1", "secrets", "Secret", true};
+  std::vector<registry::PullSecret> secrets;
+  for (const std::string& name : tj->pod.image_pull_secrets) {
+    auto s = client_->Get(kSecrets, tj->ns, name);
+    if (!s.ok()) {
+      if (k8s::IsNotFound(s.status())) {
+        return NotFound("pull secret " + tj->ns + "/" + name + " (spec.pod.imagePullSecrets) "
+                        "does not exist; create it (kubectl create secret docker-registry " +
+                        name + " -n " + tj->ns + " ...) or set command in the spec");
+      }
+      return s.status().Annotate("reading pull secret " + tj->ns + "/" + name);
+    }
+    BW_ASSIGN_OR_RETURN(
+        registry::PullSecret ps,
+        registry::PullSecretFromData(tj->ns + "/" + name,
+                                     StrField(*s, {"data", ".dockerconfigjson"})));
+    secrets.push_back(std::move(ps));
+  }
+  BW_ASSIGN_OR_RETURN(const registry::ImageConfig cfg, registry_.Resolve(tj->pod.image, secrets));
+  BW_ASSIGN_OR_RETURN(const std::string line,
+                      trainjob::ApplyImageConfig(cfg, trainjob::Target::kKubernetes, tj));
+  JobState& j = state_[key];
+  if (line != j.command_source) {
+    PostJobEvent(key, "Normal", "CommandFromImage", line);
+    j.command_source = line;
+  }
+  return Status::Ok();
+}
+
+Status Operator::Impl::StartRunner(const std::string& key, const trainjob::TrainJob& spec,
                                    bool delegated) {
+  trainjob::TrainJob tj = spec;
+  BW_RETURN_IF_ERROR(CommandFromImage(key, &tj));  // a cache hit after Reconcile's
   JobState& j = state_[key];
   KubernetesBackendOptions bo;
   bo.client = client_;

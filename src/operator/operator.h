@@ -39,6 +39,7 @@
 #include "k8s/workqueue.h"
 #include "operator/job_runner.h"
 #include "operator/placement.h"
+#include "registry/registry.h"
 
 namespace bulwark::op {
 
@@ -57,6 +58,10 @@ struct OperatorOptions {
   double status_idle_interval_s = 60;
   double cycle_interval_s = 1;          // scheduling cycle at least this often when dirty
   bool node_failure_quarantine = true;  // taint failed nodes that held a job's pod
+  // How the config of a TrainJob's image is read when its spec sets no command
+  // (docs/trainjob.md, "Commands from the image"): platform, insecure registries,
+  // timeouts, the tag cache's TTL.
+  registry::ClientOptions registry;
 };
 
 struct OperatorStats {

@@ -6,6 +6,8 @@
 // operator's ServiceAccount used.
 #include "operator/dashboard.h"
 #include "operator/testing/e2e_fixture.h"
+#include "registry/registry.h"
+#include "registry/testing/test_registry.h"
 
 namespace bulwark::op::e2e {
 namespace {
@@ -500,6 +502,73 @@ spec:
   EXPECT_EQ(Str(Get("imported"), {"spec", "nodes"}), "2");
 }
 
+// A TrainJob without a command (as Kubeflow's quick-start PyTorchJob converts to) runs
+// its image's ENTRYPOINT + CMD: the operator reads the image's config from a real
+// registry on loopback (Debian's docker-registry, htpasswd auth) with the job's pull
+// secret, says so in an Event, and the job trains to the end. Without the secret it
+// waits, saying which secret to set.
+TEST_F(OperatorE2E, ACommandlessTrainJobRunsTheImagesCommand) {
+  registry::testing::TestRegistryOptions ro;
+  ro.user = "trainer";
+  ro.password = "s3cret";
+  auto reg = registry::testing::TestRegistry::Start(ro);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const std::string preload = BW_TEST_PRELOAD;
+  registry::testing::ImageSpec spec;
+  spec.entrypoint = {"/usr/bin/python3"};
+  spec.cmd = {src_ + "/tests/trainers/tiny_trainer.py", "--steps", "40"};
+  spec.working_dir = dir_;
+  spec.env = {"TINY_STEP_TIME=0.05"};
+  if (!preload.empty()) {
+    spec.env.push_back("LD_PRELOAD=" + preload);
+    spec.env.push_back("ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0");
+  }
+  const std::filesystem::path content = dir_ + "/image";
+  std::filesystem::create_directories(content);
+  std::ofstream(content / "README") << "the trainer lives in the source tree\n";
+  auto pushed = registry::testing::PushImage({(*reg)->host(), "team/trainer", "trainer", "s3cret"},
+                                             "v1", content.string(), spec);
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  const std::string image = (*reg)->host() + "/team/trainer:v1";
+  const std::string auth = Json{{"auths", {{(*reg)->host(), {{"username", "trainer"},
+                                                            {"password", "s3cret"}}}}}}
+                               .dump();
+  Json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata", {{"name", "regcred"}, {"namespace", ns_}}},
+                 {"type", "kubernetes.io/dockerconfigjson"},
+                 {"stringData", {{".dockerconfigjson", auth}}}};
+  ASSERT_TRUE(admin_->Create(k8s::Resource{"", "v1", "secrets", "Secret", true}, ns_, secret).ok());
+
+  StartOperator();
+  Json job = TrainJob("from-image", 2, 40, "0");
+  job["spec"].erase("command");
+  job["spec"].erase("args");
+  job["spec"]["pod"]["image"] = image;
+  Json no_secret = job;
+  no_secret["metadata"]["name"] = "no-secret";
+  job["spec"]["pod"]["imagePullSecrets"] = {"regcred"};
+  ASSERT_TRUE(admin_->Create(k8s::TrainJobs(), ns_, job).ok());
+  ASSERT_TRUE(admin_->Create(k8s::TrainJobs(), ns_, no_secret).ok());
+
+  ASSERT_TRUE(WaitFor([&] { return Finished("from-image"); }, 180)) << Describe("from-image");
+  EXPECT_EQ(Phase("from-image"), "Succeeded") << Describe("from-image");
+  EXPECT_EQ(Step("from-image"), 40) << Describe("from-image");
+  EXPECT_TRUE(HasEvent("TrainJob", "from-image", "CommandFromImage",
+                       "command from image " + image + " (" + pushed->manifest_digest +
+                           "): [\"/usr/bin/python3\""))
+      << Describe("from-image");
+  EXPECT_FALSE(Get("from-image")["spec"].contains("command"));  // the spec stays as written
+
+  ASSERT_TRUE(WaitFor([&] { return HasEvent("TrainJob", "no-secret", "ImageConfigUnavailable",
+                                            "set pod.imagePullSecrets"); },
+                      30))
+      << Describe("no-secret");
+  EXPECT_EQ(Phase("no-secret"), "Pending") << Describe("no-secret");
+  EXPECT_THAT(Str(Get("no-secret"), {"status", "message"}), HasSubstr(image));
+  ASSERT_TRUE(admin_->Delete(k8s::TrainJobs(), ns_, "no-secret").ok());
+}
+
 // The objects of deploy/<file> (rbac.yaml by default).
 std::vector<Json> RbacObjects(const std::string& file = "rbac.yaml") {
   std::ifstream in(std::string(BW_TEST_SOURCE_DIR) + "/deploy/" + file);
@@ -582,7 +651,8 @@ TEST_F(OperatorE2E, AVerbTheOperatorLacksIsRefusedAndReported) {
 // the operator's service account made was allowed (no 403; every test's TearDown checks
 // that too), and every verb deploy/rbac.yaml
 // (with rbac-volcano.yaml, which VolcanoGangSchedulingIsDelegated applies) grants was
-// used — except update on trainjobs/finalizers, which no request uses (the
+// used (get on secrets by ACommandlessTrainJobRunsTheImagesCommand) — except update on
+// trainjobs/finalizers, which no request uses (the
 // OwnerReferencesPermissionEnforcement plugin checks it when pods are created:
 // AVerbTheOperatorLacksIsRefusedAndReported shows it is needed), and get on trainjobs,
 // used only when a status write loses a race (409).

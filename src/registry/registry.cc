@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 
 #include "nlohmann/json.hpp"
 #include "registry/internal.h"
@@ -176,6 +179,36 @@ std::vector<std::string> StringList(const Json& v) {
 }
 
 }  // namespace
+
+std::vector<PullSecret> LocalDockerConfig() {
+  const char* dir = std::getenv("DOCKER_CONFIG");
+  const char* home = std::getenv("HOME");
+  std::string path;
+  if (dir != nullptr && dir[0] != '\0') {
+    path = std::string(dir) + "/config.json";
+  } else if (home != nullptr && home[0] != '\0') {
+    path = std::string(home) + "/.docker/config.json";
+  } else {
+    return {};
+  }
+  std::ifstream f(path);
+  if (!f) return {};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  Json cfg = Json::parse(ss.str(), nullptr, false);
+  if (!cfg.is_object() || !cfg.contains("auths")) return {};  // nothing usable in it
+  return {PullSecret{path, ss.str()}};
+}
+
+Result<PullSecret> PullSecretFromData(const std::string& name, const std::string& base64) {
+  Result<std::string> raw = internal::Base64Decode(base64);
+  if (base64.empty() || !raw.ok() || raw->empty()) {
+    return InvalidArgument("pull secret " + name + " has no .dockerconfigjson (it must be of "
+                           "type kubernetes.io/dockerconfigjson); recreate it with kubectl "
+                           "create secret docker-registry");
+  }
+  return PullSecret{name, *raw};
+}
 
 std::string ImageRef::ApiHost() const {
   return registry == "docker.io" ? "registry-1.docker.io" : registry;

@@ -65,6 +65,15 @@ struct PullSecret {
   std::string dockerconfigjson;
 };
 
+// This machine's Docker credentials for `bulwark run`: $DOCKER_CONFIG/config.json, else
+// ~/.docker/config.json (its "auths"; credential helpers are not run), as one
+// PullSecret named after the file. Empty when there is no such file.
+std::vector<PullSecret> LocalDockerConfig();
+
+// A Secret's data[".dockerconfigjson"] as the API returns it (base64) -> PullSecret.
+// InvalidArgument naming the secret when it is empty or not base64.
+Result<PullSecret> PullSecretFromData(const std::string& name, const std::string& base64);
+
 struct Platform {
   std::string os = "linux";
   std::string architecture = "amd64";
