@@ -2,14 +2,20 @@
 // registry/testing/test_registry.h) with images built from a directory.
 #include "registry/registry.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "common/net.h"
+#include "common/proc.h"
 #include "registry/internal.h"
 #include "registry/testing/test_registry.h"
 #include "trainjob/render.h"
@@ -59,6 +65,129 @@ std::string DockerConfig(const std::string& host, const std::string& user,
                                  : nlohmann::json{{"username", user}, {"password", password}};
   return nlohmann::json{{"auths", {{host, entry}}}}.dump();
 }
+
+// A Bearer-token front for the real registry, as Docker Hub and most hosted registries
+// authenticate: /v2/... without a token it issued -> 401 with `WWW-Authenticate: Bearer
+// realm=".../token",service=...,scope=...`; /token with the right Basic credentials ->
+// {"token", "expires_in"}; with the token, requests are forwarded to the registry.
+// One connection at a time on its own thread (Connection: close).
+class BearerFront {
+ public:
+  BearerFront(std::string upstream, std::string user, std::string password)
+      : upstream_(std::move(upstream)),
+        basic_("Basic " + internal::Base64Encode(user + ":" + password)) {
+    auto l = TcpListen("127.0.0.1", 0);
+    EXPECT_TRUE(l.ok());
+    listener_ = std::move(l).value();
+    port_ = *LocalPort(listener_.get());
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~BearerFront() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
+  int token_requests() const { return token_requests_.load(); }
+  std::string last_token_query() {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_query_;
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      PollReadable({listener_.get()}, 0.05);
+      Fd c = TcpAcceptNonBlocking(listener_.get());
+      if (c.valid()) Handle(std::move(c));
+    }
+  }
+
+  void Handle(Fd c) {
+    std::string req;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (req.find("\r\n\r\n") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      PollReadable({c.get()}, 0.1);
+      bool eof = false;
+      req += ReadAvailable(c.get(), &eof);
+      if (eof) break;
+    }
+    const std::string line = req.substr(0, req.find("\r\n"));
+    const std::string target = line.substr(line.find(' ') + 1,
+                                           line.rfind(' ') - line.find(' ') - 1);
+    auto header = [&req](const std::string& name) {
+      const size_t at = req.find("\r\n" + name + ": ");
+      if (at == std::string::npos) return std::string();
+      const size_t start = at + name.size() + 4;
+      return req.substr(start, req.find("\r\n", start) - start);
+    };
+    std::string status = "200 OK", body, extra;
+    if (target.rfind("/token", 0) == 0) {
+      ++token_requests_;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        last_query_ = target.substr(target.find('?') + 1);
+      }
+      if (header("Authorization") == basic_) {
+        const std::string token = "tok-" + std::to_string(token_requests_.load());
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          tokens_.push_back(token);
+        }
+        body = "{\"token\": \"" + token + "\", \"expires_in\": 300}";
+        extra = "Content-Type: application/json\r\n";
+      } else {
+        status = "401 Unauthorized";
+      }
+    } else if (!Issued(header("Authorization"))) {
+      status = "401 Unauthorized";
+      extra = "WWW-Authenticate: Bearer realm=\"http://" + host() +
+              "/token\",service=\"front\",scope=\"repository:team/trainer:pull\"\r\n";
+    } else {
+      internal::HttpRequest up;
+      up.url = "http://" + upstream_ + target;
+      if (const std::string a = header("Accept"); !a.empty()) up.headers = {"Accept: " + a};
+      auto r = internal::Send(up);
+      if (!r.ok()) {
+        status = "502 Bad Gateway";
+      } else {
+        status = std::to_string(r->status) + " X";
+        body = r->body;
+        for (const char* h : {"content-type", "docker-content-digest"}) {
+          if (r->headers.contains(h)) extra += std::string(h) + ": " + r->headers[h] + "\r\n";
+        }
+      }
+    }
+    const std::string resp = "HTTP/1.1 " + status + "\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\nConnection: close\r\n" +
+                             extra + "\r\n" + body;
+    fcntl(c.get(), F_SETFL, fcntl(c.get(), F_GETFL) & ~O_NONBLOCK);
+    size_t sent = 0;
+    while (sent < resp.size()) {
+      const ssize_t n = send(c.get(), resp.data() + sent, resp.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+  }
+
+  bool Issued(const std::string& auth) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const std::string& t : tokens_) {
+      if (auth == "Bearer " + t) return true;
+    }
+    return false;
+  }
+
+  std::string upstream_, basic_;
+  Fd listener_;
+  int port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> token_requests_{0};
+  std::mutex mu_;
+  std::vector<std::string> tokens_;
+  std::string last_query_;
+};
 
 class RegistryTest : public ::testing::Test {
  protected:
@@ -261,6 +390,36 @@ TEST_F(RegistryTest, PullSecretAuth) {
   auto malformed = client.Resolve(image, {{"broken", "{\"auths\": 3}"}});
   EXPECT_EQ(malformed.status().code(), Code::kInvalidArgument);
   EXPECT_NE(malformed.status().message().find("pull secret broken"), std::string::npos);
+}
+
+TEST_F(RegistryTest, BearerTokenFlowWithThePullSecret) {
+  StartRegistry();
+  auto pushed = testing::PushImage(target_, "v1", dir_.path(), TrainerSpec());
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  BearerFront front(registry_->host(), "trainer", "s3cret");
+  const std::string image = front.host() + "/team/trainer:v1";
+
+  Client client;
+  auto anonymous = client.Resolve(image, {});  // the token endpoint refuses no credentials
+  EXPECT_EQ(anonymous.status().code(), Code::kPermissionDenied) << anonymous.status().ToString();
+  EXPECT_NE(anonymous.status().message().find("set pod.imagePullSecrets"), std::string::npos);
+  auto wrong = client.Resolve(image, {{"regcred", DockerConfig(front.host(), "trainer", "no")}});
+  EXPECT_EQ(wrong.status().code(), Code::kPermissionDenied);
+  EXPECT_NE(wrong.status().message().find("pull secret regcred"), std::string::npos);
+
+  const std::vector<PullSecret> secret = {
+      {"regcred", DockerConfig(front.host(), "trainer", "s3cret")}};
+  const int before = front.token_requests();
+  auto c = client.Resolve(image, secret);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cmd, TrainerSpec().cmd);
+  EXPECT_EQ(c->config_digest, pushed->config_digest);
+  EXPECT_EQ(front.token_requests(), before + 1);  // one token for the manifest and the blob
+  EXPECT_EQ(front.last_token_query(), "service=front&scope=repository%3Ateam%2Ftrainer%3Apull");
+  // Another tag of the repository: the token is reused.
+  ASSERT_TRUE(testing::PushImage(target_, "v2", dir_.path(), TrainerSpec()).ok());
+  ASSERT_TRUE(client.Resolve(front.host() + "/team/trainer:v2", secret).ok());
+  EXPECT_EQ(front.token_requests(), before + 1);
 }
 
 TEST_F(RegistryTest, NotFoundNamesImageAndRegistry) {
