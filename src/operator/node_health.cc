@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "operator/gpu_type.h"
+
 namespace bulwark::op {
 namespace {
 
@@ -82,8 +84,13 @@ NodeView ReadNode(const Json& node, const std::string& gpu_resource) {
   const long gpus = WholeQuantity(Sub(Sub(status, "allocatable"), gpu_resource.c_str()));
   if (gpus > 0) {
     n.gpus = static_cast<int>(gpus);
-    n.gpu_type = FirstLabel(labels, {"bulwark.dev/gpu-type", "nvidia.com/gpu.product"});
-    if (n.gpu_type.empty()) n.gpu_type = "gpu";
+    GpuTypeGuess g = GpuTypeFromLabels(labels);
+    n.gpu_type = g.type.empty() ? "gpu" : g.type;
+    v.gpu_note = g.type.empty() ? "no label names the node's GPU model (bulwark.dev/gpu-type, "
+                                  "nvidia.com/gpu.product, a cloud accelerator or instance-type "
+                                  "label): its GPU type is \"gpu\" (docs/kubernetes.md, "
+                                  "\"GPU types\")"
+                                : g.note;
   } else {
     n.gpus = 1;
     n.gpu_type = "cpu";

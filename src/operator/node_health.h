@@ -3,8 +3,10 @@
 //
 // Node -> sched::NodeSpec (docs/kubernetes.md, "Nodes"):
 //   name        metadata.name
-//   gpu_type    label bulwark.dev/gpu-type, else nvidia.com/gpu.product, else "gpu";
-//               "cpu" when the node has none of the GPU resource (one job per node)
+//   gpu_type    GpuTypeFromLabels (operator/gpu_type.h: bulwark.dev/gpu-type, else
+//               nvidia.com/gpu.product, else the clouds' accelerator and instance-type
+//               labels), else "gpu"; "cpu" when the node has none of the GPU resource
+//               (one job per node)
 //   gpus        status.allocatable[<gpu resource>] (an integer quantity), else 1 for "cpu"
 //   pool        label bulwark.dev/pool (on-demand | spot | reserved), else spot when a
 //               cloud's spot label says so (GKE spot/preemptible, EKS capacityType SPOT,
@@ -42,6 +44,7 @@ struct NodeView {
   bool failed = false;       // pods on it are lost
   std::string reason;        // why failed / cordoned / draining ("" when ready)
   bool quarantined = false;  // carries kQuarantineTaint
+  std::string gpu_note;      // why gpu_type is not a known model ("" when it is)
 };
 
 // gpu_resource: the extended resource counted as GPUs ("nvidia.com/gpu").

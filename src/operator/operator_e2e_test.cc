@@ -178,7 +178,7 @@ std::vector<std::string> PlayVolcano(k8s::Client* admin, const std::string& ns,
   for (const Json& p : pods) {
     if (!Str(p, {"spec", "nodeName"}).empty()) busy.insert(Str(p, {"spec", "nodeName"}));
   }
-  std::vector<std::string> free;
+  std::vector<std::pair<std::string, Json>> ready_nodes;  // (name, labels)
   for (const Json& n : server.List(k8s::Nodes())) {
     const std::string name = Str(n, {"metadata", "name"});
     bool ready = false;
@@ -187,7 +187,7 @@ std::vector<std::string> PlayVolcano(k8s::Client* admin, const std::string& ns,
     }
     if (ready && busy.count(name) == 0 && Str(n, {"spec", "taints"}).empty() &&
         name.rfind(node_prefix, 0) == 0) {
-      free.push_back(name);
+      ready_nodes.emplace_back(name, n["metadata"].value("labels", Json::object()));
     }
   }
   for (Json pg : server.List(k8s::PodGroups(), ns)) {
@@ -200,6 +200,16 @@ std::vector<std::string> PlayVolcano(k8s::Client* admin, const std::string& ns,
           Str(p, {"metadata", "deletionTimestamp"}).empty()) {
         waiting.push_back(p);
       }
+    }
+    // As Volcano does: only nodes the pods' nodeSelector matches (a kubelet rejects the
+    // others, NodeAffinity).
+    std::vector<std::string> free;
+    const Json selector =
+        waiting.empty() ? Json::object() : waiting[0]["spec"].value("nodeSelector", Json::object());
+    for (const auto& [name, labels] : ready_nodes) {
+      bool match = true;
+      for (const auto& [k, v] : selector.items()) match = match && labels.value(k, Json()) == v;
+      if (match) free.push_back(name);
     }
     const bool running = Str(pg, {"status", "phase"}) == "Running";
     const size_t min_member = pg["spec"].value("minMember", 1);

@@ -1,8 +1,21 @@
 #include "operator/placement.h"
 
 #include <algorithm>
+#include <map>
 
 namespace bulwark::op {
+namespace {
+
+// A quota map's "*" entry stands for every GPU type of the cluster it does not name.
+void ExpandWildcard(const std::vector<sched::NodeSpec>& nodes, std::map<std::string, int>* m) {
+  auto star = m->find(std::string(kAnyGpuType));
+  if (star == m->end()) return;
+  const int v = star->second;
+  m->erase(star);
+  for (const sched::NodeSpec& n : nodes) m->emplace(n.gpu_type, v);
+}
+
+}  // namespace
 
 ClusterPlacement::ClusterPlacement(sched::SchedulerConfig config,
                                    std::vector<sched::QueueSpec> queues, bool unlimited_quota)
@@ -52,10 +65,11 @@ Status ClusterPlacement::RebuildLocked(std::vector<sched::NodeSpec> specs, doubl
     }
   }
   std::vector<sched::QueueSpec> queues = queues_;
-  if (unlimited_quota_) {
-    for (sched::QueueSpec& q : queues) {
-      for (const sched::NodeSpec& n : specs) q.nominal_gpus[n.gpu_type] = 1 << 30;
-    }
+  for (sched::QueueSpec& q : queues) {
+    if (unlimited_quota_) q.nominal_gpus["*"] = 1 << 30;
+    ExpandWildcard(specs, &q.nominal_gpus);
+    ExpandWildcard(specs, &q.borrowing_limit);
+    ExpandWildcard(specs, &q.lending_limit);
   }
   BW_ASSIGN_OR_RETURN(auto fresh, sched::Scheduler::Create(config_, std::move(specs), queues));
   auto resolve = [&](const std::vector<std::string>& names) {
@@ -116,10 +130,43 @@ Result<std::vector<NodeFailure>> ClusterPlacement::SyncNodes(const std::vector<N
   return out;
 }
 
+std::vector<std::string> ClusterPlacement::QueueNames() const {
+  std::vector<std::string> out;
+  for (const sched::QueueSpec& q : queues_) out.push_back(q.name);
+  return out;
+}
+
+std::map<std::string, int> ClusterPlacement::NodesByGpuType() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<std::string, int> out;
+  for (int i = 0; sched_ && i < sched_->NodeCount(); ++i) ++out[sched_->Node(i).gpu_type];
+  return out;
+}
+
 Status ClusterPlacement::Submit(const sched::JobRequest& req, double now) {
+  const std::vector<std::string> names = QueueNames();
+  if (std::find(names.begin(), names.end(), req.queue) == names.end()) {
+    std::string known;
+    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+    return InvalidArgument("scheduling.queue: no queue \"" + req.queue +
+                           "\" is configured; the operator's queues are: " + known +
+                           " (set scheduling.queue to one of them, or add the queue to the "
+                           "operator's --queues file, the bulwark-queues ConfigMap; "
+                           "docs/kubernetes.md, \"Queues\")");
+  }
+  const std::map<std::string, int> types = NodesByGpuType();
   std::lock_guard<std::mutex> l(mu_);
   if (!sched_) return FailedPrecondition("the scheduler has not seen the cluster's nodes yet");
-  BW_RETURN_IF_ERROR(sched_->Submit(req, now));
+  if (Status st = sched_->Submit(req, now); !st.ok()) {
+    if (types.count(req.gpu_type) && types.at(req.gpu_type) >= req.nodes) return st;
+    std::string have;
+    for (const auto& [t, n] : types) {
+      have += (have.empty() ? "" : ", ") + t + " " + std::to_string(n);
+    }
+    return Status(st.code(), st.message() + "; the cluster's nodes by GPU type: " +
+                                 (have.empty() ? "none" : have) +
+                                 " (docs/kubernetes.md, \"GPU types\")");
+  }
   requests_[req.id] = req;
   order_.push_back(req.id);
   return Status::Ok();

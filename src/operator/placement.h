@@ -51,10 +51,15 @@ struct PlacementCycle {
   std::vector<std::pair<std::string, std::string>> restocked;  // (job, standby node)
 };
 
+// In a queue's nominalGpus, borrowingLimitGpus or lendingLimitGpus: every GPU type of
+// the cluster the map does not name ({"*": 64} is 64 GPUs of each type).
+inline constexpr char kAnyGpuType[] = "*";
+
 class ClusterPlacement {
  public:
   // unlimited_quota: every queue's nominal quota covers every GPU type of the cluster
-  // (the operator's default single queue).
+  // (the operator's default single queue). A "*" key in a queue's maps (kAnyGpuType)
+  // is expanded to the cluster's GPU types whenever the node set changes.
   ClusterPlacement(sched::SchedulerConfig config, std::vector<sched::QueueSpec> queues,
                    bool unlimited_quota = false);
 
@@ -64,6 +69,8 @@ class ClusterPlacement {
   Result<std::vector<NodeFailure>> SyncNodes(const std::vector<NodeView>& nodes, double now);
   bool ready() const;  // SyncNodes has succeeded once
 
+  // InvalidArgument naming the configured queues when req.queue is not one of them, and
+  // the cluster's GPU types when no type has room for the gang.
   Status Submit(const sched::JobRequest& req, double now);
   // Records a job already running on named nodes (an operator restart).
   Status Adopt(const sched::JobRequest& req, const JobNodes& nodes, double now);
@@ -77,6 +84,8 @@ class ClusterPlacement {
   std::string Reason(const std::string& job) const;
   std::optional<JobNodes> Nodes(const std::string& job) const;
   int NodeCount() const;
+  std::vector<std::string> QueueNames() const;         // as configured
+  std::map<std::string, int> NodesByGpuType() const;  // GPU type -> nodes
 
  private:
   NodeFailure FailLocked(int index, double now);  // requires mu_

@@ -22,7 +22,9 @@ struct Cond {
 // `kubectl describe` shows the whole picture and `kubectl wait --for=condition=X` works.
 std::vector<Cond> Conditions(const Observed& o) {
   const Phase p = o.phase;
-  const bool admitted = p != Phase::kPending;
+  // A job that failed before any admission (InvalidSpec, Unschedulable: an unknown queue)
+  // was never admitted.
+  const bool admitted = p != Phase::kPending && !(p == Phase::kFailed && o.start_time == 0);
   const bool terminal = p == Phase::kSucceeded || p == Phase::kFailed;
   std::vector<Cond> c;
   c.push_back({"Admitted", admitted, admitted ? "Admitted" : o.reason,

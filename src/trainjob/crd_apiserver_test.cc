@@ -521,7 +521,8 @@ TEST_F(TrainJobApiServerTest, EveryCelRuleRefusesItsViolationWithItsMessage) {
 TEST_F(TrainJobApiServerTest, RealManifestsAreAccepted) {
   const std::string ns = NewNamespace("manifests");
   for (const char* path :
-       {"deploy/sample-trainjob.yaml", "src/trainjob/testdata/trainjob-full.yaml",
+       {"deploy/sample-trainjob.yaml", "examples/kubernetes/llama-8b-trainjob.yaml",
+        "src/trainjob/testdata/trainjob-full.yaml",
         "src/trainjob/testdata/trainjob-minimal.yaml"}) {
     for (Json obj : SourceDocuments(path)) {
       obj["metadata"]["namespace"] = ns;
@@ -1015,8 +1016,9 @@ TEST_F(TrainJobApiServerTest, OperatorPodIsAdmittedUnderRestrictedPodSecurity) {
 }
 
 TEST_F(TrainJobApiServerTest, TrainingPodsNeedAPrivilegedNamespace) {
-  auto loaded = LoadManifest(std::string(BW_TEST_SOURCE_DIR) + "/deploy/sample-trainjob.yaml",
-                             Target::kKubernetes);
+  auto loaded = LoadManifest(
+      std::string(BW_TEST_SOURCE_DIR) + "/examples/kubernetes/llama-8b-trainjob.yaml",
+      Target::kKubernetes);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const std::string enforce = "pod-security.kubernetes.io/enforce";
   struct Level {

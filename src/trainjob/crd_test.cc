@@ -172,9 +172,10 @@ TEST(CrdTest, DeployCrdYamlIsTheRenderedCrd) {
       << "  build/bin/bulwark render --crd > deploy/crd.yaml";
 }
 
-TEST(CrdTest, SampleTrainJobParses) {
-  auto r = LoadManifest(std::string(BW_TEST_SOURCE_DIR) + "/deploy/sample-trainjob.yaml",
-                        Target::kKubernetes);
+TEST(CrdTest, LlamaExampleTrainJobParses) {
+  auto r = LoadManifest(
+      std::string(BW_TEST_SOURCE_DIR) + "/examples/kubernetes/llama-8b-trainjob.yaml",
+      Target::kKubernetes);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->kind, ManifestKind::kTrainJob);
   EXPECT_EQ(r->job.job.nodes, 4);

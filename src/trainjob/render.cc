@@ -125,7 +125,15 @@ Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
                     {"securityContext", {{"capabilities", {{"add", {"SYS_PTRACE"}}}}}}};
   if (Json r = Resources(t.pod); !r.empty()) container["resources"] = r;
 
-  Json node_selector = {{kGpuTypeNodeLabel, t.scheduling.gpu_type}};
+  // With gang: bulwark the operator binds each pod (spec.nodeName) to a node whose labels
+  // it read as gpuType (operator/gpu_type.h: bulwark.dev/gpu-type, nvidia.com/gpu.product,
+  // cloud labels); a selector on bulwark.dev/gpu-type would make the kubelet refuse the
+  // pod (NodeAffinity) on a node labelled only by the GPU operator or the cloud. Volcano
+  // and kube-scheduler (Kueue) place by the selector: there the label is required.
+  Json node_selector = Json::object();
+  if (t.scheduling.gang != GangMode::kBulwark) {
+    node_selector[kGpuTypeNodeLabel] = t.scheduling.gpu_type;
+  }
   for (const auto& [k, v] : t.pod.node_selector) node_selector[k] = v;
   Json spec = {
       {"hostNetwork", true},
@@ -133,11 +141,11 @@ Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
       {"restartPolicy", "Never"},
       {"hostname", node_id},
       {"subdomain", t.name},
-      {"nodeSelector", node_selector},
       {"terminationGracePeriodSeconds",
        static_cast<int64_t>(std::ceil(t.job.fault_policy.stop_grace_seconds)) + o.grace_margin_s},
       {"containers", Json::array({container})},
       {"volumes", volumes}};
+  if (!node_selector.empty()) spec["nodeSelector"] = node_selector;
   if (!node_name.empty()) spec["nodeName"] = node_name;
   if (t.pod.tolerations.is_array() && !t.pod.tolerations.empty()) {
     spec["tolerations"] = t.pod.tolerations;

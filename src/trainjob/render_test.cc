@@ -76,7 +76,9 @@ TEST(RenderPodTest, WorkerPodHasEverythingTheNodeNeeds) {
   EXPECT_EQ(spec["terminationGracePeriodSeconds"], 40);  // stopGraceSeconds 10 + 30
   EXPECT_EQ(spec["serviceAccountName"], "trainer");
   EXPECT_EQ(spec["priorityClassName"], "high");
-  EXPECT_EQ(spec["nodeSelector"]["bulwark.dev/gpu-type"], "a100");
+  // Bound by the operator to a node it read as a100: no gpu-type selector for the kubelet
+  // to refuse on a node labelled only nvidia.com/gpu.product (issue 16).
+  EXPECT_FALSE(spec["nodeSelector"].contains("bulwark.dev/gpu-type"));
   EXPECT_EQ(spec["nodeSelector"]["cloud.google.com/gke-nodepool"], "a100-pool");
   EXPECT_EQ(spec["tolerations"], t.pod.tolerations);
   for (const Json& tol : spec["tolerations"]) EXPECT_NE(tol["key"], kQuarantineTaint);
@@ -146,11 +148,14 @@ TEST(RenderPodTest, GangModes) {
   Json v = RenderPod(t, "node-0", 0, "", {});
   EXPECT_EQ(v["spec"]["schedulerName"], "volcano");
   EXPECT_EQ(v["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "gpt-char");
+  // Volcano (and kube-scheduler under Kueue) place by the selector.
+  EXPECT_EQ(v["spec"]["nodeSelector"]["bulwark.dev/gpu-type"], "a100");
 
   t.scheduling.gang = GangMode::kKueue;
   t.scheduling.kueue_queue = "team-a";
   Json k = RenderPod(t, "node-0", 0, "", {});
   EXPECT_FALSE(k["spec"].contains("schedulerName"));
+  EXPECT_EQ(k["spec"]["nodeSelector"]["bulwark.dev/gpu-type"], "a100");
   EXPECT_EQ(k["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
   EXPECT_EQ(k["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"], "gpt-char");
   EXPECT_EQ(k["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"], "2");

@@ -85,8 +85,8 @@ inline constexpr FieldDef kSchedulingFields[] = {
              "hold every node of the job",
      .values = kTopologies},
     {.key = "gpuType",
-     .hint = "set scheduling.gpuType to the value of the nodes' bulwark.dev/gpu-type label, e.g. "
-             "h100"},
+     .hint = "set scheduling.gpuType to a GPU type the operator reads from the nodes' labels "
+             "(nvidia.com/gpu.product, cloud labels, bulwark.dev/gpu-type), e.g. h100"},
     {.key = "gang",
      .hint = "set scheduling.gang to bulwark (Bulwark places the pods), volcano (a Volcano "
              "PodGroup) or kueue (a Kueue pod group)",

@@ -357,6 +357,26 @@ void NodeEmulator::SyncPod(const Json& pod) {
         phase == "Succeeded" || phase == "Failed") {
       return;
     }
+    // The kubelet's admission: a pod bound to a node its nodeSelector does not match is
+    // rejected (phase Failed, reason NodeAffinity), whoever bound it.
+    if (pod["spec"].contains("nodeSelector") && pod["spec"]["nodeSelector"].is_object()) {
+      const EmulatedNode* en = nullptr;
+      for (const EmulatedNode& n : opts_.nodes) {
+        if (n.name == node) en = &n;
+      }
+      for (const auto& [k, v] : pod["spec"]["nodeSelector"].items()) {
+        auto l = en ? en->labels.find(k) : std::map<std::string, std::string>::const_iterator();
+        if (en && l != en->labels.end() && v.is_string() && l->second == v.get<std::string>()) {
+          continue;
+        }
+        const std::string why =
+            "NodeAffinity: Pod was rejected: Predicate NodeAffinity failed: node(s) didn't "
+            "match Pod's node affinity/selector (" + k + ")";
+        ended_[key] = why;
+        SetPhase(pod, "Failed", 1, why);
+        return;
+      }
+    }
     Status st = StartPod(pod);
     if (!st.ok()) {
       ended_[key] = "failed to start: " + st.ToString();

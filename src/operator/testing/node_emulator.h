@@ -10,7 +10,8 @@
 // paths
 // (`binaries`), and volume mount paths in the command line mapped to host directories
 // backing the volumes (emptyDir per pod, hostPath per node, PVC per claim, configMap
-// per name, all under `root`). It reports pod status through the status subresource
+// per name, all under `root`). A pod whose spec.nodeSelector the node's labels do not
+// match is rejected as the kubelet rejects it (Failed, NodeAffinity). It reports pod status through the status subresource
 // (Running -> Succeeded or Failed with the exit code) and, for a pod with
 // deletionTimestamp, stops the process (SIGTERM, grace, SIGKILL), reports its terminal
 // phase and then completes the graceful deletion as the kubelet does (DELETE with
