@@ -6,6 +6,7 @@
 
 #include "agent/agent.h"
 #include "common/clock.h"
+#include "common/install_paths.h"
 
 #ifndef BULWARK_DEFAULT_PYTHON_DIR
 #define BULWARK_DEFAULT_PYTHON_DIR ""
@@ -31,8 +32,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--connect-timeout", o.connect_timeout_s,
                  "seconds to keep retrying the controller");
-  o.python_dir = BULWARK_DEFAULT_PYTHON_DIR;
-  o.lib_path = BULWARK_DEFAULT_LIB;
+  o.python_dir = bulwark::DefaultPythonDir(BULWARK_DEFAULT_PYTHON_DIR);
+  o.lib_path = bulwark::DefaultSdkLib(BULWARK_DEFAULT_LIB);
   app.add_option("--python-dir", o.python_dir, "Bulwark Python package root for PYTHONPATH");
   app.add_option("--lib", o.lib_path, "path of libbulwark.so (BULWARK_LIB)");
   app.add_option("--peer-host", o.peer_host,

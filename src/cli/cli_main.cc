@@ -40,6 +40,7 @@
 #include "cli/sim_cmd.h"
 #include "cli/progress.h"
 #include "cli/stores.h"
+#include "common/install_paths.h"
 #include "common/proc.h"
 #include "controller/controller.h"
 #include "controller/dashboard_api.h"
@@ -63,12 +64,6 @@ namespace bulwark {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ExeDir() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? "." : p.parent_path().string();
-}
 
 std::string EnvOr(const char* k, const std::string& def) {
   const char* v = getenv(k);
@@ -357,9 +352,9 @@ int CmdRun(const RunFlags& f) {
   (void)BecomeSubreaper();  // orphans of the job are ours to reap
   LocalBackendOptions bo;
   bo.agent_binary = EnvOr("BULWARK_AGENT", ExeDir() + "/bulwark-agent");
-  bo.sdk_lib =
-      EnvOr("BULWARK_LIB", fs::weakly_canonical(ExeDir() + "/../lib/libbulwark.so").string());
-  bo.python_dir = EnvOr("BULWARK_PYTHON_DIR", std::string(BULWARK_SOURCE_DIR) + "/python");
+  bo.sdk_lib = EnvOr("BULWARK_LIB", DefaultSdkLib(ExeDir() + "/../lib/libbulwark.so"));
+  bo.python_dir =
+      EnvOr("BULWARK_PYTHON_DIR", DefaultPythonDir(std::string(BULWARK_SOURCE_DIR) + "/python"));
   bo.heartbeat_interval_s = spec->fault_policy.heartbeat_interval_seconds;
   bo.machines = f.machines;
   bo.repair_s = f.repair_s;

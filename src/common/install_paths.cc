@@ -1,0 +1,31 @@
+#include "common/install_paths.h"
+
+#include <filesystem>
+
+namespace bulwark {
+
+namespace fs = std::filesystem;
+
+std::string ExeDir() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : p.parent_path().string();
+}
+
+std::string DefaultPythonDir(const std::string& source_default) {
+  std::error_code ec;
+  const fs::path installed = fs::path(ExeDir()) / ".." / "lib" / "bulwark" / "python";
+  if (fs::exists(installed / "bulwark" / "__init__.py", ec)) {
+    return fs::weakly_canonical(installed, ec).string();
+  }
+  return source_default;
+}
+
+std::string DefaultSdkLib(const std::string& build_default) {
+  std::error_code ec;
+  const fs::path lib = fs::path(ExeDir()) / ".." / "lib" / "libbulwark.so";
+  if (fs::exists(lib, ec)) return fs::weakly_canonical(lib, ec).string();
+  return build_default;
+}
+
+}  // namespace bulwark

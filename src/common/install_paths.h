@@ -1,0 +1,25 @@
+// Where Bulwark's files are at run time, in a build tree or after `cmake --install`:
+//   <prefix>/bin/bulwark, <prefix>/bin/bulwark-agent
+//   <prefix>/lib/libbulwark.so
+//   <prefix>/lib/bulwark/python/bulwark/...   (the package the ranks import)
+// A build tree has build/bin and build/lib/libbulwark.so, and the package in the
+// source tree (python/), whose path the build compiles in. Thread-safe.
+#pragma once
+
+#include <string>
+
+namespace bulwark {
+
+// The directory of the running executable ("." if /proc/self/exe cannot be read).
+std::string ExeDir();
+
+// The Python package root for the ranks' PYTHONPATH: <exe dir>/../lib/bulwark/python if
+// it holds the package (an installed tree), else `source_default` (the source tree's
+// python/ of a build tree).
+std::string DefaultPythonDir(const std::string& source_default);
+
+// libbulwark.so next to the executable's prefix: <exe dir>/../lib/libbulwark.so if it
+// exists, else `build_default`.
+std::string DefaultSdkLib(const std::string& build_default);
+
+}  // namespace bulwark
