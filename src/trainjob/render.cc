@@ -154,6 +154,9 @@ Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
     spec["serviceAccountName"] = t.pod.service_account_name;
   }
   if (!t.pod.priority_class_name.empty()) spec["priorityClassName"] = t.pod.priority_class_name;
+  for (const std::string& s : t.pod.image_pull_secrets) {
+    spec["imagePullSecrets"].push_back({{"name", s}});
+  }
 
   switch (t.scheduling.gang) {
     case GangMode::kBulwark:
@@ -162,9 +165,6 @@ Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
       spec["schedulerName"] = "volcano";
       meta["annotations"]["scheduling.k8s.io/group-name"] = t.name;
       break;
-  for (const std::string& s : t.pod.image_pull_secrets) {
-    spec["imagePullSecrets"].push_back({{"name", s}});
-  }
     case GangMode::kKueue:
       meta["labels"]["kueue.x-k8s.io/queue-name"] = t.scheduling.kueue_queue;
       // A standby is admitted on its own: Kueue's pod group must be exactly the workers.
