@@ -1,5 +1,5 @@
 // The Kubernetes quick start, word for word (issue 16): the commands of deploy/README.md's
-// block marked `quickstart` run in order against the real test control plane, with a
+// block marked `quickstart` (or README.md's Kubernetes lines) run in order against the real test control plane, with a
 // real kubectl from the control plane's bin dir and ~/.kube/config the cluster's admin
 // kubeconfig. Nodes are labelled as a stock GPU cluster labels them (the GPU operator's
 // feature discovery: nvidia.com/gpu.product, no bulwark.dev/gpu-type), and the node
@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -42,25 +44,43 @@ std::string Str(const Json& j, std::initializer_list<const char*> path) {
   return cur->is_string() ? cur->get<std::string>() : cur->is_null() ? "" : cur->dump();
 }
 
-// The shell lines of the ```sh block that follows the `<!-- quickstart` marker of `doc`,
-// without comments; "" lines dropped.
+// The Kubernetes quick start of `doc`, without comments: the lines of the ```sh block
+// after a `<!-- quickstart` marker (deploy/README.md), or else the kubectl and
+// build/bin/bulwark lines after the `# on Kubernetes` comment of a ```sh block
+// (README.md's quick start, whose other lines run on this machine).
 std::vector<std::string> QuickStartLines(const std::string& doc) {
   std::ifstream in(doc);
-  std::vector<std::string> out;
-  bool marked = false, in_block = false;
+  std::vector<std::string> marked_lines, readme_lines;
+  bool marked = false, in_block = false, in_marked = false, on_k8s = false;
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("<!-- quickstart", 0) == 0) marked = true;
-    if (marked && !in_block && line.rfind("```sh", 0) == 0) {
-      in_block = true;
+    if (line.rfind("```", 0) == 0) {
+      in_block = !in_block && line.rfind("```sh", 0) == 0;
+      if (in_marked && !in_block) break;
+      in_marked = in_block && marked;
+      on_k8s = false;
       continue;
     }
     if (!in_block) continue;
-    if (line.rfind("```", 0) == 0) break;
-    line = line.substr(0, line.find('#'));
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    if (!line.empty()) out.push_back(line);
+    if (line.rfind("# on Kubernetes", 0) == 0) on_k8s = true;
+    std::string cmd = line.substr(0, line.find('#'));
+    while (!cmd.empty() && cmd.back() == ' ') cmd.pop_back();
+    if (cmd.empty()) continue;
+    if (in_marked) marked_lines.push_back(cmd);
+    if (on_k8s && (cmd.rfind("kubectl ", 0) == 0 || cmd.rfind("build/bin/bulwark ", 0) == 0)) {
+      readme_lines.push_back(cmd);
+    }
   }
-  return out;
+  return marked ? marked_lines : readme_lines;
+}
+
+// The document whose quick start this binary runs (BW_QUICKSTART_DOC, relative to the
+// source dir); $BW_QUICKSTART_DOC names another file, e.g. a README with proposed lines.
+std::string QuickStartDoc() {
+  const char* env = std::getenv("BW_QUICKSTART_DOC");
+  return env != nullptr && *env != '\0' ? std::string(env)
+                                         : std::string(BW_TEST_SOURCE_DIR) + "/" +
+                                               BW_QUICKSTART_DOC;
 }
 
 std::vector<std::string> Split(const std::string& line) {
@@ -251,9 +271,12 @@ class QuickStartE2E : public ::testing::Test {
   Child op_;
 };
 
-TEST_F(QuickStartE2E, DeployReadmeInstallsTheOperatorAndTheSampleRuns) {
-  const std::vector<std::string> lines = QuickStartLines(src_ + "/deploy/README.md");
-  ASSERT_GE(lines.size(), 3u) << "deploy/README.md has no ```sh block after <!-- quickstart";
+// quickstart_e2e_test runs deploy/README.md's quick start; readme_quickstart_e2e_test,
+// the same test, README.md's (see src/operator/CMakeLists.txt).
+TEST_F(QuickStartE2E, TheQuickStartInstallsTheOperatorAndTheSampleRuns) {
+  const std::string doc = QuickStartDoc();
+  const std::vector<std::string> lines = QuickStartLines(doc);
+  ASSERT_GE(lines.size(), 3u) << doc << " has no quick start block";
   bool sample_applied = false;
   for (const std::string& line : lines) {
     auto [ok, out] = Run(line);
