@@ -52,6 +52,7 @@ void ConfigParser::ParseShape(const Entry& e) {
     if (std::fabs(sum - 1) > 1e-6) {
       reader().Error(it->second.line, it->second.path, "fractions must sum to 1",
                      std::to_string(sum), it->second.hint);
+      return;  // no split of the nodes exists (all 0 would loop forever below)
     }
   }
   if (auto it = f.find("pricePerGpuHour"); it != f.end()) {

@@ -96,6 +96,16 @@ TEST(SimConfig, PoolFractionsMustSumToOne) {
             std::string::npos);
 }
 
+// Found by fuzz/fuzz_sim_config: pools that are all 0 used to hang the parser (the
+// node split handed out the remainder only to pools with a share, forever).
+TEST(SimConfig, PoolFractionsAllZeroAreAnErrorNotAHang) {
+  std::string y = kMinimal;
+  y.replace(y.find("{onDemand: 0.5, spot: 0.25, reserved: 0.25}"), 43,
+            "{onDemand: 0, spot: 0, reserved: 0}");
+  EXPECT_NE(Err(y).find("cfg.yaml:4: cluster.shape.pools: fractions must sum to 1 (got 0"),
+            std::string::npos);
+}
+
 TEST(SimConfig, StrategyAutoFieldsAndFaultTrace) {
   std::string y = kMinimal;
   y += R"(strategies:
