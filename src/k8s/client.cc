@@ -1,7 +1,7 @@
 // Client: configuration checks, the retry loop and the REST verbs (watch.cc has
 // Watch). Retry rules (client.h): reads are retried on transport errors, 429 and
 // 500/502/503/504; mutations only when they cannot have been applied (nothing was
-// sent, 429, 503). Waits use the injected clock, capped by the same real time.
+// sent, 429, 503). Waits are the injected clock's sleeps.
 #include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -172,7 +172,8 @@ Status Client::Impl::Perform(const ClientConfig& cfg, const HttpRequest& req, Ht
   while (attempt < cfg.max_attempts) {
     if (wait) {
       retries.fetch_add(1, std::memory_order_relaxed);
-      internal::WaitOn(clock, Backoff(cfg, attempt, retry_after), req.cancel, /*real_cap=*/true);
+      internal::WaitOn(clock, Backoff(cfg, attempt, retry_after), req.cancel,
+                       /*sleep_on_clock=*/true);
     }
     if (req.cancel != nullptr && req.cancel->load()) return Unavailable(what + ": cancelled");
     ++attempt;

@@ -62,9 +62,9 @@ struct ClientConfig {
   int max_attempts = 5;            // >= 1
   double backoff_initial_s = 0.2;  // first retry after ~this (jittered in [50%, 100%])
   double backoff_max_s = 10;       // cap of one wait, Retry-After included
-  // Source of time for backoff waits; nullptr = SystemClock. Not owned. A wait ends
-  // when this clock has advanced by its length or the same real time has passed,
-  // whichever is first (so a FakeClock never stalls a request).
+  // Source of time for backoff and Retry-After waits, which are this clock's SleepFor
+  // (a FakeClock moves itself forward: no real time passes); nullptr = SystemClock.
+  // Not owned.
   const Clock* clock = nullptr;
 };
 

@@ -94,11 +94,14 @@ class ContractTest : public ::testing::Test {
   }
 
   // The admin identity through the proxy, with fast retries.
+  // Its retry waits are retry_clock_'s sleeps: no real time passes, and a test reads
+  // how long the client waited from the clock.
   ClientConfig FastConfig() const {
     ClientConfig cfg = proxy_->Through(cp_->AdminConfig());
     cfg.backoff_initial_s = 0.02;
     cfg.backoff_max_s = 2;
     cfg.timeout_s = 10;
+    cfg.clock = &retry_clock_;
     return cfg;
   }
 
@@ -149,6 +152,7 @@ class ContractTest : public ::testing::Test {
   testing::ControlPlane* cp_ = nullptr;
   std::unique_ptr<Client> admin_;
   std::unique_ptr<testing::FaultProxy> proxy_;
+  mutable FakeClock retry_clock_;  // the retry waits of FastConfig's clients
   std::unique_ptr<Client> client_;
   std::string ns_;
 };

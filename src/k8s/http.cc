@@ -266,15 +266,19 @@ std::string QueryEscape(std::string_view s) {
   return out;
 }
 
-void WaitOn(const Clock* clock, double seconds, const std::atomic<bool>* cancel, bool real_cap) {
+void WaitOn(const Clock* clock, double seconds, const std::atomic<bool>* cancel,
+            bool sleep_on_clock) {
   if (clock == nullptr) clock = SystemClock::Get();
   const double start = clock->NowMono();
-  const double real_start = SystemClock::Get()->NowMono();
-  while (clock->NowMono() - start < seconds) {
+  while (true) {
     if (cancel != nullptr && cancel->load()) return;
-    if (real_cap && SystemClock::Get()->NowMono() - real_start >= seconds) return;
-    double left = seconds - (clock->NowMono() - start);
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(left, 0.0005, 0.01)));
+    const double left = seconds - (clock->NowMono() - start);
+    if (left <= 0) return;
+    if (sleep_on_clock) {
+      clock->SleepFor(std::min(left, 0.01));
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(left, 0.0005, 0.01)));
+    }
   }
 }
 

@@ -176,7 +176,7 @@ void Informer::Run() {
   double backoff = initial;
   auto back_off = [&] {
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
-    internal::WaitOn(clock_, backoff * jitter(rng), &stop_, /*real_cap=*/false);
+    internal::WaitOn(clock_, backoff * jitter(rng), &stop_, /*sleep_on_clock=*/false);
     backoff = std::min(max_backoff, backoff * 2);
   };
   auto count = [this](uint64_t InformerStats::*field) {

@@ -131,10 +131,13 @@ class Transport {
   std::vector<std::unique_ptr<Conn>> idle_;
 };
 
-// Waits `seconds` as measured on `clock` (polled every <= 10 ms of real time) or
-// until `cancel` becomes true. With a FakeClock the wait ends when the test advances
-// the clock or `real_cap` is true and the same time has passed in real time.
-void WaitOn(const Clock* clock, double seconds, const std::atomic<bool>* cancel, bool real_cap);
+// Waits `seconds` as measured on `clock` or until `cancel` becomes true (checked at
+// least every 10 ms of the wait). `sleep_on_clock`: the wait is the clock's SleepFor in
+// steps (a FakeClock advances itself, the wait takes no real time). Otherwise the clock
+// is polled every <= 10 ms of real time and only its owner moves it (a FakeClock's
+// owner ends the wait by advancing it, or `cancel` does).
+void WaitOn(const Clock* clock, double seconds, const std::atomic<bool>* cancel,
+            bool sleep_on_clock);
 
 }  // namespace bulwark::k8s::internal
 

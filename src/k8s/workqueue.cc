@@ -95,12 +95,13 @@ std::optional<double> WorkQueue::NextReady() const {
   return order_.begin()->first;
 }
 
-void WorkQueue::Wait(double max_wait_s) {
+bool WorkQueue::Wait(double max_wait_s) {
   std::unique_lock<std::mutex> l(mu_);
-  if (shut_down_ || !(max_wait_s > 0)) return;
+  if (shut_down_) return true;
+  if (!(max_wait_s > 0)) return false;
   const uint64_t seen = changes_;
-  cv_.wait_for(l, std::chrono::duration<double>(std::min(max_wait_s, 3600.0)),
-               [&] { return shut_down_ || changes_ != seen; });
+  return cv_.wait_for(l, std::chrono::duration<double>(std::min(max_wait_s, 3600.0)),
+                      [&] { return shut_down_ || changes_ != seen; });
 }
 
 void WorkQueue::ShutDown() {

@@ -50,7 +50,8 @@ class WorkQueue {
   // Earliest ready time of a waiting key that is not processing (nullopt: none).
   std::optional<double> NextReady() const;
   // Blocks up to max_wait_s (real time) or until Add/Done/ShutDown changes the queue.
-  void Wait(double max_wait_s);
+  // True if a change (or the shutdown) ended the wait, false if the time ran out.
+  bool Wait(double max_wait_s);
   void ShutDown();
   bool shut_down() const;
   size_t Len() const;  // waiting keys (processing ones excluded)

@@ -91,11 +91,9 @@ TEST(WorkQueueTest, HugeFailureCountsStayCapped) {
 
 TEST(WorkQueueTest, WaitWakesOnAddAndIsBounded) {
   WorkQueue q;
-  auto t0 = std::chrono::steady_clock::now();
-  q.Wait(0.05);  // nothing happens: returns after its bound
-  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_GE(waited, 0.04);
-  EXPECT_LT(waited, 5);
+  EXPECT_FALSE(q.Wait(0.05));  // nothing happens: it ends at its bound
+  EXPECT_FALSE(q.Wait(0));
+  EXPECT_FALSE(q.Wait(-1));
 
   std::atomic<bool> woke{false};
   std::thread adder([&] {
@@ -104,12 +102,9 @@ TEST(WorkQueueTest, WaitWakesOnAddAndIsBounded) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
-  t0 = std::chrono::steady_clock::now();
-  q.Wait(30);
+  EXPECT_TRUE(q.Wait(3600));  // an Add ends it (a lost wake-up would hang: ctest's timeout)
   woke.store(true);
   adder.join();
-  waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(waited, 10);
   EXPECT_EQ(q.Pop(0), "x");
 }
 
@@ -119,9 +114,7 @@ TEST(WorkQueueTest, ShutDownStopsPopsAndWaits) {
   q.ShutDown();
   EXPECT_TRUE(q.shut_down());
   EXPECT_EQ(q.Pop(1), std::nullopt);
-  auto t0 = std::chrono::steady_clock::now();
-  q.Wait(30);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5);
+  EXPECT_TRUE(q.Wait(3600));  // returns at once after shutdown
   q.Add("b", 0);  // ignored after shutdown
   EXPECT_EQ(q.Len(), 1u);
 }

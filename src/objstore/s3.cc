@@ -575,7 +575,7 @@ struct S3Client::Impl {
     for (int attempt = 1; attempt <= cfg.max_attempts; ++attempt) {
       if (attempt > 1) {
         retries.fetch_add(1, std::memory_order_relaxed);
-        std::this_thread::sleep_for(std::chrono::duration<double>(BackoffSeconds(attempt - 1)));
+        (clock ? clock : SystemClock::Get())->SleepFor(BackoffSeconds(attempt - 1));
         if (req.sink == Sink::kFile) {
           if (ftruncate(req.fd, 0) != 0 || lseek(req.fd, 0, SEEK_SET) != 0) {
             return ErrnoStatus(what + ": truncating the download file for a retry", errno);
@@ -1075,7 +1075,7 @@ Result<std::vector<ObjectInfo>> S3Client::List(const std::string& prefix) {
   const std::string full_prefix = cfg_.prefix + prefix;
   std::vector<ObjectInfo> out;
   std::string token;
-  for (int page = 0;; ++page) {
+  while (true) {
     Request r;
     r.op = "ListObjectsV2";
     r.method = "GET";

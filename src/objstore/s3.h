@@ -53,8 +53,9 @@ struct S3Config {
   double backoff_initial_s = 0.2;  // first retry waits ~this long (jittered in [50%,100%])
   double backoff_max_s = 10;       // cap of one backoff wait
   int list_page_size = 1000;       // ListObjectsV2 max-keys per page (1..1000)
-  // Source of x-amz-date (NowWall). nullptr: SystemClock. Not owned; must outlive the
-  // client. S3 rejects requests more than 15 minutes off its clock.
+  // Source of x-amz-date (NowWall) and of the waits between retries (SleepFor; HTTP
+  // timeouts are curl's, in real time). nullptr: SystemClock. Not owned; must outlive
+  // the client. S3 rejects requests more than 15 minutes off its clock.
   const Clock* clock = nullptr;
 };
 
