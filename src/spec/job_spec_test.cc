@@ -464,6 +464,15 @@ TEST(JobSpecTest, SyntaxErrorsQuoteControlBytesOnOneLine) {
   EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
 }
 
+// Found by fuzz/fuzz_job_spec: a key holding a newline was part of the field path
+// verbatim, which split the error over two lines.
+TEST(JobSpecTest, KeysInFieldPathsAreQuotedOnOneLine) {
+  auto r = ParseJobSpec("name: j\ncommand: [x]\nenv: {\"A\\nB\": \"1\"}\n", "j.yaml", "/b");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::StartsWith("j.yaml:3: env.A\\x0aB: "));
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+}
+
 TEST(JobSpecTest, AllErrorsAreCollected) {
   auto r = ParseJobSpec(std::string(kPrefix) + "nodes: 0\nprocsPerNode: x\ncheckpoint: {keep: 0}\n",
                         "j.yaml", "/b");

@@ -113,13 +113,28 @@ std::string SpecReader::Describe(const YAML::Node& n) {
   return Printable(n.Scalar());
 }
 
+std::string OneLine(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      r += buf;
+    } else {
+      r += static_cast<char>(c);
+    }
+  }
+  return r;
+}
+
 void SpecReader::Error(int line, const std::string& path, const std::string& problem,
                        const std::string& got, const std::string& fix) {
   std::ostringstream os;
   os << source_;
   if (show_lines_) os << ":" << line;
-  os << ": " << (path.empty() ? "(top level)" : path) << ": " << problem << " (got " << got << "); "
-     << fix;
+  // The path holds the input's keys, and a problem or fix may quote them.
+  os << ": " << (path.empty() ? "(top level)" : OneLine(path)) << ": " << OneLine(problem)
+     << " (got " << OneLine(got) << "); " << OneLine(fix);
   errors_.emplace_back(line, os.str());
 }
 

@@ -72,6 +72,10 @@ struct Entry {
   const FieldDef* def = nullptr;  // the field's table entry (owned by the static table)
 };
 
+// `s` with control characters (newline included) written as \xHH, so that an error
+// built from input text stays one line per problem.
+std::string OneLine(const std::string& s);
+
 // Number of single-character edits turning `a` into `b` (case-insensitive).
 int EditDistance(const std::string& a, const std::string& b);
 

@@ -7,29 +7,16 @@
 #include <sstream>
 #include <vector>
 
+#include "spec/spec_reader.h"
+
 namespace bulwark::spec_internal {
 namespace {
-
-// yaml-cpp's message with control characters (which it copies from the input, e.g.
-// "unknown escape character: <the byte>") written as \xHH, so that an error stays one
-// line per problem.
-std::string OneLine(const std::string& msg) {
-  std::string r;
-  for (unsigned char c : msg) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      r += buf;
-    } else {
-      r += static_cast<char>(c);
-    }
-  }
-  return r;
-}
 
 std::string SyntaxError(const std::string& source, const YAML::Mark& mark, const std::string& msg) {
   const int line = mark.line >= 0 ? mark.line + 1 : 1;
   const int col = mark.column >= 0 ? mark.column + 1 : 1;
+  // OneLine: yaml-cpp copies bytes of the input into its message (e.g. "unknown escape
+  // character: <the byte>").
   return source + ":" + std::to_string(line) + ": (yaml syntax): " + OneLine(msg) +
          " (got invalid YAML at column " + std::to_string(col) +
          "); fix the YAML syntax there (check indentation, quotes, brackets and the space "

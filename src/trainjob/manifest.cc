@@ -4,6 +4,7 @@
 
 #include "spec/job_fields.h"
 #include "spec/job_spec_schema.h"
+#include "spec/spec_reader.h"
 #include "trainjob/trainjob.h"
 #include "trainjob/trainjob_internal.h"
 #include "trainjob/yaml_json.h"
@@ -73,7 +74,8 @@ Result<LoadedManifest> ParseManifestUnbounded(const std::string& text,
     const int line = root["apiVersion"].Mark().line + 1;
     return InvalidArgument(
         source_name + ":" + std::to_string(line) + ": apiVersion: this is Kubeflow Trainer's "
-        "TrainJob (" + api_version + "), not Bulwark's (got " + api_version + " " + kind +
+        "TrainJob (" + spec_internal::OneLine(api_version) + "), not Bulwark's (got " +
+        spec_internal::OneLine(api_version + " " + kind) +
         "); write it as a bulwark.dev/v1alpha1 TrainJob (docs/trainjob.md): "
         "spec.trainer.image -> spec.pod.image, spec.trainer.command and args -> "
         "spec.command and spec.args, spec.trainer.numNodes -> spec.nodes, "
@@ -90,7 +92,8 @@ Result<LoadedManifest> ParseManifestUnbounded(const std::string& text,
   }
   const int line = root["kind"].IsDefined() ? root["kind"].Mark().line + 1 : 1;
   return InvalidArgument(source_name + ":" + std::to_string(line) +
-                         ": kind: not a manifest Bulwark runs (got " + api_version + " " + kind +
+                         ": kind: not a manifest Bulwark runs (got " +
+                         spec_internal::OneLine(api_version + " " + kind) +
                          "); give a job spec (docs/job-spec.md), a bulwark.dev/v1alpha1 TrainJob "
                          "(docs/trainjob.md) or a kubeflow.org/v1 PyTorchJob");
 }

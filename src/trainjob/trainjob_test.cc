@@ -173,6 +173,18 @@ TEST(TrainJobTest, MultiNodeCheckpointsNeedASharedVolumeOnKubernetes) {
                   .ok());
 }
 
+// Found by fuzz/fuzz_pytorchjob: a multi-line apiVersion or kind was quoted verbatim,
+// which split the error over several lines.
+TEST(TrainJobTest, UnknownKindIsQuotedOnOneLine) {
+  for (const char* text : {"apiVersion: \"kubeflow.org/v1\\nfoo: bar\"\nkind: X\n",
+                           "apiVersion: \"trainer.kubeflow.org/v1\\n\"\nkind: TrainJob\n"}) {
+    auto r = ParseManifest(text, "tj.yaml", "/jobs", Target::kLocal);
+    ASSERT_FALSE(r.ok());
+    EXPECT_THAT(r.status().message(), HasSubstr("\\x0a"));
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(TrainJobTest, LocalTargetResolvesLikeAJobSpecAndSaysWhatItIgnores) {
   const std::string text = testing::ReadTestFile(kTestdata + "/trainjob-full.yaml");
   auto r = ParseManifest(text, "tj.yaml", "/jobs/a", Target::kLocal);
