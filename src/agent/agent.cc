@@ -788,7 +788,8 @@ void Agent::FlushPendingSteps() {
 }
 
 void Agent::ForwardModel(const Json& m, const Rank& r) {
-  const Json& f = m["flops_per_token"];
+  // (operator[] of a const object must not be given a missing key: undefined behaviour.)
+  const Json f = m.contains("flops_per_token") ? m["flops_per_token"] : Json();
   if (!f.is_number() || !std::isfinite(f.get<double>()) || f.get<double>() <= 0 ||
       f.get<double>() > 1e18) {
     WarnLimited("sdk model: flops_per_token must be a number in (0, 1e18] (got " + f.dump() +

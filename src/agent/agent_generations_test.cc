@@ -234,6 +234,18 @@ TEST_F(AgentGenerationsTest, ACrashReplacesOnlyTheCrashedRankTheSurvivorJoinsThe
 // A trainer that reports faster than the agent forwards (a flood, or sub-millisecond
 // steps): the reports in between are merged, so the controller gets at most 200 a
 // second per rank and still every second of step time, every token and the newest step.
+// Found by fuzz/fuzz_sdk_datagram: a `model` report without flops_per_token made the
+// agent read a missing key of a const JSON object (undefined behaviour; a heap overflow
+// under ASan). It is dropped with a warning, and the next valid one is forwarded.
+TEST_F(AgentGenerationsTest, AModelReportWithoutFlopsIsDropped) {
+  StartTwoRanks();
+  FromRank({{"type", "model"}, {"rank", 0}});
+  FromRank({{"type", "model"}, {"rank", 0}, {"flops_per_token", 6e9}});
+  Json m = Expect("model");
+  EXPECT_EQ(m["rank"], 0);
+  EXPECT_EQ(m["flops_per_token"], 6e9);
+}
+
 TEST_F(AgentGenerationsTest, AFloodOfStepReportsIsMergedNotLost) {
   StartTwoRanks();
   const double t0 = clock_.NowMono();
