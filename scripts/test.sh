@@ -28,3 +28,10 @@ if [ "${BULWARK_SKIP_SANITIZE:-0}" != "1" ]; then
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j"$JOBS" --timeout 900 -LE no_sanitize)
 fi
+# The libFuzzer targets (fuzz/, docs/testing.md), each over its checked-in corpus for
+# 10 s. Opt-in: with its clang build (~FUZZ_BUILD) it does not fit in command (2)'s
+# 30 minutes next to the two builds and test runs above.
+if [ "${BULWARK_FUZZ_CI:-0}" = "1" ]; then
+  echo "== fuzz targets, 10 s each (scripts/fuzz.sh --seconds 10)"
+  "$ROOT/scripts/fuzz.sh" --seconds 10
+fi

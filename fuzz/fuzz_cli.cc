@@ -1,0 +1,118 @@
+// The command line (cli/cli_main.h, bulwark::cli::Main): the input is split into argv
+// words (on spaces and newlines) and run in process, as `bulwark` runs them. Only the
+// commands that read and print run: argv[1] must be validate, render, sim, ckpt, get or
+// describe, or start with '-' (--help, --version, a bad flag); no word may name a
+// command that starts processes or talks to servers (run, operator, submit, chaos, top,
+// update, logs, cancel), and no word may hold a '/' (paths stay inside the harness's
+// scratch directory: `sim --json FILE` writes, `ckpt gc` deletes). The scratch
+// directory holds the files the words can name: j.yaml (job spec), t.yaml (TrainJob),
+// p.yaml (PyTorchJob), bad.yaml, s.yaml (sim config), ck (a checkpoint root with
+// committed steps, rewritten before every input); XDG_STATE_HOME points there too, so
+// get/describe see no store of this machine.
+// Contracts checked beyond "no crash": the exit status is 0, 1 or 2.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "cli/cli_main.h"
+#include "fuzz/fuzz_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using bulwark::fuzz::Check;
+
+bool Allowed(const std::vector<std::string>& words) {
+  if (words.empty()) return true;
+  static const char* kFirst[] = {"validate", "render", "sim", "ckpt", "get", "describe"};
+  bool first = words[0].rfind('-', 0) == 0;
+  for (const char* w : kFirst) first = first || words[0] == w;
+  if (!first) return false;
+  static const char* kNever[] = {"run", "operator", "submit", "chaos", "top", "update", "logs",
+                                 "cancel"};
+  for (const std::string& w : words) {
+    if (w.find('/') != std::string::npos) return false;
+    for (const char* n : kNever) {
+      if (w == n) return false;
+    }
+  }
+  return true;
+}
+
+// A checkpoint root "ck" with steps 1 and 2 committed (1 rank).
+void WriteCheckpoints() {
+  std::error_code ec;
+  fs::remove_all("ck", ec);
+  bulwark::ckpt::Env* env = bulwark::ckpt::Env::Default();
+  const std::string root = (fs::current_path() / "ck").string();
+  std::vector<uint8_t> bytes(100, 3);
+  for (long step : {1, 2}) {
+    bulwark::ckpt::Blob b{"state", bytes.data(), bytes.size()};
+    Check(bulwark::ckpt::WriteShard(env, root, step, 0, 1, bulwark::ckpt::BlobsToTensors({b}),
+                                    {}).ok(), "harness: WriteShard");
+    Check(bulwark::ckpt::Commit(env, root, step, 1).ok(), "harness: Commit");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const fs::path src = BULWARK_SOURCE_DIR;
+  const std::pair<const char*, fs::path> files[] = {
+      {"j.yaml", src / "examples/pytorch-ddp/job.yaml"},
+      {"t.yaml", src / "src/trainjob/testdata/trainjob-full.yaml"},
+      {"p.yaml", src / "src/trainjob/testdata/pytorchjob-mnist.yaml"},
+      {"bad.yaml", src / "src/spec/testdata/bad.yaml"},
+      {"s.yaml", src / "examples/sim/one-job.yaml"}};
+  for (const auto& [name, from] : files) {
+    fs::copy_file(from, name, fs::copy_options::overwrite_existing);
+  }
+  fs::create_directories("state");
+  setenv("XDG_STATE_HOME", (fs::current_path() / "state").c_str(), 1);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  std::vector<std::string> words;
+  std::string w;
+  for (char c : text) {
+    if (c == ' ' || c == '\n') {
+      if (!w.empty()) words.push_back(w);
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  if (!w.empty()) words.push_back(w);
+  if (words.size() > 32 || !Allowed(words)) return -1;  // -1: not added to the corpus
+  WriteCheckpoints();
+  std::vector<std::string> store = {"bulwark"};
+  store.insert(store.end(), words.begin(), words.end());
+  std::vector<char*> argv;
+  for (std::string& s : store) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  fflush(stdout);
+  fflush(stderr);
+  const int saved_out = dup(1), saved_err = dup(2);
+  const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  dup2(null, 1);
+  dup2(null, 2);
+  const int rc = bulwark::cli::Main(static_cast<int>(argv.size()) - 1, argv.data());
+  fflush(stdout);
+  fflush(stderr);
+  dup2(saved_out, 1);
+  dup2(saved_err, 2);
+  close(saved_out);
+  close(saved_err);
+  close(null);
+  Check(rc == 0 || rc == 1 || rc == 2, "exit status other than 0, 1, 2", std::to_string(rc));
+  return 0;
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/, docs/testing.md) into build-fuzz with clang-19
+# and runs each over its checked-in corpus.
+#   scripts/fuzz.sh --seconds N [TARGET...]   CI mode: each target for N seconds
+#   scripts/fuzz.sh --runs N [TARGET...]      campaign mode: each target for N inputs
+#                                             (FUZZ_MAX_TOTAL_TIME=S: at most S s each)
+#   scripts/fuzz.sh --build-only [TARGET...]
+# Every target runs with -rss_limit_mb=2048 (memory bound) and -timeout=10 (an input
+# taking over 10 s is a hang). Crashes, hangs and OOMs leave their input under
+# build-fuzz/artifacts/<target>/ and make this script exit 1. New inputs the fuzzer
+# finds go to build-fuzz/corpus/<target>/ (a copy of fuzz/corpus/<target>/), never
+# into the checked-in corpus; minimise them into it with -merge=1 (docs/testing.md).
+# Logs: build-fuzz/logs/<target>.log; a campaign's: build-fuzz/campaign/<target>.log.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-fuzz}"
+ALL=(fuzz_job_spec fuzz_trainjob fuzz_pytorchjob fuzz_sim_config fuzz_ckpt fuzz_agent_wire
+     fuzz_sdk_datagram fuzz_controller_wire fuzz_cli)
+# Longest input per target: YAML documents and CLI lines up to 16 KiB (real specs are
+# 1-4 KiB), message streams 64 KiB, checkpoint file sets 256 KiB.
+declare -A MAX_LEN=([fuzz_ckpt]=262144 [fuzz_agent_wire]=65536 [fuzz_sdk_datagram]=65536
+                    [fuzz_controller_wire]=65536)
+MODE="" N=0
+case "${1:-}" in
+  --seconds) MODE=seconds N="$2"; shift 2 ;;
+  --runs) MODE=runs N="$2"; shift 2 ;;
+  --build-only) MODE=build; shift ;;
+  *) echo "usage: $0 --seconds N | --runs N | --build-only [TARGET...]" >&2; exit 2 ;;
+esac
+TARGETS=("$@")
+((${#TARGETS[@]})) || TARGETS=("${ALL[@]}")
+
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  CC=clang-19 CXX=clang++-19 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBULWARK_FUZZ=ON -DBULWARK_BUILD_BENCH=OFF >/dev/null
+fi
+# FUZZ_NO_BUILD=1 runs the binaries as built (e.g. a campaign while the dir is rebuilt).
+if [ "${FUZZ_NO_BUILD:-0}" != "1" ]; then
+  echo "== fuzz: building ${TARGETS[*]}"
+  cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}"
+fi
+[ "$MODE" = build ] && exit 0
+
+LOGS="$BUILD_DIR/logs"
+[ "$MODE" = runs ] && LOGS="$BUILD_DIR/campaign"
+mkdir -p "$LOGS"
+failed=()
+for t in "${TARGETS[@]}"; do
+  corpus="$BUILD_DIR/corpus/$t" artifacts="$BUILD_DIR/artifacts/$t"
+  mkdir -p "$corpus" "$artifacts"
+  [ -d "$ROOT/fuzz/corpus/$t" ] && cp -n "$ROOT/fuzz/corpus/$t"/* "$corpus"/ 2>/dev/null || true
+  args=(-rss_limit_mb=2048 -timeout=10 -max_len="${MAX_LEN[$t]:-16384}"
+        -artifact_prefix="$artifacts/" -print_final_stats=1)
+  [ -f "$ROOT/fuzz/dict/$t.dict" ] && args+=(-dict="$ROOT/fuzz/dict/$t.dict")
+  if [ "$MODE" = seconds ]; then args+=(-max_total_time="$N"); else args+=(-runs="$N"); fi
+  # A campaign may also be capped in time per target (FUZZ_MAX_TOTAL_TIME seconds).
+  [ "$MODE" = runs ] && [ -n "${FUZZ_MAX_TOTAL_TIME:-}" ] &&
+    args+=(-max_total_time="$FUZZ_MAX_TOTAL_TIME")
+  echo "== fuzz: $t ($MODE $N)"
+  start=$(date +%s)
+  # The targets run in a scratch directory: the agent's and the CLI's harnesses may
+  # create relative paths named by the input.
+  scratch="$BUILD_DIR/scratch/$t"
+  mkdir -p "$scratch"
+  rc=0
+  (cd "$scratch" && /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
+    >"$LOGS/$t.log" 2>&1 || rc=$?
+  end=$(date +%s)
+  stats=$(grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' \
+    "$LOGS/$t.log" | sed 's/^stat:://' | tr '\n' ' ')
+  cov=$(grep -E '^#[0-9]+.*(DONE|cov:)' "$LOGS/$t.log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' || true)
+  echo "   rc=$rc wall=$((end - start))s $stats $cov"
+  if [ "$rc" -ne 0 ] || ls "$artifacts" | grep -qE '^(crash|timeout|oom|leak)-'; then
+    echo "!! fuzz: $t FAILED (rc=$rc); artifacts in $artifacts, log $LOGS/$t.log" >&2
+    grep -E 'ERROR:|fuzz contract broken|SUMMARY' "$LOGS/$t.log" | head -5 >&2 || true
+    failed+=("$t")
+  fi
+done
+if ((${#failed[@]})); then
+  echo "!! fuzz: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "== fuzz: ${#TARGETS[@]} target(s) passed"
