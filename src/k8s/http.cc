@@ -273,7 +273,8 @@ void WaitOn(const Clock* clock, double seconds, const std::atomic<bool>* cancel,
   while (true) {
     if (cancel != nullptr && cancel->load()) return;
     const double left = seconds - (clock->NowMono() - start);
-    if (left <= 0) return;
+    // (A nanosecond short is done: a FakeClock far from 0 cannot advance by less.)
+    if (left <= 1e-9) return;
     if (sleep_on_clock) {
       clock->SleepFor(std::min(left, 0.01));
     } else {
