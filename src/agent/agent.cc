@@ -70,7 +70,10 @@ Agent::~Agent() {
   if (fetch_thread_.joinable()) fetch_thread_.join();  // bounded by the fetch timeouts
   persister_.reset();
   peer_.reset();
-  if (!paths_.staging_dir.empty()) (void)ckpt::RemoveTree(ckpt::Env::Default(), paths_.staging_dir);
+  if (!paths_.staging_dir.empty()) {
+    IgnoreError(ckpt::RemoveTree(ckpt::Env::Default(), paths_.staging_dir),
+                "a stale ring left behind is recreated over by the SDK");
+  }
 }
 
 Status Agent::Setup() {
@@ -195,8 +198,10 @@ void Agent::AcceptAdopters() {
       refusal = "this agent is " + opts_.node + " of job " + job_ + " run " + run_id_;
     }
     if (!refusal.empty()) {
-      (void)(*it)->Send({{"type", "refused"}, {"message", refusal}});
-      (void)(*it)->Flush(0.2);
+      IgnoreError((*it)->Send({{"type", "refused"}, {"message", refusal}}),
+                  "a failed send closes the connection; the loop handles the peer's loss");
+      IgnoreError((*it)->Flush(0.2),
+                  "best effort before the connection goes; an unsent message is the peer's loss");
       it = adopters_.erase(it);
       continue;
     }
@@ -252,7 +257,10 @@ int Agent::RunOnce() {
   if (g_term_signal) {
     Warn("received " + SignalName(g_term_signal) + "; stopping all ranks");
     StopAllBlocking();
-    if (conn_) (void)conn_->Flush(1);
+    if (conn_) {
+      IgnoreError(conn_->Flush(1),
+                  "best effort before the connection goes; an unsent message is the peer's loss");
+    }
     return kAgentExitOk;
   }
   std::vector<int> fds = {dgram_.get(), adopt_listen_.get()};
@@ -301,11 +309,17 @@ int Agent::RunOnce() {
   if (warm_spec_.size > 0) ReportWarm();
   MaybeStartStore();
   DrainOutbox();
-  if (conn_ && conn_->HasPendingOutput()) (void)conn_->Flush(0);
+  if (conn_ && conn_->HasPendingOutput()) {
+    IgnoreError(conn_->Flush(0),
+                "best effort before the connection goes; an unsent message is the peer's loss");
+  }
   if (shutdown_requested_ && ranks_.empty() && !stopping_ && !fetching_) {
     KillWarm();
     KillStore();
-    if (conn_) (void)conn_->Flush(2);
+    if (conn_) {
+      IgnoreError(conn_->Flush(2),
+                  "best effort before the connection goes; an unsent message is the peer's loss");
+    }
     return kAgentExitOk;
   }
   return -1;
@@ -537,8 +551,7 @@ void Agent::HandleStop(const Json& msg) {
     auto kill = JIntListOr(msg, "kill");
     auto timeout = JNumOr(msg, "park_timeout_s", 5);
     if (!kill.ok() || !timeout.ok()) {
-      Warn("controller: dropped stop: " +
-           (kill.ok() ? timeout.status() : kill.status()).message());
+      Warn("controller: dropped stop: " + (kill.ok() ? timeout.status() : kill.status()).message());
       return;
     }
     std::vector<int> k;
@@ -567,9 +580,9 @@ void Agent::HandleChaos(const Json& msg) {
     return;
   }
   if (*action == "kill_rank") {
-    (void)procs_->Signal(r->pid, SIGKILL);
+    IgnoreError(procs_->Signal(r->pid, SIGKILL), "the process may be gone already");
   } else if (*action == "hang_rank") {
-    (void)procs_->Signal(r->pid, SIGSTOP);
+    IgnoreError(procs_->Signal(r->pid, SIGSTOP), "the process may be gone already");
   } else if (*action == "nan_loss" || *action == "slow_rank" || *action == "slow_data" ||
              *action == "loss_spike") {
     // SDK-cooperative faults: a datagram on the rank socket (docs/protocol.md §2).
@@ -792,8 +805,7 @@ void Agent::ForwardModel(const Json& m, const Rank& r) {
   const Json f = m.contains("flops_per_token") ? m["flops_per_token"] : Json();
   if (!f.is_number() || !std::isfinite(f.get<double>()) || f.get<double>() <= 0 ||
       f.get<double>() > 1e18) {
-    WarnLimited("sdk model: flops_per_token must be a number in (0, 1e18] (got " + f.dump() +
-                ")");
+    WarnLimited("sdk model: flops_per_token must be a number in (0, 1e18] (got " + f.dump() + ")");
     return;
   }
   if (!spec_) return;

@@ -60,8 +60,8 @@ void Agent::BeginPark(long reply_attempt, const std::vector<int>& kill, double t
     if (!r.alive || r.parked) continue;
     const bool culprit = std::find(kill.begin(), kill.end(), r.rank) != kill.end();
     if (culprit || !r.in_process) {
-      (void)procs_->SignalGroup(r.pgid, SIGKILL);
-      (void)procs_->SignalGroup(r.pgid, SIGCONT);
+      IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL), "the process may be gone already");
+      IgnoreError(procs_->SignalGroup(r.pgid, SIGCONT), "the process may be gone already");
       killed.push_back(r.rank);
       continue;
     }
@@ -70,8 +70,8 @@ void Agent::BeginPark(long reply_attempt, const std::vector<int>& kill, double t
     if (!st.ok()) {  // it cannot hear us: it cannot park either
       Warn("rank " + std::to_string(r.rank) + " cannot be asked to park (" + st.ToString() +
            "); stopping it");
-      (void)procs_->SignalGroup(r.pgid, SIGKILL);
-      (void)procs_->SignalGroup(r.pgid, SIGCONT);
+      IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL), "the process may be gone already");
+      IgnoreError(procs_->SignalGroup(r.pgid, SIGCONT), "the process may be gone already");
       killed.push_back(r.rank);
       continue;
     }
@@ -111,8 +111,8 @@ void Agent::AdvancePark() {
     std::vector<int> late;
     for (Rank& r : ranks_) {
       if (!r.alive || r.parked) continue;
-      (void)procs_->SignalGroup(r.pgid, SIGKILL);
-      (void)procs_->SignalGroup(r.pgid, SIGCONT);
+      IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL), "the process may be gone already");
+      IgnoreError(procs_->SignalGroup(r.pgid, SIGCONT), "the process may be gone already");
       late.push_back(r.rank);
     }
     Warn("rank(s) [" + RankList(late) + "] did not park in time; killed (they are replaced)" +
@@ -156,7 +156,8 @@ void Agent::FinishPark() {
       keep.push_back(std::move(r));
       continue;
     }
-    (void)procs_->SignalGroup(r.pgid, SIGKILL);  // stragglers in a dead rank's group
+    IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL),
+                "the process may be gone already");  // stragglers in a dead rank's group
     PumpOutput(r, true);
     if (r.log) std::fclose(r.log);
     r.log = nullptr;

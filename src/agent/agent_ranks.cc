@@ -79,7 +79,7 @@ void Agent::Launch(const StartSpec& spec) {
     if (!old.alive) continue;
     Warn("rank " + std::to_string(old.rank) + " (pid " + std::to_string(old.pid) +
          ") has no place in attempt " + std::to_string(spec.attempt) + "; stopping it");
-    (void)procs_->SignalGroup(old.pgid, SIGKILL);
+    IgnoreError(procs_->SignalGroup(old.pgid, SIGKILL), "the process may be gone already");
     old.retired = true;
     old.parked = false;
     next.push_back(std::move(old));
@@ -107,8 +107,8 @@ void Agent::Launch(const StartSpec& spec) {
   }
 }
 
-bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::string, std::string>& base,
-                      Rank* r, std::string* why) {
+bool Agent::StartRank(const StartSpec& spec, int local,
+                      const std::map<std::string, std::string>& base, Rank* r, std::string* why) {
   const int rank = spec.GlobalRank(local);
   // The parked process of this local rank joins the new generation. Matched by local
   // rank (its device binding): after an elastic resize its global rank may change.
@@ -117,7 +117,7 @@ bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::stri
     Rank kept = std::move(*it);
     ranks_.erase(it);
     if (kept.version != spec.version) {  // it runs the code before an update: replaced
-      (void)procs_->SignalGroup(kept.pgid, SIGKILL);
+      IgnoreError(procs_->SignalGroup(kept.pgid, SIGKILL), "the process may be gone already");
       kept.retired = true;
       ranks_.push_back(std::move(kept));
       break;
@@ -128,7 +128,7 @@ bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::stri
       kept.parked = false;
       kept.how = "kept";
       const int was = kept.rank;
-      kept.rank = rank;  // its socket moves with it once it re-initialises
+      kept.rank = rank;   // its socket moves with it once it re-initialises
       if (was != rank) {  // the world resized: the log follows the rank number
         if (kept.log) std::fclose(kept.log);
         kept.log = std::fopen(RankLogPath(spec, rank).c_str(), "a");
@@ -146,7 +146,7 @@ bool Agent::StartRank(const StartSpec& spec, int local, const std::map<std::stri
     }
     Warn("rank " + std::to_string(rank) + " (pid " + std::to_string(kept.pid) +
          ") could not be told its generation; replacing it");
-    (void)procs_->SignalGroup(kept.pgid, SIGKILL);
+    IgnoreError(procs_->SignalGroup(kept.pgid, SIGKILL), "the process may be gone already");
     kept.retired = true;
     ranks_.push_back(std::move(kept));  // reaped by the loop
     break;
@@ -330,7 +330,10 @@ Json Agent::CaptureAllStacks(std::vector<int>* stopped) {
   }
   auto stacks = CaptureStacks(targets, opts_.stacks, clock_, [this] {
     MaybeHeartbeat();
-    if (conn_ && conn_->HasPendingOutput()) (void)conn_->Flush(0);
+    if (conn_ && conn_->HasPendingOutput()) {
+      IgnoreError(conn_->Flush(0),
+                  "best effort before the connection goes; an unsent message is the peer's loss");
+    }
   });
   Json js = Json::object();
   for (const auto& [rank, st] : stacks) {
@@ -389,8 +392,9 @@ void Agent::BeginStop(double grace_s, long reply_attempt) {
   stop_killed_ = false;
   stop_reply_attempt_ = reply_attempt;
   for (Rank& r : ranks_) {
-    (void)procs_->SignalGroup(r.pgid, SIGTERM);
-    (void)procs_->SignalGroup(r.pgid, SIGCONT);  // a stopped rank must run to see SIGTERM
+    IgnoreError(procs_->SignalGroup(r.pgid, SIGTERM), "the process may be gone already");
+    IgnoreError(procs_->SignalGroup(r.pgid, SIGCONT),
+                "the process may be gone already");  // a stopped rank must run to see SIGTERM
   }
   stop_deadline_ = clock_->NowMono() + grace_s;
 }
@@ -403,7 +407,9 @@ void Agent::AdvanceStop() {
   }
   const double now = clock_->NowMono();
   if (RanksAlive() == 0 && !stop_killed_) {  // every leader is gone: no grace for stragglers
-    for (Rank& r : ranks_) (void)procs_->SignalGroup(r.pgid, SIGKILL);
+    for (Rank& r : ranks_) {
+      IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL), "the process may be gone already");
+    }
     stop_killed_ = true;
     stop_deadline_ = now + kKillWaitS;
   }
@@ -411,7 +417,9 @@ void Agent::AdvanceStop() {
   for (const Rank& r : ranks_) groups_alive = groups_alive || procs_->GroupAlive(r.pgid);
   if (RanksAlive() > 0 || groups_alive) {
     if (!stop_killed_ && now >= stop_deadline_) {
-      for (Rank& r : ranks_) (void)procs_->SignalGroup(r.pgid, SIGKILL);
+      for (Rank& r : ranks_) {
+        IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL), "the process may be gone already");
+      }
       stop_killed_ = true;
       stop_deadline_ = now + kKillWaitS;
       return;
@@ -424,8 +432,11 @@ void Agent::AdvanceStop() {
 }
 
 void Agent::FinishStop() {
-  for (Rank& r : ranks_) (void)procs_->SignalGroup(r.pgid, SIGKILL);  // stragglers in the groups
+  for (Rank& r : ranks_) {
+    IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL),
+                "the process may be gone already");  // stragglers in the groups
   CloseRanks();
+  }
   stopping_ = false;
   const long reply = stop_reply_attempt_;
   stop_reply_attempt_ = -1;
@@ -466,7 +477,10 @@ void Agent::StopAllBlocking() {
     ReapRanks();
     AdvanceStop();
   }
-  if (conn_ && !conn_->closed()) (void)conn_->Flush(1);
+  if (conn_ && !conn_->closed()) {
+    IgnoreError(conn_->Flush(1),
+                "best effort before the connection goes; an unsent message is the peer's loss");
+  }
 }
 
 void Agent::CloseRanks() {

@@ -45,8 +45,8 @@ constexpr int kMaxWarmFailures = 3;
 constexpr int kMaxZygoteFailures = 3;
 constexpr double kRankStartupS = 5;
 constexpr double kHelperKillWaitS = 2;
-constexpr double kZygoteWaitS = 30;   // longest a launch waits for the zygote's imports
-constexpr double kZygoteForkS = 5;    // longest a fork request may take
+constexpr double kZygoteWaitS = 30;  // longest a launch waits for the zygote's imports
+constexpr double kZygoteForkS = 5;   // longest a fork request may take
 
 // Splits complete lines off `partial` after appending `data`.
 std::vector<std::string> TakeLines(std::string* partial, const std::string& data) {
@@ -147,10 +147,9 @@ Status Agent::AssignWarm(WarmRank& w, const StartSpec& spec,
     char buf[4096];
     if (::getcwd(buf, sizeof buf)) cwd = buf;
   }
-  const std::string line =
-      Json{{"argv", spec.command}, {"env", env}, {"cwd", cwd}}.dump(
-          -1, ' ', false, Json::error_handler_t::replace) +
-      "\n";
+  const std::string line = Json{{"argv", spec.command}, {"env", env}, {"cwd", cwd}}.dump(
+                               -1, ' ', false, Json::error_handler_t::replace) +
+                           "\n";
   size_t off = 0;
   for (int tries = 0; off < line.size() && tries < 400; ++tries) {
     const ssize_t n = ::write(w.in.get(), line.data() + off, line.size() - off);
@@ -199,7 +198,9 @@ void Agent::ReportWarm() {
 void Agent::KillWarm() {
   zygote_wait_.reset();
   KillZygote();
-  for (WarmRank& w : warm_) (void)procs_->SignalGroup(w.pgid, SIGKILL);
+  for (WarmRank& w : warm_) {
+    IgnoreError(procs_->SignalGroup(w.pgid, SIGKILL), "the process may be gone already");
+  }
   const double until = clock_->NowMono() + kHelperKillWaitS;
   for (WarmRank& w : warm_) {
     while (!procs_->Reap(w.pid) && clock_->NowMono() < until) clock_->SleepFor(0.01);
@@ -301,7 +302,7 @@ void Agent::EnsureZygote() {
 }
 
 void Agent::KillHelper(pid_t pid, pid_t pgid) {
-  (void)procs_->SignalGroup(pgid, SIGKILL);
+  IgnoreError(procs_->SignalGroup(pgid, SIGKILL), "the process may be gone already");
   const double until = clock_->NowMono() + kHelperKillWaitS;
   while (!procs_->Reap(pid) && clock_->NowMono() < until) clock_->SleepFor(0.01);
 }

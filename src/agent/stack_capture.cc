@@ -72,7 +72,7 @@ std::string RunGdb(Processes* procs, const std::string& gdb, pid_t pid, double t
     if (!eof) Nap(clock, tick);
   }
   bool timed_out = !eof;
-  (void)procs->SignalGroup(child->pgid, SIGKILL);
+  IgnoreError(procs->SignalGroup(child->pgid, SIGKILL), "the process may be gone already");
   for (const double until = clock->NowMono() + 2;
        !procs->Reap(child->pid) && clock->NowMono() < until;) {
     clock->SleepFor(0.01);
@@ -130,7 +130,7 @@ std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
     if (rs.state != '?' && rs.state != 'Z' && CatchesSignal(t.pid, SIGUSR1)) {
       w.signalled = procs->Signal(t.pid, SIGUSR1).ok();
       if (rs.state == 'T') {
-        (void)procs->Signal(t.pid, SIGCONT);
+        IgnoreError(procs->Signal(t.pid, SIGCONT), "the process may be gone already");
         h << "process was stopped (SIGSTOP); resumed to dump its stack, then stopped again\n";
       }
     } else if (rs.state == 'T') {
@@ -150,7 +150,7 @@ std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
       bool done = size > w.offset && last_size[w.t.rank] == size;
       last_size[w.t.rank] = size;
       if (done && out[w.t.rank].state == 'T' && !w.restopped) {
-        (void)procs->Signal(w.t.pid, SIGSTOP);
+        IgnoreError(procs->Signal(w.t.pid, SIGSTOP), "the process may be gone already");
         w.restopped = true;
       }
       pending = pending || !done;
@@ -160,7 +160,9 @@ std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
   }
   for (auto& w : work) {
     RankStack& rs = out[w.t.rank];
-    if (rs.state == 'T' && w.signalled && !w.restopped) (void)procs->Signal(w.t.pid, SIGSTOP);
+    if (rs.state == 'T' && w.signalled && !w.restopped) {
+      IgnoreError(procs->Signal(w.t.pid, SIGSTOP), "the process may be gone already");
+    }
     std::string py = w.signalled ? ReadFrom(w.t.stack_file, w.offset) : "";
     rs.python_dump = !py.empty();
     rs.text = w.header;
@@ -177,9 +179,9 @@ std::map<int, RankStack> CaptureStacks(const std::vector<StackTarget>& targets,
     } else if (left < 0.3 || rs.state == '?' || rs.state == 'Z') {
       rs.text += "native stacks skipped: no time left in the capture budget\n";
     } else {
-      rs.text += "--- native stacks (gdb) ---\n" +
-                 RunGdb(procs, opts.gdb_path, w.t.pid, std::min(opts.gdb_timeout_s, left), clock,
-                        tick);
+      rs.text +=
+          "--- native stacks (gdb) ---\n" +
+          RunGdb(procs, opts.gdb_path, w.t.pid, std::min(opts.gdb_timeout_s, left), clock, tick);
     }
   }
   return out;

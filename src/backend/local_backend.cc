@@ -11,7 +11,11 @@
 
 namespace bulwark {
 
-LocalBackend::~LocalBackend() { (void)Teardown(1); }
+LocalBackend::~LocalBackend() {
+  IgnoreError(
+      Teardown(1),
+      "the end of the job: Teardown kills and reaps what it can, and nothing is left to tell");
+}
 
 Status LocalBackend::StartNode(const NodeRequest& req) {
   if (agents_.count(req.node_id)) return InvalidArgument("node " + req.node_id + " already exists");
@@ -35,11 +39,11 @@ Status LocalBackend::StartNode(const NodeRequest& req) {
       // One message per state (the controller logs each new one): no countdown.
       char repair[64];
       std::snprintf(repair, sizeof repair, "%g", opts_.repair_s);
-      return Unavailable("all " + std::to_string(opts_.machines) + " local machines are busy or " +
-                         "down" +
-                         (back.empty() ? std::string()
-                                       : "; " + back + "'s machine is under repair (" + repair +
-                                             " s from its loss)"));
+      return Unavailable(
+          "all " + std::to_string(opts_.machines) + " local machines are busy or " + "down" +
+          (back.empty()
+               ? std::string()
+               : "; " + back + "'s machine is under repair (" + repair + " s from its loss)"));
     }
   }
   std::error_code ec;
@@ -92,7 +96,8 @@ void LocalBackend::AdoptNode(const AdoptableNode& n) {
 
 Status LocalBackend::KillNode(const std::string& node_id) {
   if (auto a = adopted_.find(node_id); a != adopted_.end()) {
-    (void)SignalGroup(a->second, SIGKILL);  // it leads its process group
+    IgnoreError(SignalGroup(a->second, SIGKILL),
+                "the process may be gone already");  // it leads its process group
     ::kill(a->second, SIGKILL);
     return Status::Ok();
   }
@@ -111,7 +116,7 @@ Status LocalBackend::ReleaseNode(const std::string& node_id, double grace_s) {
     const pid_t pid = a->second;
     const double deadline = SystemClock::Get()->NowMono() + grace_s;
     while (!Gone(pid) && SystemClock::Get()->NowMono() < deadline) PollReadable({}, 0.02);
-    if (!Gone(pid)) (void)SignalGroup(pid, SIGKILL);
+    if (!Gone(pid)) IgnoreError(SignalGroup(pid, SIGKILL), "the process may be gone already");
     adopted_.erase(a);
     return Status::Ok();
   }
@@ -119,7 +124,7 @@ Status LocalBackend::ReleaseNode(const std::string& node_id, double grace_s) {
   if (it == agents_.end()) return Status::Ok();
   auto e = WaitExit(it->second.pid, grace_s);
   if (!e) TerminateGroup(it->second.pid, it->second.pgid, 1);
-  (void)SignalGroup(it->second.pgid, SIGKILL);
+  IgnoreError(SignalGroup(it->second.pgid, SIGKILL), "the process may be gone already");
   agents_.erase(it);
   return Status::Ok();
 }
@@ -134,7 +139,7 @@ std::vector<NodeLoss> LocalBackend::Poll() {
   }
   for (auto it = adopted_.begin(); it != adopted_.end();) {
     if (Gone(it->second)) {
-      (void)SignalGroup(it->second, SIGKILL);
+      IgnoreError(SignalGroup(it->second, SIGKILL), "the process may be gone already");
       gone.push_back({it->first, "agent exited"});
       it = adopted_.erase(it);
     } else {
@@ -143,7 +148,7 @@ std::vector<NodeLoss> LocalBackend::Poll() {
   }
   for (auto it = agents_.begin(); it != agents_.end();) {
     if (Reap(it->second.pid)) {
-      (void)SignalGroup(it->second.pgid, SIGKILL);
+      IgnoreError(SignalGroup(it->second.pgid, SIGKILL), "the process may be gone already");
       gone.push_back({it->first, "agent exited"});
       it = agents_.erase(it);
     } else {
@@ -157,7 +162,10 @@ Status LocalBackend::Teardown(double grace_s) {
   std::vector<std::string> ids;
   for (auto& [id, c] : agents_) ids.push_back(id);
   for (auto& [id, pid] : adopted_) ids.push_back(id);
-  for (auto& id : ids) (void)ReleaseNode(id, grace_s);
+  for (auto& id : ids) {
+    IgnoreError(ReleaseNode(id, grace_s),
+                "the end of the job: what a release leaves, the agents' own orphan timeout ends");
+  }
   return Status::Ok();
 }
 

@@ -233,7 +233,8 @@ Status WriteFileAtomic(Env* env, const std::string& dir, const std::string& name
   }
   if (st.ok()) st = env->Rename(tmp, final_path);
   if (!st.ok()) {
-    (void)env->RemoveFile(tmp);
+    IgnoreError(env->RemoveFile(tmp),
+                "cleanup after the error that is returned; a stale temporary file is overwritten");
     return st;
   }
   return env->SyncDir(dir);

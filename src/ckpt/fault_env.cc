@@ -63,7 +63,10 @@ class FaultWritableFile : public WritableFile {
       case FaultEnv::Action::kCrash:
         if (n > 0) {
           const size_t p = static_cast<size_t>(draw % n);
-          if (p > 0) (void)base_->WriteAt(offset, data, p);
+          if (p > 0) {
+            IgnoreError(base_->WriteAt(offset, data, p),
+                        "a torn write: the injected error is what the caller sees");
+          }
         }
         env_->Crash();
       case FaultEnv::Action::kProceed:
@@ -283,7 +286,9 @@ Status FaultEnv::RemoveDir(const std::string& path) {
     case Action::kFail:
       return err;
     case Action::kCrash:
-      if (Coin(draw)) (void)base_->RemoveDir(path);
+      if (Coin(draw)) {
+        IgnoreError(base_->RemoveDir(path), "a crash may or may not have happened to apply it");
+      }
       Crash();
     case Action::kProceed:
       break;
@@ -305,7 +310,10 @@ Status FaultEnv::MkdirAll(const std::string& path) {
       }
       if (ends.size() > 1) {
         const size_t k = static_cast<size_t>(draw % ends.size());  // components to create
-        if (k > 0) (void)base_->MkdirAll(path.substr(0, ends[k - 1]));
+        if (k > 0) {
+          IgnoreError(base_->MkdirAll(path.substr(0, ends[k - 1])),
+                      "a crash midway: some parents made");
+        }
       }
       Crash();
     }
@@ -322,7 +330,9 @@ Status FaultEnv::SyncDir(const std::string& path) {
     case Action::kFail:
       return err;
     case Action::kCrash:
-      if (Coin(draw)) (void)base_->SyncDir(path);
+      if (Coin(draw)) {
+        IgnoreError(base_->SyncDir(path), "a crash may or may not have happened to apply it");
+      }
       Crash();
     case Action::kProceed:
       break;

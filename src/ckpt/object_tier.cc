@@ -62,9 +62,12 @@ bool SameShards(const Manifest& a, const Manifest& b) {
 // returning an error.
 void RemoveLocalStep(Env* env, const std::string& root, long step) {
   const std::string dir = StepDir(root, step);
-  if (env->RemoveFile(dir + "/" + internal::kCommitName).ok()) (void)env->SyncDir(dir);
-  (void)RemoveTree(env, dir);
-  (void)env->SyncDir(root);
+  constexpr const char* kWhy =
+      "best effort: the caller returns its own error, and a step "
+      "left without COMMIT is never read and is removed by retention";
+  if (env->RemoveFile(dir + "/" + internal::kCommitName).ok()) IgnoreError(env->SyncDir(dir), kWhy);
+  IgnoreError(RemoveTree(env, dir), kWhy);
+  IgnoreError(env->SyncDir(root), kWhy);
 }
 
 }  // namespace

@@ -752,7 +752,9 @@ struct PeerServer::Impl {
       return Reject(c, slot, what, st.code() == Code::kAborted ? Internal(st.message()) : st);
     }
     slot.Free();
-    (void)SendStatus(c, Status::Ok());
+    IgnoreError(
+        SendStatus(c, Status::Ok()),
+        "the replica is staged; a pusher that misses the OK retries and is told it is there");
   }
 
   // Pins `step` of `rank` in dir's ring; NOT_FOUND if absent.

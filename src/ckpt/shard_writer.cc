@@ -247,7 +247,8 @@ Status WriteShard(Env* env, const std::string& root, long step, int rank, int wo
   }
   if (st.ok()) st = env->Rename(tmp, final_path);
   if (!st.ok()) {
-    (void)env->RemoveFile(tmp);
+    IgnoreError(env->RemoveFile(tmp),
+                "cleanup after the error that is returned; a stale temporary file is overwritten");
     return st.Annotate("write shard rank " + std::to_string(rank) + " step " +
                        std::to_string(step));
   }

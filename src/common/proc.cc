@@ -3,9 +3,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -260,10 +260,12 @@ Status SignalGroup(pid_t pgid, int sig) {
 bool GroupAlive(pid_t pgid) { return pgid > 1 && (kill(-pgid, 0) == 0 || errno == EPERM); }
 
 ExitInfo TerminateGroup(pid_t pid, pid_t pgid, double grace_s) {
-  (void)SignalGroup(pgid, SIGTERM);
-  (void)SignalGroup(pgid, SIGCONT);  // a stopped process must run to see SIGTERM
+  IgnoreError(SignalGroup(pgid, SIGTERM), "the process may be gone already");
+  IgnoreError(SignalGroup(pgid, SIGCONT),
+              "the process may be gone already");  // a stopped process must run to see SIGTERM
   auto e = WaitExit(pid, grace_s);
-  (void)SignalGroup(pgid, SIGKILL);  // also the leader's stragglers
+  IgnoreError(SignalGroup(pgid, SIGKILL),
+              "the process may be gone already");  // also the leader's stragglers
   if (!e) e = WaitExit(pid, 5);
   return e.value_or(ExitInfo{137, SIGKILL});
 }

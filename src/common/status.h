@@ -101,6 +101,19 @@ class [[nodiscard]] Result {
   std::optional<T> value_;
 };
 
+// Discards a status on purpose. `why` states why a failure needs no handling at this
+// call (the process group may be gone already, the peer's loss is seen by the loop,
+// cleanup is best effort, ...): every ignored error is grep-able with its reason.
+inline void IgnoreError(const Status& status, const char* why) {
+  (void)status;
+  (void)why;
+}
+template <typename T>
+inline void IgnoreError(const Result<T>& result, const char* why) {
+  (void)result;
+  (void)why;
+}
+
 }  // namespace bulwark
 
 #define BW_CONCAT_INNER(a, b) a##b

@@ -62,10 +62,9 @@ ControllerImpl::ControllerImpl(JobSpec spec, ControllerOptions opts, Backend* ba
       metrics_(spec_, clock->NowWall()),
       tb_(opts_.tensorboard_dir,
           [this](const std::string& why) { Event("TensorBoardFailed", why); }),
-      metric_faults_(MetricFaultConfig{
-          .straggler_threshold = spec_.monitoring.straggler_threshold,
-          .data_wait_threshold = spec_.monitoring.data_wait_threshold,
-          .loss_spike_factor = spec_.monitoring.loss_spike_factor}),
+      metric_faults_(MetricFaultConfig{.straggler_threshold = spec_.monitoring.straggler_threshold,
+                                       .data_wait_threshold = spec_.monitoring.data_wait_threshold,
+                                       .loss_spike_factor = spec_.monitoring.loss_spike_factor}),
       chaos_(spec_.chaos.size()),
       cancel_generation_(g_cancel_generation.load()) {
   capacity_wait_s_ =
@@ -97,9 +96,12 @@ void ControllerImpl::Event(const std::string& reason, const std::string& message
   if (opts_.echo_events) {
     std::fprintf(stderr, "[bulwark %7.1fs] %s: %s\n", t - start_, reason.c_str(), message.c_str());
   }
-  Status st = store_->AddEvent({t, spec_.name, reason, message});
-  if (!st.ok()) std::fprintf(stderr, "[bulwark] store: %s\n", st.ToString().c_str());
+  StoreWrote(store_->AddEvent({t, spec_.name, reason, message}));
   if (opts_.on_event) opts_.on_event(reason, message, IsWarningEvent(reason));
+}
+
+void ControllerImpl::StoreWrote(const Status& st) {
+  if (!st.ok()) std::fprintf(stderr, "[bulwark] store: %s\n", st.ToString().c_str());
 }
 
 void ControllerImpl::Persist() {
@@ -107,8 +109,7 @@ void ControllerImpl::Persist() {
   rec_.high_water_step = high_water_;
   rec_.last_committed_step = committed_.empty() ? -1 : committed_.back();
   rec_.updated = clock_->NowWall();
-  Status st = store_->PutJob(rec_);
-  if (!st.ok()) std::fprintf(stderr, "[bulwark] store: %s\n", st.ToString().c_str());
+  StoreWrote(store_->PutJob(rec_));
 }
 
 Status ControllerImpl::Start() {
@@ -247,8 +248,11 @@ bool ControllerImpl::CancelRequested() {
 void ControllerImpl::Finish(JobPhase phase, const std::string& message) {
   double now = clock_->NowWall();
   for (auto& [id, n] : nodes_) {
-    if (n->connected()) (void)n->conn->Send(Json{{"type", "shutdown"}});
-    (void)store_->DeleteAgent(spec_.name, id);  // nothing is left to adopt
+    if (n->connected()) {
+      IgnoreError(n->conn->Send(Json{{"type", "shutdown"}}),
+                  "a failed send closes the connection; the loop handles the peer's loss");
+    }
+    StoreWrote(store_->DeleteAgent(spec_.name, id));  // nothing is left to adopt
   }
   ledger_.OnEnd(now);
   end_ = now;
@@ -419,7 +423,10 @@ bool ControllerImpl::RunOnce() {
                                         : "waiting") +
               " for the next controller to adopt them");
     for (auto& [id, n] : nodes_) {
-      if (n->conn) (void)n->conn->Flush(0.5);
+      if (n->conn) {
+        IgnoreError(n->conn->Flush(0.5),
+                    "best effort before the connection goes; an unsent message is the peer's loss");
+      }
       n->conn.reset();
       n->adopt_conn.reset();
     }
@@ -442,7 +449,7 @@ bool ControllerImpl::RunOnce() {
 }
 
 Result<RunResult> ControllerImpl::Run() {
-  if (!started_) (void)Start();
+  if (!started_) IgnoreError(Start(), "kept in start_status_, which Run returns");
   if (!start_status_.ok()) return start_status_;
   while (RunOnce()) {
   }
@@ -455,9 +462,14 @@ void ControllerImpl::Shutdown() {
   std::error_code ec;
   std::filesystem::remove(opts_.run_dir + "/controller.addr", ec);  // nobody listens now
   for (auto& [id, n] : nodes_) {
-    if (n->connected()) (void)n->conn->Flush(1);
+    if (n->connected()) {
+      IgnoreError(n->conn->Flush(1),
+                  "best effort before the connection goes; an unsent message is the peer's loss");
+    }
   }
-  (void)backend_->Teardown(spec_.fault_policy.stop_grace_seconds + 3);
+  IgnoreError(
+      backend_->Teardown(spec_.fault_policy.stop_grace_seconds + 3),
+      "the end of the job: Teardown kills and reaps what it can, and nothing is left to tell");
 }
 
 void ControllerImpl::TickMetrics(bool force) {
@@ -478,9 +490,8 @@ void ControllerImpl::TickMetrics(bool force) {
   const JobMetricsSnapshot snap = metrics_.Snapshot();
   tb_.OnTick(clock_->NowWall(), snap, settled, force);
   if (stage_ == Stage::kRunning) {
-    for (const MetricVerdict& v :
-         metric_faults_.Evaluate(clock_->NowWall(), snap.straggler_score, snap.rank_data_wait,
-                                 snap.tokens_per_s)) {
+    for (const MetricVerdict& v : metric_faults_.Evaluate(clock_->NowWall(), snap.straggler_score,
+                                                          snap.rank_data_wait, snap.tokens_per_s)) {
       OnMetricVerdict(v);
     }
   }
@@ -513,8 +524,8 @@ void ControllerImpl::WriteMetricsTargets() {
     f << text;
     if (!f.flush()) {
       if (metrics_targets_written_ != "!") {
-        Event("MetricsTargetsFailed", "cannot write " + tmp + "; Prometheus will not find " +
-                                          "the agents");
+        Event("MetricsTargetsFailed",
+              "cannot write " + tmp + "; Prometheus will not find " + "the agents");
       }
       metrics_targets_written_ = "!";
       return;

@@ -146,8 +146,9 @@ void ControllerImpl::FinishAdoption(double now) {
     Event("AdoptionFailed", n->id + ": " + n->adopt_failure);
     if (n->slot < 0 || attempt < 0) {
       n->lost = true;
-      (void)backend_->KillNode(n->id);
-      (void)store_->DeleteAgent(spec_.name, n->id);
+      IgnoreError(backend_->KillNode(n->id),
+                  "the node is written off already; Teardown reaps what is left");
+      StoreWrote(store_->DeleteAgent(spec_.name, n->id));
     }
   }
   if (attempt < 0) {
@@ -222,8 +223,9 @@ void ControllerImpl::FinishAdoption(double now) {
   for (Node* n : unanswered) {
     if (n->lost) continue;
     n->lost = true;
-    (void)backend_->KillNode(n->id);
-    (void)store_->DeleteAgent(spec_.name, n->id);
+    IgnoreError(backend_->KillNode(n->id),
+                "the node is written off already; Teardown reaps what is left");
+    StoreWrote(store_->DeleteAgent(spec_.name, n->id));
   }
 }
 

@@ -20,8 +20,8 @@ StepSample StepSampleFromJson(const Json& m, long rank, long step, double t, dou
   s.step_time = step_time;
   s.ckpt_stall = stall;
   s.tokens = tokens;
-  s.loss = m.contains("loss") && m["loss"].is_number() ? m["loss"].get<double>()
-                                                       : StepSample::kNone;
+  s.loss =
+      m.contains("loss") && m["loss"].is_number() ? m["loss"].get<double>() : StepSample::kNone;
   for (auto [key, field] : {std::pair<const char*, double*>{"samples", &s.samples},
                             {"lr", &s.lr},
                             {"grad_norm", &s.grad_norm},
@@ -113,7 +113,8 @@ void ControllerImpl::Greet(Node& n, const Json& m) {
   }
   auto pid = JIntOr(m, "pid", 0);
   n.pid = pid.ok() ? static_cast<int>(*pid) : 0;
-  (void)n.conn->Send(Json{{"type", "welcome"}, {"job", spec_.name}, {"run_id", rec_.run_id}});
+  IgnoreError(n.conn->Send(Json{{"type", "welcome"}, {"job", spec_.name}, {"run_id", rec_.run_id}}),
+              "a failed send closes the connection; the loop handles the peer's loss");
   RecordAgent(n);
   const bool adopted = m.contains("adopted") && m["adopted"].is_boolean() && m["adopted"];
   if (!adopted || !n.adopting) {
@@ -198,8 +199,10 @@ void ControllerImpl::HandleClientRequest(JsonLineConn& c, const Json& m) {
   } else {
     reply["message"] = "unknown request type '" + type + "'";
   }
-  (void)c.Send(reply);
-  (void)c.Flush(1);
+  IgnoreError(c.Send(reply),
+              "a failed send closes the connection; the loop handles the peer's loss");
+  IgnoreError(c.Flush(1),
+              "best effort before the connection goes; an unsent message is the peer's loss");
 }
 
 void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
@@ -252,8 +255,7 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
   }
   if (type == "rank_info") {
     auto rank = JIntOr(m, "rank", -1);
-    if (current && rank.ok() && *rank >= 0 && m.contains("in_process") &&
-        m["in_process"] == true) {
+    if (current && rank.ok() && *rank >= 0 && m.contains("in_process") && m["in_process"] == true) {
       in_process_ranks_.insert(static_cast<int>(*rank));
     }
     return;
@@ -311,8 +313,8 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       }
     }
     if (stage_ != Stage::kRunning) return;  // steps after a fault are lost work
-    const StepSample sample = StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall,
-                                                 *tokens);
+    const StepSample sample =
+        StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall, *tokens);
     metrics_.OnStep(sample);
     if (*rank != 0) return;
     tb_.OnStep(sample);
@@ -395,16 +397,20 @@ void ControllerImpl::OnNodeGone(Node& n, const std::string& subtype, const std::
                                 double fault_time) {
   if (n.lost) return;
   n.lost = true;
-  (void)store_->DeleteAgent(spec_.name, n.id);
+  StoreWrote(store_->DeleteAgent(spec_.name, n.id));
   if (remote_) remote_->OnAgentLost(n.id);
   double now = clock_->NowWall();
-  (void)backend_->KillNode(n.id);  // make sure a half-dead node is really gone
+  IgnoreError(
+      backend_->KillNode(n.id),
+      "the node is written off already; Teardown reaps what is left");  // make sure a half-dead
+                                                                        // node is really gone
   if (n.slot < 0) {
     Event("SpareLost", n.id + " (" + reason + ")");
     return;
   }
   if (n.retire) return;  // we are releasing it ourselves
-  for (int l = 0; l < spec_.procs_per_node; ++l) dead_ranks_.insert(n.slot * spec_.procs_per_node + l);
+  for (int l = 0; l < spec_.procs_per_node; ++l)
+    dead_ranks_.insert(n.slot * spec_.procs_per_node + l);
   Event("NodeLost", n.id + " (slot " + std::to_string(n.slot) + "): " + reason);
   Incident inc;
   inc.kind = FaultKind::kNodeLost;
@@ -455,7 +461,10 @@ void ControllerImpl::FireChaos(size_t i) {
   if (f.kind == ChaosKind::kKillAgent) {
     std::string id = f.node < static_cast<int>(slots_.size()) ? slots_[f.node] : "";
     Event("ChaosInjected", what + " on node slot " + std::to_string(f.node) + " (" + id + ")");
-    if (!id.empty()) (void)backend_->KillNode(id);
+    if (!id.empty()) {
+      IgnoreError(backend_->KillNode(id),
+                  "the node is written off already; Teardown reaps what is left");
+    }
     return;
   }
   int slot = f.rank / spec_.procs_per_node;
@@ -465,7 +474,8 @@ void ControllerImpl::FireChaos(size_t i) {
     Json msg = {{"type", "chaos"}, {"action", what}, {"rank", f.rank}};
     if (f.factor > 0) msg["factor"] = f.factor;
     if (f.delay_seconds > 0) msg["delay_s"] = f.delay_seconds;
-    (void)it->second->conn->Send(msg);
+    IgnoreError(it->second->conn->Send(msg),
+                "a failed send closes the connection; the loop handles the peer's loss");
   }
 }
 

@@ -22,7 +22,7 @@ void ControllerImpl::OnFault(const Incident& inc, Json extra) {
     Json j = IncidentToJson(inc);
     j["attempt"] = attempt_;
     j["secondary"] = true;
-    (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+    StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
     return;
   }
   if (stage_ == Stage::kRunning && inc.kind == FaultKind::kHang) {
@@ -42,7 +42,8 @@ void ControllerImpl::BeginDiagnosis(const Incident& inc, const Json& extra) {
   for (int s = 0; s < spec_.nodes; ++s) {
     auto it = nodes_.find(slots_[s]);
     if (s == inc.node || it == nodes_.end() || !it->second->connected()) continue;
-    (void)it->second->conn->Send(Json{{"type", "capture_stacks"}, {"attempt", attempt_}});
+    IgnoreError(it->second->conn->Send(Json{{"type", "capture_stacks"}, {"attempt", attempt_}}),
+                "a failed send closes the connection; the loop handles the peer's loss");
     diag_waiting_.insert(s);
   }
   stage_ = Stage::kDiagnosing;
@@ -110,14 +111,17 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
              "` moves the job to a standby); Bulwark does not replace a straggler's node by "
              "itself yet";
   } else if (v.kind == "throughput_collapse") {
-    reason = "no rank is singled out and nothing crashed: look at the input pipeline, "
-             "storage, the network and co-located work; the job continues";
+    reason =
+        "no rank is singled out and nothing crashed: look at the input pipeline, "
+        "storage, the network and co-located work; the job continues";
   } else if (v.kind == "data_starvation") {
-    reason = "the input pipeline, not the model, sets the pace: more data-loader workers, "
-             "prefetching or faster storage; a restart would not help";
+    reason =
+        "the input pipeline, not the model, sets the pace: more data-loader workers, "
+        "prefetching or faster storage; a restart would not help";
   } else {
-    reason = "recorded and alerted; set monitoring.lossSpikeRollback: true to roll back to "
-             "the checkpoint before it and skip the batches";
+    reason =
+        "recorded and alerted; set monitoring.lossSpikeRollback: true to roll back to "
+        "the checkpoint before it and skip the batches";
   }
   Json j = {{"kind", v.kind},
             {"rank", v.rank},
@@ -145,7 +149,7 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
     }
   }
   observations_.push_back(j);
-  (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+  StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
   metrics_.OnIncident(v.kind);
   const char* reason_name = v.kind == "straggler"             ? "StragglerDetected"
                             : v.kind == "data_starvation"     ? "DataStarvation"
@@ -154,8 +158,8 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
   Event(reason_name, v.evidence + (node_id.empty() ? "" : " (node " + node_id + ")") + "; " +
                          action + ": " + reason);
   tb_.OnIncident(j["step"].get<long>(), now,
-                 "**" + v.kind + "** rank " + std::to_string(v.rank) + ": " + v.evidence +
-                     "\n\n*" + action + "*: " + reason);
+                 "**" + v.kind + "** rank " + std::to_string(v.rank) + ": " + v.evidence + "\n\n*" +
+                     action + "*: " + reason);
 }
 
 void ControllerImpl::Act(const Incident& inc, Json extra) {
@@ -200,7 +204,7 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
   if (stage_ != Stage::kRunning) {
     // A consequence of a fault already being handled (peers of a crashed rank fail too).
     j["secondary"] = true;
-    (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+    StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
     return;
   }
   history_.spares_available = SparesReady();
@@ -231,7 +235,7 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
                       {"reason", regroup_.reason}};
   }
   incidents_.push_back(j);
-  (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+  StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
   metrics_.OnIncident(MetricsIncidentKind(inc));
   std::string what = std::string(FaultKindName(inc.kind)) +
                      (inc.subtype.empty() ? "" : " (" + inc.subtype + ")") +
@@ -265,20 +269,22 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
 }
 
 void ControllerImpl::StopAll(bool park) {
-  Json stop = {{"type", "stop"},
-               {"attempt", attempt_},
-               {"grace_s", spec_.fault_policy.stop_grace_seconds}};
+  Json stop = {
+      {"type", "stop"}, {"attempt", attempt_}, {"grace_s", spec_.fault_policy.stop_grace_seconds}};
   if (park) {
     stop["park"] = true;
     stop["kill"] = regroup_.replace;
     stop["park_timeout_s"] = spec_.fault_policy.park_timeout_seconds;
   }
   for (auto& [id, n] : nodes_) {
-    if (n->slot >= 0 && n->connected()) (void)n->conn->Send(stop);
+    if (n->slot >= 0 && n->connected()) {
+      IgnoreError(n->conn->Send(stop),
+                  "a failed send closes the connection; the loop handles the peer's loss");
+    }
   }
   stage_ = Stage::kStopping;
-  const double wait = park ? spec_.fault_policy.park_timeout_seconds
-                           : spec_.fault_policy.stop_grace_seconds;
+  const double wait =
+      park ? spec_.fault_policy.park_timeout_seconds : spec_.fault_policy.stop_grace_seconds;
   stage_deadline_ = clock_->NowWall() + wait + 10;
 }
 
@@ -303,9 +309,8 @@ void ControllerImpl::CheckSpontaneousPark(double now) {
   inc.step = last_step_;
   inc.fault_time = spontaneous_park_at_;
   inc.detect_time = now;
-  inc.detail = "rank " + std::to_string(inc.rank) +
-               " left its generation on its own (" + spontaneous_park_error_ +
-               ") and no other fault was reported within 1 s";
+  inc.detail = "rank " + std::to_string(inc.rank) + " left its generation on its own (" +
+               spontaneous_park_error_ + ") and no other fault was reported within 1 s";
   OnFault(inc, Json::object());
 }
 
@@ -345,12 +350,13 @@ void ControllerImpl::PrepareSpares() {
 void ControllerImpl::SendPrepare(Node& n, const JobSpec& code, const std::string& version) {
   std::vector<std::string> command = code.command;
   command.insert(command.end(), code.args.begin(), code.args.end());
-  (void)n.conn->Send(Json{{"type", "prepare"},
-                          {"command", command},
-                          {"env", code.env},
-                          {"workdir", code.workdir},
-                          {"warm_ranks", code.fault_policy.WarmRanks(code.procs_per_node)},
-                          {"version", version}});
+  IgnoreError(n.conn->Send(Json{{"type", "prepare"},
+                                {"command", command},
+                                {"env", code.env},
+                                {"workdir", code.workdir},
+                                {"warm_ranks", code.fault_policy.WarmRanks(code.procs_per_node)},
+                                {"version", version}}),
+              "a failed send closes the connection; the loop handles the peer's loss");
   n.prepared = true;
 }
 

@@ -250,6 +250,9 @@ class ControllerImpl {
   // Helpers.
   void Event(const std::string& reason, const std::string& message);
   void Persist();
+  // A store write's outcome: a failure is reported on stderr (the job goes on; its
+  // record is rewritten on the next Persist, events and incidents are lost).
+  void StoreWrote(const Status& st);
   Json BuildReport();
 
   JobSpec spec_;

@@ -58,7 +58,7 @@ void ControllerImpl::OnCatalogEvent(const CatalogEvent& ev) {
     metrics_.OnCommit(ev.step, now);
     if (ev.tier == "disk") {
       if (committed_.empty() || committed_.back() < ev.step) committed_.push_back(ev.step);
-      (void)store_->AddCheckpoint(spec_.name, ev.step, now);
+      StoreWrote(store_->AddCheckpoint(spec_.name, ev.step, now));
     }
   }
   if (auto it = ev.committed.find("disk"); it != ev.committed.end()) {
@@ -322,10 +322,11 @@ void ControllerImpl::MaybeAnnounceCadence(double now) {
   for (int s = 0; s < spec_.nodes; ++s) {
     auto it = nodes_.find(slots_[s]);
     if (it == nodes_.end() || !it->second->connected()) continue;
-    (void)it->second->conn->Send(Json{{"type", "cadence"},
-                                      {"attempt", attempt_},
-                                      {"interval_steps", u->interval_steps},
-                                      {"from_step", u->from_step}});
+    IgnoreError(it->second->conn->Send(Json{{"type", "cadence"},
+                                            {"attempt", attempt_},
+                                            {"interval_steps", u->interval_steps},
+                                            {"from_step", u->from_step}}),
+                "a failed send closes the connection; the loop handles the peer's loss");
   }
   cadence_log_.push_back({{"t", now - start_},
                           {"interval_steps", u->interval_steps},

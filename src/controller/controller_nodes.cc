@@ -112,11 +112,18 @@ bool ControllerImpl::EnsureSlotsFilled() {
       continue;
     }
     if (cur && cur->retire && !cur->lost) {
-      if (cur->conn) (void)cur->conn->Send(Json{{"type", "shutdown"}});
-      if (cur->conn) (void)cur->conn->Flush(1);
-      (void)backend_->ReleaseNode(cur->id, spec_.fault_policy.stop_grace_seconds + 2);
+      if (cur->conn) {
+        IgnoreError(cur->conn->Send(Json{{"type", "shutdown"}}),
+                    "a failed send closes the connection; the loop handles the peer's loss");
+      }
+      if (cur->conn) {
+        IgnoreError(cur->conn->Flush(1),
+                    "best effort before the connection goes; an unsent message is the peer's loss");
+      }
+      IgnoreError(backend_->ReleaseNode(cur->id, spec_.fault_policy.stop_grace_seconds + 2),
+                  "the node is written off already; Teardown reaps what is left");
       cur->lost = true;
-      (void)store_->DeleteAgent(spec_.name, cur->id);
+      StoreWrote(store_->DeleteAgent(spec_.name, cur->id));
       if (remote_) remote_->OnAgentLost(cur->id);
       Event("NodeReleased", cur->id + " released from slot " + std::to_string(s));
     }

@@ -117,8 +117,10 @@ void ControllerImpl::HandleUpdateRequest(JsonLineConn& c, const Json& m) {
     Event("UpdateRefused", text);
   }
   reply["message"] = text;
-  (void)c.Send(reply);
-  (void)c.Flush(1);
+  IgnoreError(c.Send(reply),
+              "a failed send closes the connection; the loop handles the peer's loss");
+  IgnoreError(c.Flush(1),
+              "best effort before the connection goes; an unsent message is the peer's loss");
 }
 
 void ControllerImpl::AdvanceUpdate(double now) {
@@ -174,8 +176,8 @@ void ControllerImpl::OnCodeLaunched(long resume) {
   e["result"] = "verifying";
   Event("UpdateApplied", "update " + std::to_string(update_.number) + " (" + update_.fields +
                              ") runs in attempt " + std::to_string(attempt_) +
-                             ", resuming after step " + std::to_string(resume) +
-                             "; kept after " + std::to_string(update_.verify_steps) +
+                             ", resuming after step " + std::to_string(resume) + "; kept after " +
+                             std::to_string(update_.verify_steps) +
                              " new steps, rolled back if it fails before");
 }
 
@@ -190,7 +192,8 @@ void ControllerImpl::SwitchCode(bool planned) {
   // stops the new code's ranks outright.
   regroup_ = RegroupPlan{};
   bool all_capable = true;
-  for (int r = 0; r < spec_.world_size(); ++r) all_capable = all_capable && in_process_ranks_.count(r);
+  for (int r = 0; r < spec_.world_size(); ++r)
+    all_capable = all_capable && in_process_ranks_.count(r);
   regroup_.in_process = all_capable && planned;
   backoff_until_ = now;
   decision_ = Decision{};
@@ -200,10 +203,9 @@ void ControllerImpl::SwitchCode(bool planned) {
 bool ControllerImpl::RollBackFailedUpdate(const Incident& inc, const Json& extra) {
   if (update_.phase != UpdateState::Phase::kVerifying) return false;
   const long made = std::max(0L, high_water_ - update_.base_step);
-  const std::string what = std::string(FaultKindName(inc.kind)) +
-                           (inc.subtype.empty() ? "" : " (" + inc.subtype + ")") +
-                           (inc.rank >= 0 ? " on rank " + std::to_string(inc.rank) : "") + ": " +
-                           inc.detail;
+  const std::string what =
+      std::string(FaultKindName(inc.kind)) + (inc.subtype.empty() ? "" : " (" + inc.subtype + ")") +
+      (inc.rank >= 0 ? " on rank " + std::to_string(inc.rank) : "") + ": " + inc.detail;
   const std::string tail = TailOf(extra, 4);
   const std::string reason = "update " + std::to_string(update_.number) + " (" + update_.fields +
                              ") failed after " + std::to_string(made) + " new step(s): " + what +
@@ -215,7 +217,7 @@ bool ControllerImpl::RollBackFailedUpdate(const Incident& inc, const Json& extra
   j["detection_s"] = inc.detect_time - inc.fault_time;
   incidents_.push_back(j);
   if (extra.is_object() && extra.contains("log_tail")) j["log_tail"] = extra["log_tail"];
-  (void)store_->AddIncident(spec_.name, attempt_, j.dump());
+  StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
   ledger_.OnFault(inc, "rollback_update");
   Json& e = updates_log_[update_.log_index];
   e["result"] = "rolled back";

@@ -167,7 +167,13 @@ std::vector<NodeLoss> KubernetesBackend::Poll() {
   }
   // A lost node's pod is gone for training: delete it now (grace 0, finalizer off) so it
   // does not linger Terminating on an unreachable node.
-  for (const std::string& n : names) (void)DeletePod(n, 0);
+  for (const std::string& n : names) {
+    Status st = DeletePod(n, 0);
+    if (!st.ok()) {  // the operator's garbage collection of the job's old pods retries
+      std::fprintf(stderr, "[bulwark-operator] delete lost pod %s: %s\n", n.c_str(),
+                   st.ToString().c_str());
+    }
+  }
   for (const auto& [node_id, slot] : relabel) Relabel(node_id, slot);
   return out;
 }

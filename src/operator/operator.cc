@@ -16,6 +16,18 @@
 namespace bulwark::op {
 namespace {
 
+// Reports a failure the operator can only log (the next reconcile or relist redoes the
+// work). NotFound is no failure here: the object is gone already.
+void LogIfError(const Status& st, const std::string& what) {
+  if (!st.ok() && st.code() != Code::kNotFound) {
+    std::fprintf(stderr, "[bulwark-operator] %s: %s\n", what.c_str(), st.ToString().c_str());
+  }
+}
+template <typename T>
+void LogIfError(const Result<T>& r, const std::string& what) {
+  if (!r.ok()) LogIfError(r.status(), what);
+}
+
 const Json& Field(const Json& obj, std::initializer_list<const char*> path) {
   static const Json kNull;
   const Json* cur = &obj;
@@ -259,7 +271,9 @@ Status Operator::Impl::Run(const std::atomic<bool>* stop) {
   for (auto* inf : {nodes_.get(), pods_.get(), jobs_.get()}) inf->Start();
   for (auto* inf : {nodes_.get(), pods_.get(), jobs_.get()}) {
     while (!stop->load() && !inf->WaitForSync(1)) {
-      if (elector_) (void)elector_->Step();  // keep the lease while the caches fill
+      if (elector_) {  // keep the lease while the caches fill
+        IgnoreError(elector_->Step(), "the next Step retries; a lost lease is what IsLeader says");
+      }
     }
   }
   double next_renew = clock_->NowMono() + (opts_.leader_election ? opts_.leader.retry_period_s : 0);
@@ -305,7 +319,9 @@ void Operator::Impl::Shutdown() {
   for (auto* inf : {jobs_.get(), pods_.get(), nodes_.get()}) {
     if (inf) inf->Stop();
   }
-  if (elector_) (void)elector_->Release();
+  if (elector_) {
+    IgnoreError(elector_->Release(), "stepping down: a lease not released expires on its own");
+  }
 }
 
 OperatorStats Operator::Impl::Stats() const {
@@ -430,20 +446,22 @@ void Operator::Impl::CleanupPods(const std::string& key, const std::string& keep
     const size_t slash = pk.find('/');
     doomed.emplace_back(pk.substr(0, slash), pk.substr(slash + 1));
   }
+  const auto drop_finalizer = [](Json& pod) {
+    Json& fin = pod["metadata"]["finalizers"];
+    if (!fin.is_array()) return Status::Ok();
+    Json kept = Json::array();
+    for (const Json& x : fin) {
+      if (!(x.is_string() && x.get<std::string>() == kAgentFinalizer)) kept.push_back(x);
+    }
+    fin = std::move(kept);
+    return Status::Ok();
+  };
   for (const auto& [ns, name] : doomed) {
     k8s::DeleteOptions o;
     o.grace_period_seconds = 0;
-    (void)client_->Delete(k8s::Pods(), ns, name, o);
-    (void)client_->UpdateWithRetry(k8s::Pods(), ns, name, [](Json& pod) {
-      Json& fin = pod["metadata"]["finalizers"];
-      if (!fin.is_array()) return Status::Ok();
-      Json kept = Json::array();
-      for (const Json& x : fin) {
-        if (!(x.is_string() && x.get<std::string>() == kAgentFinalizer)) kept.push_back(x);
-      }
-      fin = std::move(kept);
-      return Status::Ok();
-    });
+    LogIfError(client_->Delete(k8s::Pods(), ns, name, o), "delete pod " + ns + "/" + name);
+    LogIfError(client_->UpdateWithRetry(k8s::Pods(), ns, name, drop_finalizer),
+               "drop the finalizer of pod " + ns + "/" + name);
   }
 }
 
@@ -505,7 +523,7 @@ bool Operator::Impl::TryAdopt(const std::string& key, JobState& j, const Json& o
                    "agents instead of restarting the job");
   Status st = StartRunner(key, tj, delegated);
   if (!st.ok()) {
-    (void)placement_.Finish(key, Now());
+    LogIfError(placement_.Finish(key, Now()), "placement of " + key);
     PostJobEvent(key, "Warning", "StartFailed", st.ToString());
     return false;
   }
@@ -533,7 +551,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
   const std::optional<Json> obj = jobs_->Get(key);
   JobState& j = state_[key];
   if (!obj || !StrField(*obj, {"metadata", "deletionTimestamp"}).empty()) {
-    (void)placement_.Finish(key, Now());
+    LogIfError(placement_.Finish(key, Now()), "placement of " + key);
     if (j.runner) {
       j.deleting = true;
       j.runner->Cancel();
@@ -550,7 +568,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
     if (Field(*obj, {"spec", "suspend"}).is_boolean() &&
         Field(*obj, {"spec", "suspend"}).get<bool>() && !j.requeued) {
       // Suspended while running: stop it; once stopped it waits as Suspended.
-      (void)placement_.Finish(key, Now());
+      LogIfError(placement_.Finish(key, Now()), "placement of " + key);
       PostJobEvent(key, "Normal", "Suspended", "spec.suspend set: stopping the job");
       CancelRunner(key, /*requeue=*/true);
       return;
@@ -591,7 +609,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
     return;
   }
   if (tj->suspend) {
-    (void)placement_.Finish(key, Now());
+    LogIfError(placement_.Finish(key, Now()), "placement of " + key);
     CleanupPods(key, "");
     WritePending(key, j, "Suspended", "spec.suspend is true");
     return;
@@ -655,8 +673,8 @@ void Operator::Impl::ApplyEdit(const std::string& key, JobState& j, const Json& 
   }
   if (!next.ok()) {
     PostJobEvent(key, "Warning", "SpecChangeNotApplied",
-                 "generation " + std::to_string(gen) + " is not valid; the job goes on as it was: " +
-                     next.status().message());
+                 "generation " + std::to_string(gen) +
+                     " is not valid; the job goes on as it was: " + next.status().message());
     return;
   }
   std::string refused;
@@ -672,7 +690,8 @@ void Operator::Impl::ApplyEdit(const std::string& key, JobState& j, const Json& 
     if (refused.empty()) return;  // nothing the job runs with changed (labels, say)
     PostJobEvent(key, "Warning", "SpecChangeNotApplied",
                  "generation " + std::to_string(gen) + " changes what cannot change in place (" +
-                     refused + "); delete and re-create the TrainJob to apply it (it resumes "
+                     refused +
+                     "); delete and re-create the TrainJob to apply it (it resumes "
                      "from its checkpoints)");
     return;
   }
@@ -699,7 +718,7 @@ void Operator::Impl::Cycle() {
     const std::optional<Json> obj = jobs_->Get(key);
     auto tj = obj ? trainjob::TrainJobFromObject(*obj) : Result<trainjob::TrainJob>(NotFound(key));
     if (!tj.ok()) {
-      (void)placement_.Finish(key, Now());
+      LogIfError(placement_.Finish(key, Now()), "placement of " + key);
       continue;
     }
     std::string where;
@@ -722,7 +741,7 @@ void Operator::Impl::Cycle() {
       const std::string text = reason + ": " + st.message();
       if (text != j.start_error) PostJobEvent(key, "Warning", reason, st.message());
       j.start_error = text;
-      (void)placement_.Finish(key, Now());
+      LogIfError(placement_.Finish(key, Now()), "placement of " + key);
       queue_.AddRateLimited(key, Now());
       WritePending(key, j, reason, st.message());
     } else {
@@ -748,16 +767,16 @@ Status Operator::Impl::CommandFromImage(const std::string& key, trainjob::TrainJ
     auto s = client_->Get(kSecrets, tj->ns, name);
     if (!s.ok()) {
       if (k8s::IsNotFound(s.status())) {
-        return NotFound("pull secret " + tj->ns + "/" + name + " (spec.pod.imagePullSecrets) "
+        return NotFound("pull secret " + tj->ns + "/" + name +
+                        " (spec.pod.imagePullSecrets) "
                         "does not exist; create it (kubectl create secret docker-registry " +
                         name + " -n " + tj->ns + " ...) or set command in the spec");
       }
       return s.status().Annotate("reading pull secret " + tj->ns + "/" + name);
     }
-    BW_ASSIGN_OR_RETURN(
-        registry::PullSecret ps,
-        registry::PullSecretFromData(tj->ns + "/" + name,
-                                     StrField(*s, {"data", ".dockerconfigjson"})));
+    BW_ASSIGN_OR_RETURN(registry::PullSecret ps,
+                        registry::PullSecretFromData(tj->ns + "/" + name,
+                                                     StrField(*s, {"data", ".dockerconfigjson"})));
     secrets.push_back(std::move(ps));
   }
   BW_ASSIGN_OR_RETURN(const registry::ImageConfig cfg, registry_.Resolve(tj->pod.image, secrets));
@@ -837,10 +856,10 @@ Observed Operator::Impl::ObserveRunner(const std::string& key, JobState& j) cons
   o.ledger = s.ledger;
   {
     const size_t slash = key.find('/');
-    o.metrics_text = RenderJobMetrics(
-        key.substr(slash + 1), s.metrics, s.settled, s.stage != "Done",
-        j.running ? j.running->job.monitoring.ettr_target : 0.9,
-        {{"namespace", key.substr(0, slash)}});
+    o.metrics_text =
+        RenderJobMetrics(key.substr(slash + 1), s.metrics, s.settled, s.stage != "Done",
+                         j.running ? j.running->job.monitoring.ettr_target : 0.9,
+                         {{"namespace", key.substr(0, slash)}});
   }
   o.start_time = j.start_time;
   o.message = s.message;
@@ -1022,7 +1041,7 @@ void Operator::Impl::FinishRunner(const std::string& key, JobState& j) {
     queue_.Add(key, Now());  // a suspended job is not in the scheduler: say so
     return;
   }
-  (void)placement_.Finish(key, Now());
+  LogIfError(placement_.Finish(key, Now()), "placement of " + key);
   o.restarts = j.restarts_before;
   if (!result.ok()) {
     o.phase = Phase::kFailed;

@@ -4,10 +4,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <thread>
 
 #include "common/net.h"
@@ -133,8 +133,7 @@ Status Client::Init(const EnvMap& env) {
   const bool same_rank = initialized_ && fd_ >= 0 && cfg.rank_sock == cfg_.rank_sock &&
                          cfg.agent_sock == cfg_.agent_sock && cfg.rank == cfg_.rank;
   const bool same_ring = same_rank && stager_ && cfg.staging_dir == cfg_.staging_dir &&
-                         cfg.world_size == cfg_.world_size &&
-                         cfg.memory_slots == cfg_.memory_slots;
+                         cfg.world_size == cfg_.world_size && cfg.memory_slots == cfg_.memory_slots;
   if (!same_rank) {
     ResetLocked();
     if (!cfg.rank_sock.empty()) {
@@ -187,7 +186,8 @@ Config Client::config() const {
 void Client::SendLocked(const std::string& payload) {
   if (fd_ < 0 || cfg_.agent_sock.empty()) return;
   // Dropped on EAGAIN (full), ENOENT/ECONNREFUSED (no agent): reports are best effort.
-  (void)UnixDgramSend(fd_, cfg_.agent_sock, payload);
+  IgnoreError(UnixDgramSend(fd_, cfg_.agent_sock, payload),
+              "a report the agent does not get is a missed heartbeat, which it detects");
 }
 
 Status Client::ReportStep(long step, double loss, long long tokens, const StepMetrics& m) {
@@ -208,8 +208,9 @@ Status Client::ReportStep(long step, double loss, long long tokens, const StepMe
               {"t", clock_->NowWall()}};
   msg["loss"] = std::isfinite(loss) ? Json(loss) : Json(nullptr);
   const std::pair<const char*, double> optional[] = {
-      {"samples", m.samples},         {"lr", m.lr},           {"grad_norm", m.grad_norm},
-      {"data_wait", m.data_wait_s}, {"compute", m.compute_s}, {"optimizer", m.optimizer_s}};
+      {"samples", m.samples},     {"lr", m.lr},
+      {"grad_norm", m.grad_norm}, {"data_wait", m.data_wait_s},
+      {"compute", m.compute_s},   {"optimizer", m.optimizer_s}};
   for (const auto& [key, v] : optional) {
     if (std::isfinite(v) && v >= 0) msg[key] = v;
   }
@@ -252,8 +253,8 @@ Status Client::SetModelFlops(double flops_per_token) {
   std::lock_guard<std::mutex> l(mu_);
   if (!initialized_) return FailedPrecondition("set_model_flops called before init()");
   flops_per_token_ = flops_per_token;
-  SendLocked(Json({{"type", "model"}, {"rank", cfg_.rank}, {"flops_per_token", flops_per_token}})
-                 .dump());
+  SendLocked(
+      Json({{"type", "model"}, {"rank", cfg_.rank}, {"flops_per_token", flops_per_token}}).dump());
   return Status::Ok();
 }
 
@@ -440,8 +441,7 @@ std::unique_ptr<LoadSession> OpenFileTier(const Config& cfg, long step, int min_
 // it holds are read from the file tiers, opened on first need.
 class MemorySession : public LoadSession {
  public:
-  MemorySession(std::unique_ptr<ckpt::RingReader> r, std::unique_ptr<ckpt::Snapshot> s,
-                Config cfg)
+  MemorySession(std::unique_ptr<ckpt::RingReader> r, std::unique_ptr<ckpt::Snapshot> s, Config cfg)
       : reader_(std::move(r)), snap_(std::move(s)), cfg_(std::move(cfg)) {
     for (const ckpt::TensorView& v : snap_->tensors()) metas_.push_back(v.meta);
   }
@@ -470,8 +470,8 @@ class MemorySession : public LoadSession {
       files_ = OpenFileTier(cfg_, step(), 1, &why);
       if (!files_) {
         return Status(why.code,
-                      "tensor '" + want.name + "': the wanted piece " + want.PieceString() +
-                          " " + held + ", and no file tier holds the step to reshard from (" +
+                      "tensor '" + want.name + "': the wanted piece " + want.PieceString() + " " +
+                          held + ", and no file tier holds the step to reshard from (" +
                           (why.list.empty() ? std::string("none configured") : why.Joined()) +
                           "); load with the sharding this rank saved, or from a step "
                           "persisted to disk");
@@ -509,8 +509,7 @@ Result<std::unique_ptr<LoadSession>> Client::OpenLoad(long step, int min_tier,
     if (r.ok()) {
       Result<std::unique_ptr<ckpt::Snapshot>> s = (*r)->PinStep(step);
       if (s.ok() && (*s)->world() == cfg_.world_size) {
-        return std::unique_ptr<LoadSession>(
-            new MemorySession(std::move(*r), std::move(*s), cfg_));
+        return std::unique_ptr<LoadSession>(new MemorySession(std::move(*r), std::move(*s), cfg_));
       }
       st = s.ok() ? FailedPrecondition("saved by another world size") : s.status();
     }
@@ -570,9 +569,8 @@ void Client::DrainLocked() {
       loss_spike_factor_ = std::clamp(factor, 1.0, 1e6);
     } else if (type == "abort") {
       // An abort of an earlier generation (delivered late) does not end this one.
-      const long attempt = j.contains("attempt") && j["attempt"].is_number_integer()
-                               ? j["attempt"].get<long>()
-                               : -1;
+      const long attempt =
+          j.contains("attempt") && j["attempt"].is_number_integer() ? j["attempt"].get<long>() : -1;
       if (attempt < 0 || cfg_.attempt < 0 || attempt >= cfg_.attempt) abort_pending_ = true;
     } else if (type == "generation") {
       next_gen_ = std::move(j);
@@ -653,8 +651,8 @@ Result<Json> Client::WaitGeneration(double timeout_s) {
     l.lock();
     if (fd_ != fd) return Aborted("the client was re-initialised while waiting for a generation");
   }
-  return DeadlineExceeded("no next generation from the agent within " +
-                          std::to_string(timeout_s) + " s");
+  return DeadlineExceeded("no next generation from the agent within " + std::to_string(timeout_s) +
+                          " s");
 }
 
 long Client::SkipFrom() const {

@@ -157,7 +157,9 @@ void Engine::Preempt(int j, double t) {
   job.state = JobState::kPending;
   job.pending_since = t;
   dirty_ = true;
-  for (const SimJob::DeadNode& dn : dead) (void)NodeOut(dn.node, dn.t, t, dn.spot);
+  for (const SimJob::DeadNode& dn : dead) {
+    IgnoreError(NodeOut(dn.node, dn.t, t, dn.spot), "NodeOut cannot fail (it returns OK)");
+  }
 }
 
 Status Engine::NodeOut(int node, double fault_t, double t, bool spot) {
