@@ -88,7 +88,7 @@ TEST_F(E2E, CleanRunSucceedsAndCommitsCheckpoints) {
   EXPECT_NE(described.find("ETTR"), std::string::npos) << described;
   auto [nrc, none] = RunProcess({bin, "describe", "nosuch"}, StateEnv(), 30);
   EXPECT_EQ(nrc, 1) << none;
-  EXPECT_NE(none.find("no job 'nosuch'"), std::string::npos) << none;
+  EXPECT_NE(none.find("job \"nosuch\" not found (jobs: clean)"), std::string::npos) << none;
   // Nothing is created where there is no store.
   auto [mrc, missing] = RunProcess({bin, "get", "--store", dir_ + "/none.db"}, StateEnv(), 30);
   EXPECT_EQ(mrc, 2) << missing;

@@ -12,6 +12,8 @@
 //                   cluster (kube_cmd.h, docs/kubernetes.md)
 //   sim CONFIG      simulate a cluster through faults with the real scheduler and
 //                   recovery policy (sim_cmd.h, docs/simulator.md)
+#include "cli/cli_main.h"
+
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -21,24 +23,23 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
 #include "cli/adhoc.h"
 #include "cli/ckpt_cmd.h"
 #include "cli/jobs_cmd.h"
-#include "cli/cli_main.h"
 #include "cli/kube_cmd.h"
+#include "cli/progress.h"
 #include "cli/render_cmd.h"
 #include "cli/sim_cmd.h"
-#include "cli/progress.h"
 #include "cli/stores.h"
 #include "common/install_paths.h"
 #include "common/proc.h"
@@ -83,9 +84,9 @@ Status InputError(const Status& st) {
 }
 
 struct RunFlags {
-  std::string spec;      // positional: a spec file, "-" (stdin) or a script (ad hoc)
-  std::string filename;  // -f: a spec file or "-"
-  cli::AdhocFlags adhoc;  // torchrun-style flags; adhoc.args holds the words after --
+  std::string spec;             // positional: a spec file, "-" (stdin) or a script (ad hoc)
+  std::string filename;         // -f: a spec file or "-"
+  cli::AdhocFlags adhoc;        // torchrun-style flags; adhoc.args holds the words after --
   bool torchrun_flags = false;  // --nnodes, --nproc-per-node or -m given
   std::string report;
   std::string run_dir;
@@ -95,10 +96,10 @@ struct RunFlags {
   uint64_t seed = 1;
   int machines = 0;
   double repair_s = 0;
-  std::string metrics_addr;     // "" = no /metrics
-  bool ui = false;              // serve the web dashboard on the metrics port
-  std::string tensorboard;      // event files' directory ("" = <run dir>/tensorboard)
-  double progress_s = 30;       // not a TTY: a progress line this often (0 = none)
+  std::string metrics_addr;  // "" = no /metrics
+  bool ui = false;           // serve the web dashboard on the metrics port
+  std::string tensorboard;   // event files' directory ("" = <run dir>/tensorboard)
+  double progress_s = 30;    // not a TTY: a progress line this often (0 = none)
   bool no_tensorboard = false;
   std::string metrics_sd_file;  // Prometheus file_sd target list
   double metrics_linger_s = 0;  // after the end, wait this long for a last scrape
@@ -150,8 +151,8 @@ class ProgressPrinter {
       for (size_t i = pts.size(); i-- > 0;) {  // the rate over the last ~30 s
         if (pts.empty() || pts.back().t - pts[i].t < 30) continue;
         if (pts.back().step > pts[i].step) {
-          p.steps_per_s = static_cast<double>(pts.back().step - pts[i].step) /
-                          (pts.back().t - pts[i].t);
+          p.steps_per_s =
+              static_cast<double>(pts.back().step - pts[i].step) / (pts.back().t - pts[i].t);
         }
         break;
       }
@@ -184,8 +185,8 @@ class ProgressPrinter {
 // scrapes that saw the job finished, so the run can wait for one (--metrics-linger).
 class RunMetricsPort {
  public:
-  static Result<std::unique_ptr<RunMetricsPort>> Start(const std::string& addr,
-                                                       const JobSpec& spec, bool ui) {
+  static Result<std::unique_ptr<RunMetricsPort>> Start(const std::string& addr, const JobSpec& spec,
+                                                       bool ui) {
     std::unique_ptr<RunMetricsPort> p(new RunMetricsPort());
     p->ui_ = ui;
     metrics::HttpEndpointHandlers h;
@@ -199,8 +200,7 @@ class RunMetricsPort {
       if (path.rfind("/api/", 0) == 0) {
         const Controller* c = self->controller_.load();
         if (c == nullptr) return metrics::HttpResponse{503, "text/plain", "starting\n"};
-        return DashboardApi(c->Status(), name, target, path, query,
-                            SystemClock::Get()->NowWall());
+        return DashboardApi(c->Status(), name, target, path, query, SystemClock::Get()->NowWall());
       }
       return ui::ServeAsset(path);
     };
@@ -209,8 +209,8 @@ class RunMetricsPort {
       if (c == nullptr) return std::string();
       const ControllerStatus s = c->Status();
       const bool done = s.stage == "Done";
-      std::string text = RenderJobMetrics(name, s.metrics, s.settled, !done && s.stage != "",
-                                          target);
+      std::string text =
+          RenderJobMetrics(name, s.metrics, s.settled, !done && s.stage != "", target);
       if (done) self->final_scrapes_.fetch_add(1);
       return text;
     };
@@ -268,9 +268,10 @@ Result<trainjob::LoadedManifest> RunManifest(const RunFlags& f) {
   }
   const std::string path = f.filename.empty() ? f.spec : f.filename;
   if (path.empty()) {
-    return InvalidArgument("give a job spec (bulwark run job.yaml, or -f - for standard input) "
-                           "or a script (bulwark run --nnodes 2 --nproc-per-node 2 train.py -- "
-                           "ARGS)");
+    return InvalidArgument(
+        "give a job spec (bulwark run job.yaml, or -f - for standard input) "
+        "or a script (bulwark run --nnodes 2 --nproc-per-node 2 train.py -- "
+        "ARGS)");
   }
   if (f.filename.empty() && cli::IsAdhocRun(path, f.torchrun_flags)) {
     cli::AdhocFlags a = f.adhoc;
@@ -284,8 +285,9 @@ Result<trainjob::LoadedManifest> RunManifest(const RunFlags& f) {
     return cli::AdhocManifest(a, fs::current_path(ec).string());
   }
   if (!f.adhoc.args.empty()) {
-    return InvalidArgument("the words after -- are a script's arguments (bulwark run train.py -- "
-                           "ARGS); for a job spec put them in its args: field");
+    return InvalidArgument(
+        "the words after -- are a script's arguments (bulwark run train.py -- "
+        "ARGS); for a job spec put them in its args: field");
   }
   auto read = trainjob::ReadManifestInput(path);
   if (!read.ok()) return InputError(read.status());
@@ -322,8 +324,10 @@ int CmdRun(const RunFlags& f) {
   auto store = Store::Open(store_path);
   if (!store.ok()) return Fail(store.status());
   if (Status st = cli::RememberStore(cli::StoreRegistryPath(), store_path); !st.ok()) {
-    std::fprintf(stderr, "note: `bulwark get` will not find this job from other "
-                         "directories: %s\n", st.message().c_str());
+    std::fprintf(stderr,
+                 "note: `bulwark get` will not find this job from other "
+                 "directories: %s\n",
+                 st.message().c_str());
   }
   auto existing = (*store)->GetJob(spec->name);
   if (!existing.ok()) return Fail(existing.status());
@@ -335,7 +339,7 @@ int CmdRun(const RunFlags& f) {
     if (existing->has_value()) {
       JobRecord r = **existing;
       r.phase = JobPhase::kCancelled;
-      (void)(*store)->PutJob(r);
+      if (Status st = (*store)->PutJob(r); !st.ok()) return Fail(st);
     }
   } else if (!resuming) {
     auto committed = ckpt::ListCommitted(ckpt::Env::Default(), spec->checkpoint.dir);
@@ -349,7 +353,8 @@ int CmdRun(const RunFlags& f) {
       return 2;
     }
   }
-  (void)BecomeSubreaper();  // orphans of the job are ours to reap
+  // Orphans of the job are ours to reap; without it (not Linux >= 3.4) init reaps them.
+  IgnoreError(BecomeSubreaper(), "init reaps the orphans instead");
   LocalBackendOptions bo;
   bo.agent_binary = EnvOr("BULWARK_AGENT", ExeDir() + "/bulwark-agent");
   bo.sdk_lib = EnvOr("BULWARK_LIB", DefaultSdkLib(ExeDir() + "/../lib/libbulwark.so"));
@@ -381,8 +386,9 @@ int CmdRun(const RunFlags& f) {
   // target list; it serves the controller's status from then on.
   std::unique_ptr<RunMetricsPort> port;
   if (f.metrics_addr.empty() && (!f.metrics_sd_file.empty() || f.metrics_linger_s > 0)) {
-    std::fprintf(stderr, "bulwark run: --metrics-sd-file and --metrics-linger need "
-                         "--metrics-addr (e.g. --metrics-addr 127.0.0.1:0)\n");
+    std::fprintf(stderr,
+                 "bulwark run: --metrics-sd-file and --metrics-linger need "
+                 "--metrics-addr (e.g. --metrics-addr 127.0.0.1:0)\n");
     return 2;
   }
   if (!f.metrics_addr.empty() || f.ui) {
@@ -391,8 +397,8 @@ int CmdRun(const RunFlags& f) {
     if (!mp.ok()) return Fail(InvalidArgument("--metrics-addr: " + mp.status().message()));
     port = std::move(*mp);
     const std::string host = addr.substr(0, addr.rfind(':'));
-    co.metrics_self = (host.empty() || host == "0.0.0.0" ? std::string("127.0.0.1") : host) +
-                      ":" + std::to_string(port->port());
+    co.metrics_self = (host.empty() || host == "0.0.0.0" ? std::string("127.0.0.1") : host) + ":" +
+                      std::to_string(port->port());
     co.metrics_sd_file = f.metrics_sd_file;
     std::fprintf(stderr, "[bulwark] metrics: http://%s/metrics\n", co.metrics_self.c_str());
     if (f.ui) std::fprintf(stderr, "[bulwark] dashboard: http://%s/\n", co.metrics_self.c_str());
@@ -415,7 +421,9 @@ int CmdRun(const RunFlags& f) {
     }
   }
   port.reset();  // its threads read `c`: stopped before `c` goes
-  (void)backend.Teardown(2);
+  IgnoreError(
+      backend.Teardown(2),
+      "the end of the job: Teardown kills and reaps what it can, and nothing is left to tell");
   int leftovers = KillAndReapAllChildren();
   if (leftovers > 0) std::fprintf(stderr, "[bulwark] reaped %d leftover processes\n", leftovers);
   if (!r.ok()) return Fail(r.status());
@@ -538,9 +546,8 @@ int CmdTop(const std::string& addr, bool once, double interval_s) {
       return 1;
     }
     std::ostringstream o;
-    o << r->value("job", "?") << "  " << cli::FormatProgress(cli::ProgressFromReport(
-                                            *r, SystemClock::Get()->NowWall()))
-      << "\n";
+    o << r->value("job", "?") << "  "
+      << cli::FormatProgress(cli::ProgressFromReport(*r, SystemClock::Get()->NowWall())) << "\n";
     if ((*r)["seconds"].is_object()) {
       o << "time:";
       for (const auto& [k, v] : (*r)["seconds"].items()) {
@@ -555,8 +562,8 @@ int CmdTop(const std::string& addr, bool once, double interval_s) {
     const Json& inc = (*r)["incidents"];
     if (inc.is_array()) {
       for (size_t i = inc.size() > 5 ? inc.size() - 5 : 0; i < inc.size(); ++i) {
-        o << "  " << inc[i].value("kind", "?") << " rank " << inc[i].value("rank", -1)
-          << " step " << inc[i].value("step", -1L) << ": "
+        o << "  " << inc[i].value("kind", "?") << " rank " << inc[i].value("rank", -1) << " step "
+          << inc[i].value("step", -1L) << ": "
           << (inc[i].contains("decision") ? inc[i]["decision"].value("action", "") : "") << "\n";
       }
     }
@@ -650,13 +657,15 @@ int Main(int argc, char** argv) {
   CLI::App app{"Bulwark: keeps distributed training jobs training through faults"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("bulwark ") + BULWARK_VERSION);
-  app.footer("Exit status: 0 success, 1 failure, 2 usage error (a bad flag, argument or "
-             "spec).\nRun 'bulwark COMMAND --help' for a command's flags and defaults.");
+  app.footer(
+      "Exit status: 0 success, 1 failure, 2 usage error (a bad flag, argument or "
+      "spec).\nRun 'bulwark COMMAND --help' for a command's flags and defaults.");
   app.option_defaults()->always_capture_default();  // --help shows every default
   RunFlags rf;
   auto* run = app.add_subcommand(
-      "run", "run a job spec, or a script with torchrun's flags, on the local backend and "
-             "print its ETTR report");
+      "run",
+      "run a job spec, or a script with torchrun's flags, on the local backend and "
+      "print its ETTR report");
   run->add_option("spec", rf.spec,
                   "job spec, TrainJob or Kubeflow PyTorchJob (YAML; - reads standard input), "
                   "or a script: train.py (or a module with -m)");
@@ -759,6 +768,10 @@ int Main(int argc, char** argv) {
   chaos->add_option("--rank", rank, "global rank (kill_rank, hang_rank, nan_loss)")
       ->check(CLI::NonNegativeNumber);
   chaos->add_option("--node", node, "node slot (kill_agent)")->check(CLI::NonNegativeNumber);
+  chaos->footer(
+      "Examples:\n  bulwark chaos kill_rank --rank 1 --job gpt-char\n"
+      "  bulwark chaos kill_agent --node 1 --controller 127.0.0.1:40123\n"
+      "Faults at given steps belong in the spec's chaos: list (docs/job-spec.md).");
 
   std::string tjob, taddr, trun_root = EnvOr("BULWARK_HOME", ".bulwark");
   bool tonce = false;
@@ -769,6 +782,8 @@ int Main(int argc, char** argv) {
                   "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
   top->add_option("--controller", taddr, "controller HOST:PORT (instead of a job name)");
   top->add_flag("--once", tonce, "print once and exit");
+  top->footer(
+      "Examples:\n  bulwark top gpt-char\n  bulwark top --controller 127.0.0.1:40123 --once");
   top->add_option("--interval", tinterval, "seconds between refreshes")
       ->check(CLI::Range(0.1, 3600.0));
 
@@ -779,13 +794,17 @@ int Main(int argc, char** argv) {
   update->add_option("spec", uspec, "the job spec with the new command, args, env or workdir")
       ->required()
       ->check(CLI::ExistingFile);
-  update->add_option("--controller", ucontroller, "controller HOST:PORT (default: from the run dir)");
+  update->add_option("--controller", ucontroller,
+                     "controller HOST:PORT (default: from the run dir)");
   update->add_option("--run-dir", urun_dir, "the job's run dir (default <workdir>/.bulwark/<job>)");
   update
       ->add_option("--verify-steps", uverify,
                    "new steps the new code must make before it is kept; a fault before that "
                    "rolls it back")
       ->check(CLI::PositiveNumber);
+  update->footer(
+      "Example: edit the running job's spec (command, args, env or workdir), then\n"
+      "  bulwark update examples/pytorch-ddp/job.yaml --verify-steps 50");
 
   int jobs_rc = 2;
   const std::vector<CLI::App*> job_cmds = cli::AddJobCommands(app, &jobs_rc);

@@ -1,7 +1,5 @@
 #include "cli/kube_cmd.h"
 
-#include "trainjob/manifest_input.h"
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +11,7 @@
 #include "metrics/http_endpoint.h"
 #include "operator/dashboard.h"
 #include "operator/operator.h"
+#include "trainjob/manifest_input.h"
 #include "trainjob/trainjob.h"
 
 namespace bulwark::cli {
@@ -103,10 +102,9 @@ int OperatorRun(const OperatorFlags& f, std::ostream& out, std::ostream& err) {
     handlers.metrics = [&oper] { return op::FormatMetrics(oper.Stats(), oper.leading()); };
     // The web dashboard of every TrainJob: /jobs/ (read-only; docs/monitoring.md).
     handlers.route = [&oper](const std::string& path, const std::string& query) {
-      return op::DashboardRoute(
-          {[&oper] { return oper.JobKeys(); },
-           [&oper](const std::string& key) { return oper.JobStatus(key); }},
-          path, query, SystemClock::Get()->NowWall());
+      return op::DashboardRoute({[&oper] { return oper.JobKeys(); },
+                                 [&oper](const std::string& key) { return oper.JobStatus(key); }},
+                                path, query, SystemClock::Get()->NowWall());
     };
     auto h = metrics::HttpEndpoint::Start(f.metrics_addr, handlers);
     if (!h.ok()) {
@@ -133,9 +131,8 @@ int OperatorRun(const OperatorFlags& f, std::ostream& out, std::ostream& err) {
 }
 
 // Creates the TrainJob of one manifest.
-int SubmitOne(const trainjob::LoadedManifest& m, k8s::Client* client,
-              const std::string& context_ns, const KubeFlags& f, std::ostream& out,
-              std::ostream& err) {
+int SubmitOne(const trainjob::LoadedManifest& m, k8s::Client* client, const std::string& context_ns,
+              const KubeFlags& f, std::ostream& out, std::ostream& err) {
   for (const std::string& n : m.notes) out << "note: " << n << "\n";
   trainjob::TrainJob tj = m.job;
   // kubectl's rule: --namespace, else the manifest's, else the kubeconfig context's.
@@ -205,6 +202,10 @@ std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostre
   o->add_option("--gpu-resource", flags->gpu_resource, "extended resource counted as GPUs");
   o->add_option("--agent-path", flags->agent_path, "bulwark-agent's path inside job images");
   o->add_flag("--no-leader-election", flags->no_leader_election, "single replica only");
+  o->footer(
+      "Example (outside a cluster, as the quick start in deploy/README.md does):\n"
+      "  bulwark operator --kubeconfig ~/.kube/config --queues queues.yaml\n"
+      "In a cluster: kubectl apply -k deploy/ (docs/kubernetes.md).");
   o->callback([flags, exit_code, &out, &err] { *exit_code = OperatorRun(*flags, out, err); });
 
   auto sflags = std::make_shared<KubeFlags>();
@@ -217,7 +218,10 @@ std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostre
   s->add_option("--kubeconfig", sflags->kubeconfig, "kubeconfig file");
   s->add_option("--context", sflags->context, "kubeconfig context");
   s->add_option("--namespace,-n", sflags->ns,
-                 "namespace (default: the manifest's, else the kubeconfig context's)");
+                "namespace (default: the manifest's, else the kubeconfig context's)");
+  s->footer(
+      "Examples:\n  bulwark submit deploy/sample-trainjob.yaml --kubeconfig ~/.kube/config\n"
+      "  bulwark render job.yaml --trainjob --image repo/trainer:1 | bulwark submit -");
   s->callback(
       [sflags, spec, exit_code, &out, &err] { *exit_code = SubmitRun(*spec, *sflags, out, err); });
   return {o, s};

@@ -1,13 +1,12 @@
 #include "cli/render_cmd.h"
 
-#include "trainjob/manifest_input.h"
-
 #include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <vector>
 
+#include "trainjob/manifest_input.h"
 #include "trainjob/render.h"
 #include "trainjob/trainjob.h"
 #include "trainjob/yaml_json.h"
@@ -40,12 +39,14 @@ int CheckNodeNames(const std::vector<std::string>& names, const trainjob::TrainJ
     if (n.empty()) continue;
     ++given;
     if (n.size() > 253 || !std::regex_match(n, kNodeName)) {
-      return Usage(err, "--node-names: '" + n + "' is not a Kubernetes node name (lowercase "
-                        "letters, digits, '-' and '.', at most 253 characters)");
+      return Usage(err, "--node-names: '" + n +
+                            "' is not a Kubernetes node name (lowercase "
+                            "letters, digits, '-' and '.', at most 253 characters)");
     }
     if (!seen.insert(n).second) {
-      return Usage(err, "--node-names: '" + n + "' is named twice; each pod needs a node of "
-                        "its own (their agents share the host network)");
+      return Usage(err, "--node-names: '" + n +
+                            "' is named twice; each pod needs a node of "
+                            "its own (their agents share the host network)");
     }
   }
   if (given > 0 && t.scheduling.gang != trainjob::GangMode::kBulwark) {
@@ -103,7 +104,8 @@ int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err) {
     if (t.pod.image.empty()) {
       return Usage(err, in->name + ": " + t.name +
                             ": no pod.image: pass --image IMAGE, or write a TrainJob (bulwark "
-                            "render " + in->name + " --trainjob prints one to start from)");
+                            "render " +
+                            in->name + " --trainjob prints one to start from)");
     }
     std::vector<std::string> names;
     std::stringstream list(f.node_names);
@@ -129,6 +131,10 @@ CLI::App* AddRenderCommand(CLI::App& app, int* exit_code, std::ostream& out, std
   cmd->add_option("--image", flags->image, "container image when the spec has no pod.image");
   cmd->add_flag("--crd", flags->crd, "print the TrainJob CustomResourceDefinition");
   cmd->add_flag("--trainjob", flags->trainjob, "print the TrainJob the spec converts to");
+  cmd->footer(
+      "Examples:\n  bulwark render deploy/sample-trainjob.yaml\n"
+      "  bulwark render examples/pytorch-ddp/job.yaml --trainjob --image repo/trainer:1 > tj.yaml\n"
+      "  bulwark render --crd | kubectl apply -f -");
   cmd->callback([=, &out, &err] { *exit_code = RenderRun(*flags, out, err); });
   return cmd;
 }

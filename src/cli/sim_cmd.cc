@@ -87,6 +87,9 @@ CLI::App* AddSimCommand(CLI::App& app, int* exit_code, std::ostream& out, std::o
   cmd->add_option("--json", flags->json, "write the full result as JSON ('-' for stdout)");
   cmd->add_option("--csv", flags->csv, "write the time series as CSV ('-' for stdout)");
   cmd->add_option("--seed", flags->seed, "override sim.seed");
+  cmd->footer(
+      "Example:\n  bulwark sim examples/sim/cluster-100k.yaml --json sim.json --csv sim.csv\n"
+      "The config's format, presets and output: docs/simulator.md.");
   cmd->callback([=, &out, &err] { *exit_code = SimRun(*flags, out, err); });
   return cmd;
 }
