@@ -66,13 +66,14 @@ for t in "${TARGETS[@]}"; do
   (cd "$scratch" && /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
     >"$LOGS/$t.log" 2>&1 || rc=$?
   end=$(date +%s)
-  stats=$(grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' \
+  stats=$(grep -aE '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' \
     "$LOGS/$t.log" | sed 's/^stat:://' | tr '\n' ' ')
-  cov=$(grep -E '^#[0-9]+.*(DONE|cov:)' "$LOGS/$t.log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' || true)
+  cov=$(grep -aE '^#[0-9]+.*(DONE|cov:)' "$LOGS/$t.log" | tail -1 |
+    grep -oE 'cov: [0-9]+ ft: [0-9]+' || true)
   echo "   rc=$rc wall=$((end - start))s $stats $cov"
   if [ "$rc" -ne 0 ] || ls "$artifacts" | grep -qE '^(crash|timeout|oom|leak)-'; then
     echo "!! fuzz: $t FAILED (rc=$rc); artifacts in $artifacts, log $LOGS/$t.log" >&2
-    grep -E 'ERROR:|fuzz contract broken|SUMMARY' "$LOGS/$t.log" | head -5 >&2 || true
+    grep -aE 'ERROR:|fuzz contract broken|SUMMARY' "$LOGS/$t.log" | head -5 >&2 || true
     failed+=("$t")
   fi
 done
