@@ -73,7 +73,9 @@ class AgentFixture {
   }
   // One datagram from a rank's SDK.
   void SendDatagram(const std::string& payload) {
-    (void)UnixDgramSend(sdk_.get(), dir_ + "/run/node-0/agent.sock", payload);
+    // A full socket drops the datagram, as the SDK's own sends do.
+    IgnoreError(UnixDgramSend(sdk_.get(), dir_ + "/run/node-0/agent.sock", payload),
+                "the SDK drops a datagram the agent cannot take");
   }
 
   // One turn of the agent's loop; reads (and checks) what it sent the controller.

@@ -160,8 +160,8 @@ class Fixture {
       agents_.emplace_back(std::move(*fd));
       Json hello = {{"type", "hello"}, {"node", "node-" + std::to_string(i)}, {"pid", 100 + i},
                     {"peer_host", "127.0.0.1"}, {"peer_port", 7000 + i}, {"free_port", 0}};
-      (void)agents_.back().Send(hello);
-      (void)agents_.back().Flush(1);
+      bulwark::IgnoreError(agents_.back().Send(hello), "a lost hello: the controller waits");
+      bulwark::IgnoreError(agents_.back().Flush(1), "a lost hello: the controller waits");
     }
     for (int i = 0; i < 10 && ctl_; ++i) Turn();
   }

@@ -7,7 +7,7 @@ namespace bulwark::fuzz {
 class MemWritable : public ckpt::WritableFile {
  public:
   MemWritable(MemEnv* env, std::string path) : env_(env), path_(std::move(path)) {}
-  ~MemWritable() override { (void)Close(); }
+  ~MemWritable() override { IgnoreError(Close(), "Close of a memory file cannot fail"); }
   Status Append(const void* data, size_t n) override {
     buf_.append(static_cast<const char*>(data), n);
     return Status::Ok();
