@@ -28,10 +28,10 @@ if [ "${BULWARK_SKIP_SANITIZE:-0}" != "1" ]; then
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j"$JOBS" --timeout 900 -LE no_sanitize)
 fi
-# The libFuzzer targets (fuzz/, docs/testing.md), each over its checked-in corpus for
-# 10 s (103 s for the nine). Opt-in: with its clang build (503 s measured with ccache on
-# 2 busy cores) it does not fit in command (2)'s 30 minutes next to the builds and tests
-# above (1664 s measured).
+# The fuzz targets already ran above in both builds, as ctest's <target>_replay (corpus +
+# seeded mutations, docs/testing.md "CI mode"). Coverage-guided, with libFuzzer, each
+# 10 s (103 s for the nine): opt-in, since its clang build (503 s measured with ccache
+# on 2 busy cores) does not fit in command (2)'s 30 minutes next to the two builds.
 if [ "${BULWARK_FUZZ_CI:-0}" = "1" ]; then
   echo "== fuzz targets, 10 s each (scripts/fuzz.sh --seconds 10)"
   "$ROOT/scripts/fuzz.sh" --seconds 10
