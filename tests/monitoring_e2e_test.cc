@@ -310,7 +310,11 @@ print(json.dumps({"tags": a.Tags()["scalars"], "loss_steps": sorted({e.step for 
   ASSERT_FALSE(steps.empty());
   EXPECT_EQ(steps.front(), 1);
   EXPECT_EQ(steps.back(), 120);
-  EXPECT_EQ(steps.size(), 120u);  // every step, the reworked ones once more at most
+  // Every step, the reworked ones once more at most -- except that the agent merges a
+  // rank's step reports arriving faster than 200/s (a burst after a restart under ASan),
+  // keeping the newest step's loss: a few steps may have no point of their own.
+  EXPECT_LE(steps.size(), 120u);
+  EXPECT_GE(steps.size(), 114u);
   EXPECT_FLOAT_EQ(r["loss_first"].get<float>(), 0.5f);  // tiny trainer: loss 1/(w=2)
   EXPECT_NEAR(r["ettr_last"].get<double>(), report["ettr"].get<double>(), 1e-4);
   ASSERT_EQ(r["text"].size(), 1u) << r.dump();
