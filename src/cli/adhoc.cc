@@ -19,8 +19,7 @@ int PositiveInt(const std::string& text) {
 }  // namespace
 
 bool IsAdhocRun(const std::string& arg, bool torchrun_flags) {
-  return torchrun_flags ||
-         (arg.size() > 3 && arg.compare(arg.size() - 3, 3, ".py") == 0);
+  return torchrun_flags || (arg.size() > 3 && arg.compare(arg.size() - 3, 3, ".py") == 0);
 }
 
 std::string JobNameFromScript(const std::string& script) {
@@ -45,8 +44,9 @@ std::string JobNameFromScript(const std::string& script) {
 
 Result<std::string> AdhocSpecYaml(const AdhocFlags& f) {
   if (f.script.empty()) {
-    return InvalidArgument("give the script to run: bulwark run [--nnodes N] "
-                           "[--nproc-per-node P] train.py [-- ARGS]");
+    return InvalidArgument(
+        "give the script to run: bulwark run [--nnodes N] "
+        "[--nproc-per-node P] train.py [-- ARGS]");
   }
   int nodes = 0, min_nodes = 0;
   if (const size_t colon = f.nnodes.find(':'); colon != std::string::npos) {
@@ -59,8 +59,8 @@ Result<std::string> AdhocSpecYaml(const AdhocFlags& f) {
   } else {
     nodes = PositiveInt(f.nnodes);
     if (nodes < 0) {
-      return InvalidArgument("--nnodes: expected a positive number of nodes (got \"" +
-                             f.nnodes + "\"), e.g. --nnodes 2");
+      return InvalidArgument("--nnodes: expected a positive number of nodes (got \"" + f.nnodes +
+                             "\"), e.g. --nnodes 2");
     }
   }
   if (f.nproc_per_node < 1) {
@@ -91,11 +91,12 @@ Result<std::string> AdhocSpecYaml(const AdhocFlags& f) {
 
 Result<trainjob::LoadedManifest> AdhocManifest(const AdhocFlags& f, const std::string& workdir) {
   BW_ASSIGN_OR_RETURN(const std::string yaml, AdhocSpecYaml(f));
-  auto m = trainjob::ParseManifest(yaml, "the command line's job", workdir,
-                                   trainjob::Target::kLocal);
+  auto m =
+      trainjob::ParseManifest(yaml, "the command line's job", workdir, trainjob::Target::kLocal);
   if (!m.ok()) {
     // The generated spec's lines mean nothing to the user; the field names do.
-    return InvalidArgument(m.status().message() + " (from the flags of `bulwark run`; write a "
+    return InvalidArgument(m.status().message() +
+                           " (from the flags of `bulwark run`; write a "
                            "job spec to set more: `bulwark run --help`)");
   }
   return m;

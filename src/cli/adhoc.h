@@ -17,12 +17,12 @@ struct AdhocFlags {
   std::vector<std::string> args;  // after `--`
   std::string nnodes = "1";       // N, or MIN:MAX (torchrun's elastic form)
   int nproc_per_node = 1;
-  std::string name;               // "" = from the script's name
-  bool module = false;            // python -m SCRIPT
-  int max_restarts = -1;          // faultPolicy.restartBudget (-1 = the spec default)
-  int standby = 0;                // faultPolicy.spareNodes
-  std::string checkpoint_dir;     // "" = the spec default
-  int checkpoint_every = 0;       // checkpoint.intervalSteps (0: the spec default, none)
+  std::string name;                // "" = from the script's name
+  bool module = false;             // python -m SCRIPT
+  int max_restarts = -1;           // faultPolicy.restartBudget (-1 = the spec default)
+  int standby = 0;                 // faultPolicy.spareNodes
+  std::string checkpoint_dir;      // "" = the spec default
+  int checkpoint_every = 0;        // checkpoint.intervalSteps (0: the spec default, none)
   std::string python = "python3";  // the interpreter of a .py script or module
 };
 

@@ -23,14 +23,15 @@ namespace fs = std::filesystem;
 struct FoundJob {
   std::string store;  // the store's path
   JobRecord job;
-  std::vector<EventRecord> events;       // filled by LoadJobs(with_details)
-  std::vector<std::string> incidents;    // JSON texts, idem
+  std::vector<EventRecord> events;     // filled by LoadJobs for `details_for` only
+  std::vector<std::string> incidents;  // JSON texts, idem
 };
 
 // Every job of the stores `store_flag` names (or KnownStores), in store order then by
-// creation. Errors are written to `err` and returned as the exit status (1).
-int LoadJobs(const std::string& store_flag, bool with_details, std::vector<FoundJob>* jobs,
-             std::ostream& err) {
+// creation; the events and incidents of the jobs named `details_for` ("" = none) too.
+// Errors are written to `err` and returned as the exit status (1).
+int LoadJobs(const std::string& store_flag, const std::string& details_for,
+             std::vector<FoundJob>* jobs, std::ostream& err) {
   const std::string registry = StoreRegistryPath();
   const std::vector<std::string> paths =
       store_flag.empty() ? KnownStores(registry) : std::vector<std::string>{store_flag};
@@ -52,7 +53,7 @@ int LoadJobs(const std::string& store_flag, bool with_details, std::vector<Found
     }
     for (JobRecord& j : *list) {
       FoundJob f{path, std::move(j), {}, {}};
-      if (with_details) {
+      if (!details_for.empty() && f.job.name == details_for) {
         auto ev = (*store)->ListEvents(f.job.name);
         if (ev.ok()) {
           for (EventRecord& e : *ev) {
@@ -146,9 +147,8 @@ Json JobObject(const FoundJob& f, bool details) {
 // Writes `objects` as -o json (one object, or a List) or yaml.
 void PrintObjects(const std::vector<Json>& objects, bool single, const std::string& output,
                   std::ostream& out) {
-  Json doc = single && objects.size() == 1
-                 ? objects[0]
-                 : Json{{"kind", "List"}, {"items", Json(objects)}};
+  Json doc =
+      single && objects.size() == 1 ? objects[0] : Json{{"kind", "List"}, {"items", Json(objects)}};
   if (output == "json") {
     out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
   } else {
@@ -232,7 +232,7 @@ std::string FormatAge(double s) {
 
 int GetJobs(const GetFlags& f, std::ostream& out, std::ostream& err, Clock* clock) {
   std::vector<FoundJob> all;
-  if (int rc = LoadJobs(f.store, false, &all, err); rc != 0) return rc;
+  if (int rc = LoadJobs(f.store, "", &all, err); rc != 0) return rc;
   std::vector<const FoundJob*> shown;
   int rc = 0;
   if (f.names.empty()) {
@@ -278,8 +278,7 @@ int GetJobs(const GetFlags& f, std::ostream& out, std::ostream& err, Clock* cloc
                                   std::to_string(j.restarts),
                                   FormatAge(now - j.created)};
     if (wide) {
-      for (const std::string& c :
-           {std::to_string(j.attempt), Ettr(j), fj->store, RunDirOf(*fj)}) {
+      for (const std::string& c : {std::to_string(j.attempt), Ettr(j), fj->store, RunDirOf(*fj)}) {
         r.push_back(c);
       }
     }
@@ -304,7 +303,7 @@ int GetJobs(const GetFlags& f, std::ostream& out, std::ostream& err, Clock* cloc
 
 int DescribeJob(const DescribeFlags& f, std::ostream& out, std::ostream& err, Clock*) {
   std::vector<FoundJob> all;
-  if (int rc = LoadJobs(f.store, true, &all, err); rc != 0) return rc;
+  if (int rc = LoadJobs(f.store, f.name, &all, err); rc != 0) return rc;
   const FoundJob* fj = FindJob(all, f.name, err);
   if (fj == nullptr) return 1;
   if (f.output == "json" || f.output == "yaml") {
@@ -317,8 +316,8 @@ int DescribeJob(const DescribeFlags& f, std::ostream& out, std::ostream& err, Cl
                 "Name:      %s\nStore:     %s\nRun dir:   %s\nSpec:      %s\nPhase:     %s\n"
                 "Attempt:   %d (restarts %d)\nStep:      %ld (committed %ld)\n",
                 j.name.c_str(), fj->store.c_str(), RunDirOf(*fj).c_str(),
-                j.spec_path.empty() ? "-" : j.spec_path.c_str(), JobPhaseName(j.phase),
-                j.attempt, j.restarts, j.high_water_step, j.last_committed_step);
+                j.spec_path.empty() ? "-" : j.spec_path.c_str(), JobPhaseName(j.phase), j.attempt,
+                j.restarts, j.high_water_step, j.last_committed_step);
   out << buf << "Message:   " << j.message << "\n";
   out << "Events:\n";
   for (const EventRecord& e : fj->events) {
@@ -332,7 +331,7 @@ int DescribeJob(const DescribeFlags& f, std::ostream& out, std::ostream& err, Cl
 
 int JobLogs(const LogsFlags& f, std::ostream& out, std::ostream& err, Clock* clock) {
   std::vector<FoundJob> all;
-  if (int rc = LoadJobs(f.store, false, &all, err); rc != 0) return rc;
+  if (int rc = LoadJobs(f.store, "", &all, err); rc != 0) return rc;
   const FoundJob* fj = FindJob(all, f.name, err);
   if (fj == nullptr) return 1;
   const std::string run_dir = RunDirOf(*fj);
@@ -380,7 +379,7 @@ int JobLogs(const LogsFlags& f, std::ostream& out, std::ostream& err, Clock* clo
 
 int CancelJob(const CancelFlags& f, std::ostream& out, std::ostream& err, Clock* clock) {
   std::vector<FoundJob> all;
-  if (int rc = LoadJobs(f.store, false, &all, err); rc != 0) return rc;
+  if (int rc = LoadJobs(f.store, "", &all, err); rc != 0) return rc;
   const FoundJob* fj = FindJob(all, f.name, err);
   if (fj == nullptr) return 1;
   if (IsTerminal(fj->job.phase)) {
@@ -426,7 +425,8 @@ std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code, std::ostrea
                                       std::ostream& err) {
   const std::string store_help =
       "SQLite store (default: ./.bulwark/bulwark.db and every store a `bulwark run` used, "
-      "remembered in " + StoreRegistryPath() + ")";
+      "remembered in " +
+      StoreRegistryPath() + ")";
   Clock* clock = SystemClock::Get();
 
   auto g = std::make_shared<GetFlags>();
@@ -442,8 +442,7 @@ std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code, std::ostrea
   get->callback([=, &out, &err] { *exit_code = GetJobs(*g, out, err, clock); });
 
   auto d = std::make_shared<DescribeFlags>();
-  auto* describe =
-      app.add_subcommand("describe", "show a job's events, incidents and ETTR report");
+  auto* describe = app.add_subcommand("describe", "show a job's events, incidents and ETTR report");
   describe->add_option("name", d->name, "job name")->required();
   describe->add_option("--store", d->store, store_help)->check(CLI::ExistingFile);
   describe->add_option("-o,--output", d->output, "json | yaml (default: text)")

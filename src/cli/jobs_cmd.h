@@ -29,11 +29,11 @@ struct DescribeFlags {
 struct LogsFlags {
   std::string store;
   std::string name;
-  int rank = 0;          // global rank whose log is shown
+  int rank = 0;            // global rank whose log is shown
   bool all_ranks = false;  // every rank's log, each line prefixed "[rank N] "
-  long tail = -1;        // only the last N lines of each log (-1 = all)
-  bool follow = false;   // keep printing new lines until the job ends
-  double poll_s = 0.2;   // follow: how often the files are checked
+  long tail = -1;          // only the last N lines of each log (-1 = all)
+  bool follow = false;     // keep printing new lines until the job ends
+  double poll_s = 0.2;     // follow: how often the files are checked
 };
 
 struct CancelFlags {
@@ -49,8 +49,7 @@ int CancelJob(const CancelFlags& f, std::ostream& out, std::ostream& err, Clock*
 
 // Adds get, describe, logs and cancel to `app`; the one that runs stores its exit status
 // in *exit_code. Returns the four subcommands.
-std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code,
-                                      std::ostream& out = std::cout,
+std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
                                       std::ostream& err = std::cerr);
 
 // "45s", "12m", "3h", "5d": kubectl's AGE column for `seconds` (negative: "0s").

@@ -14,8 +14,8 @@ namespace {
 bool IsMarker(const std::string& text, size_t pos, const char* marker) {
   if (text.compare(pos, 3, marker) != 0) return false;
   const size_t after = pos + 3;
-  return after >= text.size() || text[after] == '\n' || text[after] == '\r' ||
-         text[after] == ' ' || text[after] == '\t';
+  return after >= text.size() || text[after] == '\n' || text[after] == '\r' || text[after] == ' ' ||
+         text[after] == '\t';
 }
 
 // Whether `doc` holds anything but blank lines, comments and document markers.
