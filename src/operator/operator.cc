@@ -131,6 +131,9 @@ class Operator::Impl {
   Observed ObserveRunner(const std::string& key, JobState& j) const;
   void WritePending(const std::string& key, JobState& j, const std::string& reason,
                     const std::string& message);
+  // Phase Failed with `reason` and `message`, and a Warning Event saying the same.
+  void WriteFailed(const std::string& key, JobState& j, const std::string& reason,
+                   const std::string& message);
   void WriteStatus(const std::string& key, JobState& j, const Observed& o, bool force);
   void PostEvent(const Json& involved, const std::string& type, const std::string& reason,
                  const std::string& message);
@@ -599,12 +602,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
   if (!tj.ok()) {
     if (j.invalid_generation != gen) {
       j.invalid_generation = gen;
-      Observed o;
-      o.phase = Phase::kFailed;
-      o.reason = "InvalidSpec";
-      o.message = tj.status().message();
-      WriteStatus(key, j, o, true);
-      PostJobEvent(key, "Warning", "InvalidSpec", tj.status().message());
+      WriteFailed(key, j, "InvalidSpec", tj.status().message());
     }
     return;
   }
@@ -618,12 +616,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
     if (st.code() == Code::kFailedPrecondition) {  // the image has no command: as invalid
       if (j.invalid_generation != gen) {
         j.invalid_generation = gen;
-        Observed o;
-        o.phase = Phase::kFailed;
-        o.reason = "InvalidSpec";
-        o.message = st.message();
-        WriteStatus(key, j, o, true);
-        PostJobEvent(key, "Warning", "InvalidSpec", st.message());
+        WriteFailed(key, j, "InvalidSpec", st.message());
       }
       return;
     }
@@ -652,12 +645,7 @@ void Operator::Impl::Reconcile(const std::string& key) {
     const sched::JobRequest req = trainjob::SchedRequest(*tj, trainjob::StandbyCount(tj->job));
     Status st = placement_.Submit(req, Now());
     if (!st.ok()) {
-      Observed o;
-      o.phase = Phase::kFailed;
-      o.reason = "Unschedulable";
-      o.message = st.message();
-      WriteStatus(key, j, o, true);
-      PostJobEvent(key, "Warning", "Unschedulable", st.message());
+      WriteFailed(key, j, "Unschedulable", st.message());
       return;
     }
     sched_dirty_ = true;
@@ -886,6 +874,16 @@ Observed Operator::Impl::ObserveRunner(const std::string& key, JobState& j) cons
     o.reason = s.stage;
   }
   return o;
+}
+
+void Operator::Impl::WriteFailed(const std::string& key, JobState& j, const std::string& reason,
+                                 const std::string& message) {
+  Observed o;
+  o.phase = Phase::kFailed;
+  o.reason = reason;
+  o.message = message;
+  WriteStatus(key, j, o, true);
+  PostJobEvent(key, "Warning", reason, message);
 }
 
 void Operator::Impl::WritePending(const std::string& key, JobState& j, const std::string& reason,
