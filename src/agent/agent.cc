@@ -70,7 +70,10 @@ Agent::~Agent() {
   if (fetch_thread_.joinable()) fetch_thread_.join();  // bounded by the fetch timeouts
   persister_.reset();
   peer_.reset();
-  if (!paths_.staging_dir.empty()) {
+  if (staging_lease_.lock.valid()) {
+    IgnoreError(staging_lease_.Remove(),
+                "what is left is swept by the next agent on this machine (common/shm_dir.h)");
+  } else if (!paths_.staging_dir.empty()) {
     IgnoreError(ckpt::RemoveTree(ckpt::Env::Default(), paths_.staging_dir),
                 "a stale ring left behind is recreated over by the SDK");
   }
@@ -84,16 +87,25 @@ Status Agent::Setup() {
   paths_.python_dir = opts_.python_dir;
   paths_.lib_path = opts_.lib_path;
   BW_RETURN_IF_ERROR(MakeDirs(paths_.node_dir));
-  // The memory tier lives on tmpfs; the agent owns the directory and removes it.
+  // The memory tier lives on tmpfs, in a directory the agent locks while it lives
+  // (common/shm_dir.h): those of agents that died without removing theirs are swept
+  // here, so a killed node's RAM comes back at the next agent's start on the machine.
   struct stat shm;
   if (::stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode)) {
-    paths_.staging_dir = "/dev/shm/bulwark-" +
-                         std::to_string(std::hash<std::string>()(opts_.run_dir) % 1000000007) +
-                         "-" + opts_.node;
+    const int swept = SweepAbandonedShmDirs("/dev/shm", "bulwark-", clock_);
+    if (swept > 0) {
+      Warn("removed " + std::to_string(swept) +
+           " memory-tier director" + (swept == 1 ? "y" : "ies") +
+           " of agents gone from this machine from /dev/shm");
+    }
+    BW_ASSIGN_OR_RETURN(
+        staging_lease_,
+        AcquireShmDir("/dev/shm", ShmDirName(opts_.run_dir, opts_.node), clock_, 10));
+    paths_.staging_dir = staging_lease_.path;
   } else {
     paths_.staging_dir = paths_.node_dir + "/staging";
+    BW_RETURN_IF_ERROR(MakeDirs(paths_.staging_dir));
   }
-  BW_RETURN_IF_ERROR(MakeDirs(paths_.staging_dir));
   // Rank sockets are the longest paths under node_dir: check the worst case up front.
   std::string longest = paths_.node_dir + "/rank-9999999.sock";
   if (longest.size() >= 108) {

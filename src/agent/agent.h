@@ -42,6 +42,7 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/proc.h"
+#include "common/shm_dir.h"
 #include "common/timers.h"
 
 namespace bulwark {
@@ -288,6 +289,7 @@ class Agent {
   const Clock* clock_;
   Processes* procs_;
   AgentPaths paths_;
+  ShmDirLease staging_lease_;  // paths_.staging_dir on /dev/shm, locked while we live
   std::optional<JsonLineConn> conn_;
   // Adoption (docs/protocol.md): identity learnt from `welcome`/`start`, the listener,
   // connections that have not said `adopt` yet, and what to tell the next controller.
