@@ -64,7 +64,7 @@ for t in "${TARGETS[@]}"; do
   # the executions per second of a disk); FUZZ_SCRATCH overrides.
   scratch_root="${FUZZ_SCRATCH:-$BUILD_DIR/scratch}"
   [ -z "${FUZZ_SCRATCH:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
-    scratch_root="/dev/shm/bulwark-fuzz-$(id -u)"
+    scratch_root="/dev/shm/bw-fuzz-$(id -u)"
   scratch="$scratch_root/$t"
   mkdir -p "$scratch"
   rc=0

@@ -92,7 +92,7 @@ Status Agent::Setup() {
   // here, so a killed node's RAM comes back at the next agent's start on the machine.
   struct stat shm;
   if (::stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode)) {
-    const int swept = SweepAbandonedShmDirs("/dev/shm", "bulwark-", clock_);
+    const int swept = SweepAbandonedShmDirs("/dev/shm", clock_);
     if (swept > 0) {
       Warn("removed " + std::to_string(swept) +
            " memory-tier director" + (swept == 1 ? "y" : "ies") +

@@ -26,6 +26,15 @@ bool SameFile(int fd, const std::string& path) {
          a.st_ino == b.st_ino;
 }
 
+// "bulwark-<digits>-<node>", as ShmDirName makes them.
+bool IsShmDirName(const std::string& n) {
+  constexpr size_t kAt = 8;  // strlen("bulwark-")
+  if (n.rfind("bulwark-", 0) != 0) return false;
+  size_t i = kAt;
+  while (i < n.size() && n[i] >= '0' && n[i] <= '9') ++i;
+  return i > kAt && i + 1 < n.size() && n[i] == '-';
+}
+
 void RemoveTreeQuietly(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);  // a concurrent sweep may remove parts first
@@ -79,13 +88,13 @@ Result<ShmDirLease> AcquireShmDir(const std::string& root, const std::string& na
   }
 }
 
-int SweepAbandonedShmDirs(const std::string& root, const std::string& prefix, const Clock* clock) {
+int SweepAbandonedShmDirs(const std::string& root, const Clock* clock) {
   DIR* d = ::opendir(root.c_str());
   if (d == nullptr) return 0;
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
-    if (n.rfind(prefix, 0) == 0 || n.rfind(kTrashPrefix, 0) == 0) names.push_back(n);
+    if (IsShmDirName(n) || n.rfind(kTrashPrefix, 0) == 0) names.push_back(n);
   }
   ::closedir(d);
   static std::atomic<int> seq{0};

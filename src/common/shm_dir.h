@@ -46,9 +46,10 @@ std::string ShmDirName(const std::string& run_dir, const std::string& node);
 Result<ShmDirLease> AcquireShmDir(const std::string& root, const std::string& name,
                                   const Clock* clock, double timeout_s);
 
-// Removes every `root/<prefix>*` directory that no live process owns (see the protocol)
-// and every `.bulwark-trash-*` left by an interrupted sweep. Returns how many it
-// removed. Never blocks on a lock; errors are skipped (the next sweep retries).
-int SweepAbandonedShmDirs(const std::string& root, const std::string& prefix, const Clock* clock);
+// Removes every directory of `root` named as ShmDirName names them
+// ("bulwark-<digits>-<node>") that no live process owns (see the protocol), and every
+// `.bulwark-trash-*` left by an interrupted sweep. Returns how many it removed. Never
+// blocks on a lock; errors are skipped (the next sweep retries).
+int SweepAbandonedShmDirs(const std::string& root, const Clock* clock);
 
 }  // namespace bulwark

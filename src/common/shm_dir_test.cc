@@ -87,29 +87,35 @@ TEST_F(ShmDirTest, SweepRemovesTheDirectoryOfAKilledOwnerOnly) {
   DieOwning("bulwark-7-node-0");
   auto live = AcquireShmDir(root(), "bulwark-7-node-1", &clock_, 0);
   ASSERT_TRUE(live.ok()) << live.status().ToString();
-  fs::create_directories(root_ / "other-program");  // not ours: another prefix
+  fs::create_directories(root_ / "other-program");  // not ours: other names
+
   ASSERT_TRUE(fs::exists(root_ / "bulwark-7-node-0/replica.bin"));
-  EXPECT_EQ(SweepAbandonedShmDirs(root(), "bulwark-", &clock_), 1);
+  EXPECT_EQ(SweepAbandonedShmDirs(root(), &clock_), 1);
   EXPECT_FALSE(fs::exists(root_ / "bulwark-7-node-0"));
   EXPECT_TRUE(fs::exists(root_ / "bulwark-7-node-1/.owner"));
   EXPECT_TRUE(fs::exists(root_ / "other-program"));
+
   for (const auto& e : fs::directory_iterator(root_)) {
     EXPECT_EQ(e.path().filename().string().rfind(".bulwark-trash-", 0), std::string::npos);
   }
-  EXPECT_EQ(SweepAbandonedShmDirs(root(), "bulwark-", &clock_), 0);
+  EXPECT_EQ(SweepAbandonedShmDirs(root(), &clock_), 0);
 }
 
 TEST_F(ShmDirTest, UnownedDirectoriesWaitAnHourAndTrashIsAlwaysRemoved) {
   fs::create_directories(root_ / "bulwark-3-node-0");  // an older version's, or being made
+  fs::create_directories(root_ / "bulwark-fuzz-0");    // other programs' names
+  fs::create_directories(root_ / "bulwark-12-");
   fs::create_directories(root_ / ".bulwark-trash-1-0-bulwark-2-node-0/sub");
-  EXPECT_EQ(SweepAbandonedShmDirs(root(), "bulwark-", &clock_), 1);
+  EXPECT_EQ(SweepAbandonedShmDirs(root(), &clock_), 1);
   EXPECT_TRUE(fs::exists(root_ / "bulwark-3-node-0"));
   EXPECT_FALSE(fs::exists(root_ / ".bulwark-trash-1-0-bulwark-2-node-0"));
   struct stat st;
   ASSERT_EQ(::stat((root_ / "bulwark-3-node-0").c_str(), &st), 0);
   FakeClock later(0, static_cast<double>(st.st_mtime) + 3601);
-  EXPECT_EQ(SweepAbandonedShmDirs(root(), "bulwark-", &later), 1);
+  EXPECT_EQ(SweepAbandonedShmDirs(root(), &later), 1);
   EXPECT_FALSE(fs::exists(root_ / "bulwark-3-node-0"));
+  EXPECT_TRUE(fs::exists(root_ / "bulwark-fuzz-0"));
+  EXPECT_TRUE(fs::exists(root_ / "bulwark-12-"));
 }
 
 // The race the protocol is for: owners taking and releasing one name while sweepers
@@ -119,7 +125,7 @@ TEST_F(ShmDirTest, ASweepNeverRemovesADirectoryWhileItsOwnerHoldsIt) {
   std::atomic<bool> stop{false};
   std::thread sweeper([&] {
     FakeClock c;
-    while (!stop) SweepAbandonedShmDirs(root(), "bulwark-", &c);
+    while (!stop) SweepAbandonedShmDirs(root(), &c);
   });
   FakeClock c;
   int swept_under = 0;
