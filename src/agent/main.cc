@@ -1,10 +1,12 @@
 // bulwark-agent: the per-node agent (docs/agent.md).
 #include <signal.h>
+#include <sys/prctl.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "agent/agent.h"
+#include "agent/install.h"
 #include "common/clock.h"
 #include "common/install_paths.h"
 
@@ -14,15 +16,54 @@
 #ifndef BULWARK_DEFAULT_LIB
 #define BULWARK_DEFAULT_LIB ""
 #endif
+#ifndef BULWARK_VERSION
+#define BULWARK_VERSION "unknown"
+#endif
 
 namespace {
 
 void OnTermSignal(int sig) { bulwark::Agent::RequestTermination(sig); }
 
+// `bulwark-agent install DIR` (agent/install.h).
+int Install(int argc, char** argv) {
+  CLI::App app{"bulwark-agent install: copies this agent, its loader and libraries, and the "
+               "SDK into DIR, to run in a container of any image"};
+  app.name("bulwark-agent install");
+  bulwark::InstallOptions o;
+  o.python_dir = bulwark::DefaultPythonDir(BULWARK_DEFAULT_PYTHON_DIR);
+  o.lib_path = bulwark::DefaultSdkLib(BULWARK_DEFAULT_LIB);
+  app.add_option("dir", o.dest, "where to install (an emptyDir shared with the training "
+                                "container)")->required();
+  app.add_option("--python-dir", o.python_dir, "the SDK package root to copy")
+      ->capture_default_str();
+  app.add_option("--lib", o.lib_path, "libbulwark.so to copy")->capture_default_str();
+  app.footer("Example (an init container of the operator's image):\n"
+             "  bulwark-agent install /bulwark/agent\n"
+             "then the training container runs\n"
+             "  /bulwark/agent/lib/ld.so --library-path /bulwark/agent/lib "
+             "/bulwark/agent/bin/bulwark-agent ...");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a usage error: 2
+  }
+  bulwark::Status st = bulwark::InstallAgentBundle(o, std::cout);
+  if (!st.ok()) {
+    std::cerr << "bulwark-agent install: " << st.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Run from a bundle, the process is the loader (ld.so): keep the agent's name.
+  prctl(PR_SET_NAME, "bulwark-agent", 0, 0, 0);
+  if (argc >= 2 && std::string(argv[1]) == "install") return Install(argc - 1, argv + 1);
   CLI::App app{"bulwark-agent: launches a node's training ranks and detects their faults"};
+  app.set_version_flag("--version", std::string("bulwark-agent ") + BULWARK_VERSION);
+  app.footer("Subcommand: bulwark-agent install DIR (see bulwark-agent install --help)");
   bulwark::AgentOptions o;
   std::string controller;
   app.add_option("--controller", controller, "controller address HOST:PORT")->required();

@@ -28,4 +28,8 @@ std::string DefaultSdkLib(const std::string& build_default) {
   return build_default;
 }
 
+std::vector<std::string> AgentBundleCommand(const std::string& dir) {
+  return {dir + "/lib/ld.so", "--library-path", dir + "/lib", dir + "/bin/bulwark-agent"};
+}
+
 }  // namespace bulwark

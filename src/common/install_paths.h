@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace bulwark {
 
@@ -21,5 +22,10 @@ std::string DefaultPythonDir(const std::string& source_default);
 // libbulwark.so next to the executable's prefix: <exe dir>/../lib/libbulwark.so if it
 // exists, else `build_default`.
 std::string DefaultSdkLib(const std::string& build_default);
+
+// The command line that runs an agent bundle made by `bulwark-agent install DIR`
+// (agent/install.h): {DIR/lib/ld.so, --library-path, DIR/lib, DIR/bin/bulwark-agent}.
+// The agent's own arguments follow.
+std::vector<std::string> AgentBundleCommand(const std::string& dir);
 
 }  // namespace bulwark
