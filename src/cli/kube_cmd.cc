@@ -88,6 +88,7 @@ int OperatorRun(const OperatorFlags& f, std::ostream& out, std::ostream& err) {
   }
   o.leader.identity = id;
   o.render.agent_path = f.agent_path;
+  o.render.agent_image = f.agent_image;
   o.runner.state_dir = f.state_dir;
   o.runner.bind_host = f.bind;
   o.runner.advertise_host = !f.advertise.empty()     ? f.advertise
@@ -200,7 +201,14 @@ std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostre
   o->add_option("--lease-namespace", flags->lease_namespace, "namespace of the leader Lease");
   o->add_option("--metrics-addr", flags->metrics_addr, "health and metrics address ('' = off)");
   o->add_option("--gpu-resource", flags->gpu_resource, "extended resource counted as GPUs");
-  o->add_option("--agent-path", flags->agent_path, "bulwark-agent's path inside job images");
+  o->add_option("--agent-path", flags->agent_path,
+                "bulwark-agent's path inside --agent-image, and inside job images that carry it "
+                "(pod.injectAgent: false)")
+      ->capture_default_str();
+  o->add_option("--agent-image", flags->agent_image,
+                "image an init container copies bulwark-agent from into every pod of a job with "
+                "pod.injectAgent (the default); '' = job images must carry it")
+      ->capture_default_str();
   o->add_flag("--no-leader-election", flags->no_leader_election, "single replica only");
   o->footer(
       "Example (outside a cluster, as the quick start in deploy/README.md does):\n"

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "trainjob/render.h"
+
 namespace bulwark::cli {
 
 struct KubeFlags {
@@ -38,6 +40,7 @@ struct OperatorFlags {
   std::string metrics_addr = ":8080";
   std::string gpu_resource = "nvidia.com/gpu";
   std::string agent_path = "/usr/local/bin/bulwark-agent";
+  std::string agent_image = trainjob::DefaultAgentImage();  // "" = job images must carry the agent
   bool no_leader_election = false;
 };
 

@@ -85,6 +85,7 @@ int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err) {
                           std::to_string(ms->size()) + " manifests");
   }
   trainjob::RenderOptions o;
+  o.agent_image = f.agent_image;
   if (!f.controller.empty()) {
     const size_t colon = f.controller.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == f.controller.size()) {
@@ -129,6 +130,10 @@ CLI::App* AddRenderCommand(CLI::App& app, int* exit_code, std::ostream& out, std
   cmd->add_option("--controller", flags->controller, "controller HOST:PORT the agents dial");
   cmd->add_option("-o,--output", flags->output, "yaml (default) or json");
   cmd->add_option("--image", flags->image, "container image when the spec has no pod.image");
+  cmd->add_option("--agent-image", flags->agent_image,
+                  "image the pods' init container copies bulwark-agent from (as the operator's "
+                  "--agent-image); '' = the job's image must carry it")
+      ->capture_default_str();
   cmd->add_flag("--crd", flags->crd, "print the TrainJob CustomResourceDefinition");
   cmd->add_flag("--trainjob", flags->trainjob, "print the TrainJob the spec converts to");
   cmd->footer(

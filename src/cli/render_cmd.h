@@ -15,6 +15,8 @@
 #include <ostream>
 #include <string>
 
+#include "trainjob/render.h"
+
 namespace bulwark::cli {
 
 struct RenderFlags {
@@ -25,6 +27,7 @@ struct RenderFlags {
   std::string image;      // for a manifest without pod.image (a plain job spec)
   bool crd = false;       // print the CRD instead
   bool trainjob = false;  // print the TrainJob SPEC converts to instead
+  std::string agent_image = trainjob::DefaultAgentImage();  // RenderOptions::agent_image
 };
 int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err);
 

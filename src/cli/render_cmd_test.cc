@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "trainjob/yaml_json.h"
@@ -38,7 +39,12 @@ TEST(RenderCmdTest, TrainJobAsYamlDocuments) {
   ASSERT_GE(docs->size(), 4u);
   EXPECT_EQ((*docs)[0]["kind"], "Service");
   EXPECT_EQ((*docs)[1]["kind"], "PodGroup");
-  EXPECT_EQ((*docs)[2]["spec"]["containers"][0]["command"][2], "10.1.2.3:7070");
+  const Json& cmd = (*docs)[2]["spec"]["containers"][0]["command"];
+  EXPECT_EQ(cmd[0], "/bulwark/agent/lib/ld.so");  // the agent installed by the init container
+  EXPECT_EQ((*docs)[2]["spec"]["initContainers"][0]["image"], trainjob::DefaultAgentImage());
+  auto at = std::find(cmd.begin(), cmd.end(), "--controller");
+  ASSERT_NE(at, cmd.end());
+  EXPECT_EQ(*(at + 1), "10.1.2.3:7070");
   EXPECT_FALSE((*docs)[2]["spec"].contains("nodeName"));  // Volcano binds, not the names
   EXPECT_THAT(r.out, HasSubstr("---\n"));
 }

@@ -271,6 +271,28 @@ TEST(DockerfileTest, TheOperatorImageIsWhatDeployOperatorYamlRuns) {
   }
 }
 
+// The operator's image is the pods' --agent-image: it has bulwark-agent where the init
+// container runs it, and the SDK where an installed agent (install_paths.h) finds it.
+TEST(DockerfileTest, TheOperatorImageIsTheAgentImageThePodsInstallFrom) {
+  const std::vector<Stage> stages = Stages();
+  const Stage& op = StageNamed(stages, "operator");
+  std::set<std::string> dests;
+  for (const std::string& l : op.lines) {
+    const std::vector<std::string> w = Words(l);
+    if (w[0] == "COPY") dests.insert(w.back());
+  }
+  EXPECT_TRUE(dests.count(trainjob::RenderOptions{}.agent_path));
+  EXPECT_TRUE(dests.count("/usr/local/lib/libbulwark.so"));
+  EXPECT_TRUE(dests.count("/usr/local/lib/bulwark/python/bulwark"));
+  const Json c = OperatorContainer();
+  const std::vector<std::string> args = c["args"].get<std::vector<std::string>>();
+  auto a = std::find(args.begin(), args.end(), "--agent-image");
+  ASSERT_NE(a, args.end()) << "deploy/operator.yaml passes no --agent-image";
+  EXPECT_EQ(*(a + 1), c["image"].get<std::string>());
+  EXPECT_EQ(trainjob::DefaultAgentImage(), c["image"].get<std::string>())
+      << "the built-in --agent-image is not the image deploy/operator.yaml runs";
+}
+
 TEST(DockerfileTest, TheTrainerImageHasTheAgentWhereThePodsRunIt) {
   const std::vector<Stage> stages = Stages();
   const Stage& t = StageNamed(stages, "trainer");

@@ -418,29 +418,57 @@ TEST_F(OperatorE2E, InvalidSpecFailsWithTheFieldAndDeletionCleansUp) {
       [&] { return k8s::IsNotFound(admin_->Get(k8s::Services(), ns_, "long").status()); }, 60));
 }
 
-TEST_F(OperatorE2E, TheSameTrainJobRunsUnchangedOnTheLocalBackend) {
-  // One spec, two backends: the manifest the operator runs, given to `bulwark run`.
-  const std::string path = dir_ + "/trainjob.yaml";
-  std::ofstream(path) << TrainJob("local-twin", 2, 60, "1").dump(2);
+// Runs `argv` to its end, at most `timeout_s`: its exit code (-1: it did not finish)
+// and output.
+std::pair<int, std::string> RunCommand(const std::vector<std::string>& argv, double timeout_s) {
   SpawnOptions so;
-  so.argv = {build_ + "/bin/bulwark", "run", path, "--run-dir", dir_ + "/run", "--store",
-             dir_ + "/local.db"};
+  so.argv = argv;
   so.env = CurrentEnv();
   auto child = Spawn(so);
-  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  if (!child.ok()) return {-1, child.status().ToString()};
   std::string out;
   bool eof = false;
-  const double deadline = SystemClock::Get()->NowMono() + 240;
+  const double deadline = SystemClock::Get()->NowMono() + timeout_s;
   while (!eof && SystemClock::Get()->NowMono() < deadline) {
     PollReadable({child->output.get()}, 0.2);
     out += ReadAvailable(child->output.get(), &eof);
   }
   auto exit = WaitExit(child->pid, 10);
-  if (!exit) TerminateGroup(child->pid, child->pgid, 1);
-  ASSERT_TRUE(exit.has_value()) << out;
-  EXPECT_EQ(exit->code, 0) << out;
+  if (!exit) {
+    TerminateGroup(child->pid, child->pgid, 1);
+    return {-1, out + "(did not finish within the deadline)"};
+  }
+  return {exit->signal ? 128 + exit->signal : exit->code, out};
+}
+
+TEST_F(OperatorE2E, TheSameTrainJobRunsUnchangedOnTheLocalBackend) {
+  // One spec, two backends: the manifest the operator runs, given to `bulwark run`.
+  const std::string path = dir_ + "/trainjob.yaml";
+  std::ofstream(path) << TrainJob("local-twin", 2, 60, "1").dump(2);
+  auto [code, out] = RunCommand({build_ + "/bin/bulwark", "run", path, "--run-dir", dir_ + "/run",
+                                 "--store", dir_ + "/local.db"},
+                                240);
+  EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("Succeeded")) << out;
   EXPECT_THAT(out, HasSubstr("the local backend ignores them")) << out;  // a note, not an error
+}
+
+// An image config whose ENTRYPOINT + CMD run the tiny trainer of the source tree (the
+// emulator runs commands on this machine), steps of 0.05 s; under ASan its Python
+// preloads the runtime, as TrainJob() does.
+registry::testing::ImageSpec TrainerImage(std::vector<std::string> entrypoint,
+                                          std::vector<std::string> cmd, const std::string& dir) {
+  registry::testing::ImageSpec spec;
+  spec.entrypoint = std::move(entrypoint);
+  spec.cmd = std::move(cmd);
+  spec.working_dir = dir;
+  spec.env = {"TINY_STEP_TIME=0.05"};
+  const std::string preload = BW_TEST_PRELOAD;
+  if (!preload.empty()) {
+    spec.env.push_back("LD_PRELOAD=" + preload);
+    spec.env.push_back("ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0");
+  }
+  return spec;
 }
 
 // A Kubeflow PyTorchJob, as users have them (torchrun launcher, Master + Worker),
@@ -488,23 +516,10 @@ spec:
               command: ["torchrun", "--nproc_per_node=1", "train.py"]
               resources: {limits: {nvidia.com/gpu: 8}}
 )";
-  SpawnOptions so;
-  so.argv = {build_ + "/bin/bulwark", "submit", manifest, "--kubeconfig",
-             cp_->admin_kubeconfig(), "-n",     ns_};
-  so.env = CurrentEnv();
-  auto child = Spawn(so);
-  ASSERT_TRUE(child.ok()) << child.status().ToString();
-  std::string out;
-  bool eof = false;
-  const double deadline = SystemClock::Get()->NowMono() + 60;
-  while (!eof && SystemClock::Get()->NowMono() < deadline) {
-    PollReadable({child->output.get()}, 0.2);
-    out += ReadAvailable(child->output.get(), &eof);
-  }
-  auto exit = WaitExit(child->pid, 10);
-  if (!exit) TerminateGroup(child->pid, child->pgid, 1);
-  ASSERT_TRUE(exit.has_value()) << out;
-  ASSERT_EQ(exit->code, 0) << out;
+  auto [code, out] = RunCommand({build_ + "/bin/bulwark", "submit", manifest, "--kubeconfig",
+                                 cp_->admin_kubeconfig(), "-n", ns_},
+                                60);
+  ASSERT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("torchrun and its flags"));  // the conversion's notes
   ASSERT_TRUE(WaitFor([&] { return Finished("imported"); }, 120)) << Describe("imported") << out;
   EXPECT_EQ(Phase("imported"), "Succeeded") << Describe("imported");
@@ -523,16 +538,8 @@ TEST_F(OperatorE2E, ACommandlessTrainJobRunsTheImagesCommand) {
   ro.password = "s3cret";
   auto reg = registry::testing::TestRegistry::Start(ro);
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  const std::string preload = BW_TEST_PRELOAD;
-  registry::testing::ImageSpec spec;
-  spec.entrypoint = {"/usr/bin/python3"};
-  spec.cmd = {src_ + "/tests/trainers/tiny_trainer.py", "--steps", "40"};
-  spec.working_dir = dir_;
-  spec.env = {"TINY_STEP_TIME=0.05"};
-  if (!preload.empty()) {
-    spec.env.push_back("LD_PRELOAD=" + preload);
-    spec.env.push_back("ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0");
-  }
+  const registry::testing::ImageSpec spec = TrainerImage(
+      {"/usr/bin/python3"}, {src_ + "/tests/trainers/tiny_trainer.py", "--steps", "40"}, dir_);
   const std::filesystem::path content = dir_ + "/image";
   std::filesystem::create_directories(content);
   std::ofstream(content / "README") << "the trainer lives in the source tree\n";
@@ -540,9 +547,8 @@ TEST_F(OperatorE2E, ACommandlessTrainJobRunsTheImagesCommand) {
                                              "v1", content.string(), spec);
   ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
   const std::string image = (*reg)->host() + "/team/trainer:v1";
-  const std::string auth = Json{{"auths", {{(*reg)->host(), {{"username", "trainer"},
-                                                            {"password", "s3cret"}}}}}}
-                               .dump();
+  const std::string auth =
+      Json{{"auths", {{(*reg)->host(), {{"username", "trainer"}, {"password", "s3cret"}}}}}}.dump();
   Json secret = {{"apiVersion", "v1"},
                  {"kind", "Secret"},
                  {"metadata", {{"name", "regcred"}, {"namespace", ns_}}},
@@ -564,19 +570,104 @@ TEST_F(OperatorE2E, ACommandlessTrainJobRunsTheImagesCommand) {
   ASSERT_TRUE(WaitFor([&] { return Finished("from-image"); }, 180)) << Describe("from-image");
   EXPECT_EQ(Phase("from-image"), "Succeeded") << Describe("from-image");
   EXPECT_EQ(Step("from-image"), 40) << Describe("from-image");
-  EXPECT_TRUE(HasEvent("TrainJob", "from-image", "CommandFromImage",
-                       "command from image " + image + " (" + pushed->manifest_digest +
-                           "): [\"/usr/bin/python3\""))
+  EXPECT_TRUE(HasEvent(
+      "TrainJob", "from-image", "CommandFromImage",
+      "command from image " + image + " (" + pushed->manifest_digest + "): [\"/usr/bin/python3\""))
       << Describe("from-image");
   EXPECT_FALSE(Get("from-image")["spec"].contains("command"));  // the spec stays as written
+  // The image has no Bulwark files (only the operator's image has the agent, in the
+  // emulator as in a cluster): each pod's init container installed the agent from the
+  // operator's image, and the pod ran that bundle, which ran the image's command.
+  std::vector<std::string> pods;  // "namespace/name: how it ended"
+  for (const std::string& s : kubelet_->Summary()) {
+    if (s.rfind(ns_ + "/from-image-", 0) == 0) pods.push_back(s.substr(ns_.size() + 1));
+  }
+  EXPECT_EQ(pods.size(), 2u) << ::testing::PrintToString(kubelet_->Summary());
+  for (const std::string& p : pods) {
+    const std::string log = kubelet_->PodLog(p.substr(0, p.find_first_of(": ")));
+    EXPECT_THAT(log, HasSubstr("init container install-agent on")) << log;
+    EXPECT_THAT(log, HasSubstr("bulwark-agent install: checked: bulwark-agent ")) << log;
+    EXPECT_THAT(log, HasSubstr("/bulwark-agent/lib/ld.so --library-path ")) << log;
+  }
 
-  ASSERT_TRUE(WaitFor([&] { return HasEvent("TrainJob", "no-secret", "ImageConfigUnavailable",
-                                            "set pod.imagePullSecrets"); },
-                      30))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return HasEvent("TrainJob", "no-secret", "ImageConfigUnavailable",
+                        "set pod.imagePullSecrets");
+      },
+      30))
       << Describe("no-secret");
   EXPECT_EQ(Phase("no-secret"), "Pending") << Describe("no-secret");
   EXPECT_THAT(Str(Get("no-secret"), {"status", "message"}), HasSubstr(image));
   ASSERT_TRUE(admin_->Delete(k8s::TrainJobs(), ns_, "no-secret").ok());
+}
+
+// Issue 16 item 10: the quick-start PyTorchJob of Kubeflow's documents as written — a
+// Master and 3 Workers, `image: pytorch/pytorch:latest`, no command (the image's
+// entrypoint runs), no Bulwark file in the image — submitted with `bulwark submit`,
+// runs to the end on 4 nodes: the operator reads the entrypoint from the registry and
+// each pod's init container installs the agent from the operator's image.
+TEST_F(OperatorE2E, TheDocumentsQuickStartPyTorchJobRunsAsWritten) {
+  auto reg = registry::testing::TestRegistry::Start({});
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const registry::testing::ImageSpec spec = TrainerImage(
+      {"/usr/bin/python3", src_ + "/tests/trainers/tiny_trainer.py"}, {"--steps", "30"}, dir_);
+  const std::filesystem::path content = dir_ + "/pytorch-image";
+  std::filesystem::create_directories(content);
+  std::ofstream(content / "README") << "stands in for pytorch/pytorch: no Bulwark files\n";
+  auto pushed = registry::testing::PushImage({(*reg)->host(), "pytorch/pytorch", "", ""}, "latest",
+                                             content.string(), spec);
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  const std::string image = (*reg)->host() + "/pytorch/pytorch:latest";
+
+  StartOperator();
+  const std::string manifest = dir_ + "/quickstart-pytorchjob.yaml";
+  std::ofstream(manifest) << R"(apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: pytorch-simple
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: )" << image
+                          << R"(
+    Worker:
+      replicas: 3
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: )" << image
+                          << R"(
+)";
+  auto [code, out] = RunCommand({build_ + "/bin/bulwark", "submit", manifest, "--kubeconfig",
+                                 cp_->admin_kubeconfig(), "-n", ns_},
+                                60);
+  ASSERT_EQ(code, 0) << out;
+  ASSERT_TRUE(WaitFor([&] { return Finished("pytorch-simple"); }, 180))
+      << Describe("pytorch-simple") << out;
+  EXPECT_EQ(Phase("pytorch-simple"), "Succeeded") << Describe("pytorch-simple");
+  EXPECT_EQ(Step("pytorch-simple"), 30) << Describe("pytorch-simple");
+  EXPECT_EQ(Str(Get("pytorch-simple"), {"spec", "nodes"}), "4");
+  EXPECT_TRUE(
+      HasEvent("TrainJob", "pytorch-simple", "CommandFromImage", "command from image " + image))
+      << Describe("pytorch-simple");
+  int installed = 0;
+  for (const std::string& s : kubelet_->Summary()) {
+    if (s.rfind(ns_ + "/pytorch-simple-", 0) != 0) continue;
+    const std::string pod = s.substr(ns_.size() + 1, s.find_first_of(": ") - ns_.size() - 1);
+    if (kubelet_->PodLog(pod).find("bulwark-agent install: checked") != std::string::npos) {
+      ++installed;
+    }
+  }
+  EXPECT_GE(installed, 4) << ::testing::PrintToString(kubelet_->Summary());
 }
 
 // The objects of deploy/<file> (rbac.yaml by default).

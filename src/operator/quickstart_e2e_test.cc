@@ -25,6 +25,7 @@
 #include "common/proc.h"
 #include "k8s/testing/cluster.h"
 #include "operator/testing/node_emulator.h"
+#include "trainjob/render.h"
 
 namespace bulwark::op {
 namespace {
@@ -118,7 +119,9 @@ class QuickStartE2E : public ::testing::Test {
                            {"nvidia.com/gpu.memory", "81559"}},
                           8});
     }
-    ko.binaries["/usr/local/bin/bulwark-agent"] = build_ + "/bin/bulwark-agent";
+    // Only the operator's image has the agent: job images get it from an init container.
+    ko.image_binaries[trainjob::DefaultAgentImage()]["/usr/local/bin/bulwark-agent"] =
+        build_ + "/bin/bulwark-agent";
     ko.root = dir_ + "/cluster";
     const std::string preload = BW_TEST_PRELOAD;
     if (!preload.empty()) {

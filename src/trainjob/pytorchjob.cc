@@ -233,7 +233,8 @@ class Converter {
     if (At(c, "image").IsScalar()) {
       pod["image"] = At(c, "image").Scalar();
       Note("pod.image: " + At(c, "image").Scalar() +
-           " (it must also contain bulwark-agent, the pod's entrypoint)");
+           " (as it is: each pod's init container installs bulwark-agent into it from the "
+           "operator's image, pod.injectAgent)");
     } else {
       Err(At(c, "image"), c, path + ".image", "required field is missing",
           "give the container image");

@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "common/clock.h"
+#include "common/install_paths.h"
 
 namespace bulwark::trainjob {
 namespace {
@@ -91,6 +92,8 @@ Json Resources(const PodOptions& p) {
 
 }  // namespace
 
+std::string DefaultAgentImage() { return std::string("ghcr.io/bulwark-dev/bulwark:") + BULWARK_VERSION; }
+
 Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
                const std::string& node_name, const RenderOptions& o) {
   const bool standby = slot < 0;
@@ -102,15 +105,35 @@ Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
 
   const double hb = o.heartbeat_interval_s > 0 ? o.heartbeat_interval_s
                                                : t.job.fault_policy.heartbeat_interval_seconds;
-  Json command = {
-      o.agent_path,     "--controller", o.controller_addr, "--node",    node_id,
-      "--run-dir",      kRunDir,        "--peer-host",     "$(POD_IP)", "--heartbeat-interval",
-      FormatSeconds(hb)};
-  if (!o.python_dir.empty()) command.insert(command.end(), {"--python-dir", o.python_dir});
-  if (!o.lib_path.empty()) command.insert(command.end(), {"--lib", o.lib_path});
+  const bool inject = t.pod.inject_agent && !o.agent_image.empty();
+  Json command = Json::array();
+  if (inject) {
+    for (const std::string& part : AgentBundleCommand(kAgentBundleDir)) command.push_back(part);
+  } else {
+    command.push_back(o.agent_path);
+  }
+  command.insert(command.end(),
+                 {"--controller", o.controller_addr, "--node", node_id, "--run-dir", kRunDir,
+                  "--peer-host", "$(POD_IP)", "--heartbeat-interval", FormatSeconds(hb)});
+  // A bundle finds its own SDK (it is laid out as an installed prefix).
+  if (!o.python_dir.empty() && !inject) {
+    command.insert(command.end(), {"--python-dir", o.python_dir});
+  }
+  if (!o.lib_path.empty() && !inject) command.insert(command.end(), {"--lib", o.lib_path});
 
   Json volumes = Json::array(), mounts = Json::array();
   AddVolumes(t.pod, &volumes, &mounts);
+  Json init_containers = Json::array();
+  if (inject) {
+    volumes.push_back({{"name", "bulwark-agent"}, {"emptyDir", Json::object()}});
+    Json bundle_mount = {{"name", "bulwark-agent"}, {"mountPath", kAgentBundleDir}};
+    mounts.push_back(bundle_mount);
+    init_containers.push_back({{"name", kInstallAgentContainer},
+                               {"image", o.agent_image},
+                               {"imagePullPolicy", "IfNotPresent"},
+                               {"command", {o.agent_path, "install", kAgentBundleDir}},
+                               {"volumeMounts", Json::array({bundle_mount})}});
+  }
   Json container = {{"name", kAgentContainer},
                     {"image", t.pod.image},
                     {"imagePullPolicy", t.pod.image_pull_policy},
@@ -145,6 +168,7 @@ Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
        static_cast<int64_t>(std::ceil(t.job.fault_policy.stop_grace_seconds)) + o.grace_margin_s},
       {"containers", Json::array({container})},
       {"volumes", volumes}};
+  if (!init_containers.empty()) spec["initContainers"] = init_containers;
   if (!node_selector.empty()) spec["nodeSelector"] = node_selector;
   if (!node_name.empty()) spec["nodeName"] = node_name;
   if (t.pod.tolerations.is_array() && !t.pod.tolerations.empty()) {

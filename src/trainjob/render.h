@@ -26,11 +26,13 @@ inline constexpr char kAgentEndpointAnnotation[] = "bulwark.dev/agent-endpoint";
 inline constexpr char kQuarantineTaint[] = "bulwark.dev/quarantined";
 inline constexpr char kGpuTypeNodeLabel[] = "bulwark.dev/gpu-type";
 inline constexpr char kAgentContainer[] = "agent";
+inline constexpr char kInstallAgentContainer[] = "install-agent";  // the init container
 // Mount points inside every pod.
 inline constexpr char kRunDir[] = "/bulwark/run";
 inline constexpr char kLocalCkptDir[] = "/bulwark/local";
 inline constexpr char kSharedCkptDir[] = "/bulwark/shared";
 inline constexpr char kConfigDir[] = "/bulwark/config";
+inline constexpr char kAgentBundleDir[] = "/bulwark/agent";  // an injected agent's bundle
 inline constexpr char kDataDir[] = "/data";
 
 // The apiextensions.k8s.io/v1 CustomResourceDefinition of trainjobs.bulwark.dev. Its
@@ -40,9 +42,18 @@ inline constexpr char kDataDir[] = "/data";
 // as `bulwark render --crd` prints it.
 Json TrainJobCrd();
 
+// "ghcr.io/bulwark-dev/bulwark:<this version>": the operator image (deploy/operator.yaml),
+// which carries bulwark-agent at /usr/local/bin; the default of `bulwark operator
+// --agent-image` and `bulwark render --agent-image`.
+std::string DefaultAgentImage();
+
 struct RenderOptions {
   std::string controller_addr = "OPERATOR_POD_IP:PORT";  // HOST:PORT; the operator sets it per job
   std::string agent_path = "/usr/local/bin/bulwark-agent";  // inside the image
+  // The image whose bulwark-agent (at agent_path) an init container installs into the
+  // pods of jobs with pod.injectAgent (agent/install.h); "" = none: every job's image
+  // must carry the agent at agent_path.
+  std::string agent_image;
   double heartbeat_interval_s = 0;  // 0 = the job's faultPolicy.heartbeat.intervalSeconds
   std::string python_dir;           // agent --python-dir; "" = the agent's built-in default
   std::string lib_path;             // agent --lib; "" = the agent's built-in default
@@ -68,7 +79,10 @@ std::string KueuePodGroupName(const std::string& job, const std::string& run_id)
 // volumes (/bulwark/run, /dev/shm, /data, /bulwark/local, /bulwark/shared,
 // /bulwark/config), the downward-API env (POD_NAME, POD_NAMESPACE, POD_IP,
 // NODE_NAME), bulwark-agent as the entrypoint, SYS_PTRACE, and the gang
-// scheduler's labels/annotations. `slot` >= 0: the worker of that node slot; -1: a
+// scheduler's labels/annotations. With pod.injectAgent and o.agent_image, an init
+// container of o.agent_image runs `bulwark-agent install /bulwark/agent` into an
+// emptyDir and the entrypoint is that bundle (AgentBundleCommand), so pod.image needs
+// no Bulwark files; otherwise the entrypoint is o.agent_path in pod.image. `slot` >= 0: the worker of that node slot; -1: a
 // warm standby.
 Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
                const std::string& node_name, const RenderOptions& o);

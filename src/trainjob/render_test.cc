@@ -123,6 +123,62 @@ TEST(RenderPodTest, WorkerPodHasEverythingTheNodeNeeds) {
   }
 }
 
+// pod.injectAgent (the default) with the operator's agent image: an init container of
+// that image installs the agent into an emptyDir, and the pod runs the bundle, so the
+// job's image needs no Bulwark file. injectAgent: false, or no agent image: the job's
+// image runs its own bulwark-agent.
+TEST(RenderPodTest, TheAgentIsInjectedFromTheOperatorsImageUnlessTheJobSaysItHasOne) {
+  RenderOptions o;
+  o.controller_addr = "10.0.0.5:7070";
+  o.agent_image = "ghcr.io/bulwark-dev/bulwark:9.9.9";
+  TrainJob t = Full();
+  ASSERT_TRUE(t.pod.inject_agent);
+  const Json pod = RenderPod(t, "node-0", 0, "gpu-1", o);
+  const Json& init = pod["spec"]["initContainers"];
+  ASSERT_EQ(init.size(), 1u) << pod.dump(2);
+  EXPECT_EQ(init[0]["name"], kInstallAgentContainer);
+  EXPECT_EQ(init[0]["image"], "ghcr.io/bulwark-dev/bulwark:9.9.9");
+  EXPECT_EQ(init[0]["command"],
+            Json::array({"/usr/local/bin/bulwark-agent", "install", kAgentBundleDir}));
+  EXPECT_EQ(init[0]["volumeMounts"][0]["mountPath"], kAgentBundleDir);
+  EXPECT_TRUE(Volume(pod, "bulwark-agent")["emptyDir"].is_object());
+  EXPECT_EQ(MountPath(pod, "bulwark-agent"), kAgentBundleDir);
+  const Json& cmd = pod["spec"]["containers"][0]["command"];
+  EXPECT_EQ(cmd[0], "/bulwark/agent/lib/ld.so");
+  EXPECT_EQ(cmd[1], "--library-path");
+  EXPECT_EQ(cmd[2], "/bulwark/agent/lib");
+  EXPECT_EQ(cmd[3], "/bulwark/agent/bin/bulwark-agent");
+  EXPECT_EQ(cmd[4], "--controller");
+  EXPECT_EQ(pod["spec"]["containers"][0]["image"], t.pod.image);  // the job's own image
+
+  t.pod.inject_agent = false;
+  const Json own = RenderPod(t, "node-0", 0, "gpu-1", o);
+  EXPECT_FALSE(own["spec"].contains("initContainers"));
+  EXPECT_TRUE(Volume(own, "bulwark-agent").is_null());
+  EXPECT_EQ(own["spec"]["containers"][0]["command"][0], "/usr/local/bin/bulwark-agent");
+  t.pod.inject_agent = true;
+  o.agent_image.clear();
+  EXPECT_FALSE(RenderPod(t, "node-0", 0, "gpu-1", o)["spec"].contains("initContainers"));
+
+  // The field in a manifest, printed back only when false; a wrong type names it.
+  std::string text = testing::ReadTestFile(kTestdata + "/trainjob-full.yaml");
+  const std::string image_line = "    image: ghcr.io/acme/train:1.0\n";
+  ASSERT_NE(text.find(image_line), std::string::npos);
+  std::string with = text;
+  with.replace(with.find(image_line), image_line.size(), image_line + "    injectAgent: false\n");
+  auto parsed = ParseTrainJob(with, "full.yaml", "", Target::kKubernetes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_FALSE(parsed->pod.inject_agent);
+  EXPECT_EQ(ToObject(*parsed)["spec"]["pod"]["injectAgent"], false);
+  EXPECT_FALSE(ToObject(Full())["spec"]["pod"].contains("injectAgent"));
+  std::string bad = text;
+  bad.replace(bad.find(image_line), image_line.size(), image_line + "    injectAgent: maybe\n");
+  auto refused = ParseTrainJob(bad, "full.yaml", "", Target::kKubernetes);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("full.yaml:38"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("spec.pod.injectAgent"));
+}
+
 TEST(RenderPodTest, StandbyAndUnboundAndMinimalPods) {
   TrainJob t = Full();
   const Json standby = RenderPod(t, "node-2", -1, "", {});

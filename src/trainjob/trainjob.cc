@@ -81,6 +81,7 @@ Json PodFields(const PodOptions& p) {
   if (p.tolerations.is_array() && !p.tolerations.empty()) o["tolerations"] = p.tolerations;
   if (p.data_volume.is_object()) o["dataVolume"] = p.data_volume;
   if (!p.image_pull_secrets.empty()) o["imagePullSecrets"] = p.image_pull_secrets;
+  if (!p.inject_agent) o["injectAgent"] = false;
   return o;
 }
 

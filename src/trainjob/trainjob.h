@@ -49,7 +49,11 @@ struct SchedulingSpec {
 // spec.pod: how each node's pod is built (Kubernetes backend only). Strings are ""
 // when unset.
 struct PodOptions {
-  std::string image;  // must contain bulwark-agent (RenderOptions::agent_path)
+  std::string image;  // the training container's image
+  // true: an init container copies bulwark-agent into the pod from
+  // RenderOptions::agent_image (agent/install.h); false: the image has it at
+  // RenderOptions::agent_path.
+  bool inject_agent = true;
   std::string image_pull_policy = "IfNotPresent";
   int gpus_per_node = 0;  // limits[gpu_resource]; defaults to procsPerNode
   std::string gpu_resource = "nvidia.com/gpu";

@@ -392,6 +392,9 @@ class TrainJobParser {
     str("localCheckpointPath", &p.local_checkpoint_path);
     str("sharedCheckpointClaim", &p.shared_checkpoint_claim);
     str("configMap", &p.config_map);
+    if (v.contains("injectAgent") && v["injectAgent"].is_boolean()) {
+      p.inject_agent = v["injectAgent"].get<bool>();
+    }
     if (v.contains("gpusPerNode") && v["gpusPerNode"].is_number()) {
       p.gpus_per_node = v["gpusPerNode"].get<int>();
     }

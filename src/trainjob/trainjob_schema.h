@@ -128,9 +128,14 @@ inline constexpr CelRule kAbsolutePathRules[] = {
 
 inline constexpr FieldDef kPodFields[] = {
     {.key = "image",
-     .hint = "set pod.image to a container image that contains bulwark-agent (at "
-             "/usr/local/bin/bulwark-agent) and the trainer, e.g. ghcr.io/acme/train:1.0",
+     .hint = "set pod.image to the training container's image, e.g. pytorch/pytorch:latest or "
+             "ghcr.io/acme/train:1.0",
      .required = true},
+    {.key = "injectAgent",
+     .hint = "set pod.injectAgent to false only if pod.image has bulwark-agent at "
+             "/usr/local/bin/bulwark-agent (Bulwark's trainer image or one built FROM it); true "
+             "(the default) copies the agent into each pod from the operator's --agent-image",
+     .type = FieldType::kBool},
     {.key = "imagePullPolicy",
      .hint = "set pod.imagePullPolicy to Always, IfNotPresent or Never",
      .values = kPullPolicies},

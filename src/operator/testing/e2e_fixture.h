@@ -126,7 +126,9 @@ class OperatorE2E : public ::testing::Test {
                                                         : "r3"}},
                           8});
     }
-    ko.binaries["/usr/local/bin/bulwark-agent"] = build_ + "/bin/bulwark-agent";
+    // Only the operator's image has the agent: job images get it from an init container.
+    ko.image_binaries[trainjob::DefaultAgentImage()]["/usr/local/bin/bulwark-agent"] =
+        build_ + "/bin/bulwark-agent";
     ko.root = dir_ + "/cluster";
     auto k = op::testing::NodeEmulator::Start(ko);
     ASSERT_TRUE(k.ok()) << k.status().ToString();
@@ -180,6 +182,9 @@ class OperatorE2E : public ::testing::Test {
     oo.leader.lease_duration_s = 5;
     oo.leader.renew_deadline_s = 4;
     oo.leader.retry_period_s = 0.5;
+    // As deployed: every pod's agent is installed by an init container of the operator's
+    // image (the emulator maps that image's /usr/local/bin/bulwark-agent to the build's).
+    oo.render.agent_image = trainjob::DefaultAgentImage();
     oo.runner.state_dir = dir_ + "/state";
     oo.runner.bind_host = "127.0.0.1";
     oo.runner.advertise_host = "127.0.0.1";

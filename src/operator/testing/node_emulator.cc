@@ -277,48 +277,99 @@ Status NodeEmulator::StartPod(const Json& pod) {
       } else if (v.contains("configMap")) {
         dir = opts_.root + "/configmaps/" + ns + "/" + Str(v["configMap"], "name");
       } else {
-        dir = opts_.root + "/pods/" + ns + "/" + name + "/" + vn;
+        // By the pod's uid, short: Unix socket paths under an emptyDir (the agent's
+        // run dir) must stay within 107 bytes.
+        dir = opts_.root + "/p/" + Str(pod["metadata"], "uid").substr(0, 8) + "/" + vn;
       }
       std::filesystem::create_directories(dir);
       vol[vn] = dir;
     }
   }
-  std::vector<std::pair<std::string, std::string>> mounts;  // mountPath -> host dir
-  if (c.contains("volumeMounts")) {
-    for (const Json& m : c["volumeMounts"]) {
-      auto it = vol.find(Str(m, "name"));
-      if (it != vol.end()) mounts.emplace_back(Str(m, "mountPath"), it->second);
+  // A container's command line as the kubelet would run it: $(VAR) from its env, the
+  // image's paths (`binaries`) and its volume mount paths mapped to this machine's.
+  auto command_of = [&](const Json& ctr, std::map<std::string, std::string>* env,
+                        std::vector<std::string>* argv) -> Status {
+    std::vector<std::pair<std::string, std::string>> mounts;  // mountPath -> host dir
+    if (ctr.contains("volumeMounts")) {
+      for (const Json& m : ctr["volumeMounts"]) {
+        auto it = vol.find(Str(m, "name"));
+        if (it != vol.end()) mounts.emplace_back(Str(m, "mountPath"), it->second);
+      }
     }
-  }
-  std::map<std::string, std::string> env;
-  if (c.contains("env")) {
-    for (const Json& e : c["env"]) {
-      std::string value = Str(e, "value");
-      const std::string field = e.contains("valueFrom") && e["valueFrom"].contains("fieldRef")
-                                    ? Str(e["valueFrom"]["fieldRef"], "fieldPath")
-                                    : "";
-      if (field == "metadata.name") value = name;
-      if (field == "metadata.namespace") value = ns;
-      if (field == "spec.nodeName") value = node;
-      if (field == "status.podIP" || field == "status.hostIP") value = "127.0.0.1";
-      env[Str(e, "name")] = value;
+    if (ctr.contains("env")) {
+      for (const Json& e : ctr["env"]) {
+        std::string value = Str(e, "value");
+        const std::string field = e.contains("valueFrom") && e["valueFrom"].contains("fieldRef")
+                                      ? Str(e["valueFrom"]["fieldRef"], "fieldPath")
+                                      : "";
+        if (field == "metadata.name") value = name;
+        if (field == "metadata.namespace") value = ns;
+        if (field == "spec.nodeName") value = node;
+        if (field == "status.podIP" || field == "status.hostIP") value = "127.0.0.1";
+        (*env)[Str(e, "name")] = value;
+      }
     }
-  }
-  std::vector<std::string> argv;
-  for (const char* part : {"command", "args"}) {
-    if (!c.contains(part)) continue;
-    for (const Json& a : c[part]) argv.push_back(Expand(a.get<std::string>(), env));
-  }
-  if (argv.empty()) return InvalidArgument("pod " + name + ": no command (images are not run)");
-  if (auto it = opts_.binaries.find(argv[0]); it != opts_.binaries.end()) argv[0] = it->second;
-  for (std::string& a : argv) {
-    for (const auto& [path, host] : mounts) {
-      if (a == path || a.rfind(path + "/", 0) == 0) {
-        a = host + a.substr(path.size());
-        break;
+    for (const char* part : {"command", "args"}) {
+      if (!ctr.contains(part)) continue;
+      for (const Json& a : ctr[part]) argv->push_back(Expand(a.get<std::string>(), *env));
+    }
+    if (argv->empty()) {
+      return InvalidArgument("pod " + name + ": container " + Str(ctr, "name") +
+                             ": no command (images are not run)");
+    }
+    if (auto img = opts_.image_binaries.find(Str(ctr, "image"));
+        img != opts_.image_binaries.end() && img->second.count((*argv)[0])) {
+      (*argv)[0] = img->second.at((*argv)[0]);
+    } else if (auto it = opts_.binaries.find((*argv)[0]); it != opts_.binaries.end()) {
+      (*argv)[0] = it->second;
+    }
+    for (std::string& a : *argv) {
+      for (const auto& [path, host] : mounts) {
+        if (a == path || a.rfind(path + "/", 0) == 0) {
+          a = host + a.substr(path.size());
+          break;
+        }
+      }
+    }
+    return Status::Ok();
+  };
+  const std::string log_path = opts_.root + "/logs/" + name + ".log";
+  std::filesystem::create_directories(opts_.root + "/logs");
+  // Init containers run first, one at a time, each to a zero exit (else the pod fails,
+  // as with restartPolicy Never), within 120 s each.
+  if (spec.contains("initContainers")) {
+    for (const Json& ic : spec["initContainers"]) {
+      std::map<std::string, std::string> ienv;
+      std::vector<std::string> iargv;
+      BW_RETURN_IF_ERROR(command_of(ic, &ienv, &iargv));
+      SpawnOptions io;
+      io.argv = iargv;
+      io.env = CurrentEnv();
+      for (const auto& [k, v] : ienv) io.env[k] = v;
+      for (const auto& [k, v] : opts_.extra_env) io.env[k] = v;
+      BW_ASSIGN_OR_RETURN(Child ichild, Spawn(io));
+      std::string out;
+      bool eof = false;
+      const double deadline = SystemClock::Get()->NowMono() + 120;
+      while (!eof && SystemClock::Get()->NowMono() < deadline) {
+        PollReadable({ichild.output.get()}, 0.2);
+        out += ReadAvailable(ichild.output.get(), &eof);
+      }
+      auto e = WaitExit(ichild.pid, std::max(0.0, deadline - SystemClock::Get()->NowMono()));
+      if (!e) e = TerminateGroup(ichild.pid, ichild.pgid, 1);
+      std::ofstream(log_path, std::ios::app)
+          << "[node-emulator] init container " << Str(ic, "name") << " on " << node << ": "
+          << e->Describe() << "\n"
+          << out;
+      if (!e->ok()) {
+        return FailedPrecondition("init container " + Str(ic, "name") + " " + e->Describe() +
+                                  ": " + out);
       }
     }
   }
+  std::map<std::string, std::string> env;
+  std::vector<std::string> argv;
+  BW_RETURN_IF_ERROR(command_of(c, &env, &argv));
   SpawnOptions so;
   so.argv = argv;
   so.env = CurrentEnv();
@@ -332,8 +383,7 @@ Status NodeEmulator::StartPod(const Json& pod) {
   p.child = std::move(child);
   p.node = node;
   p.ns = ns;
-  p.log_path = opts_.root + "/logs/" + name + ".log";
-  std::filesystem::create_directories(opts_.root + "/logs");
+  p.log_path = log_path;
   std::ofstream(p.log_path, std::ios::app) << "[node-emulator] started on " << node << ":";
   for (const std::string& a : argv) std::ofstream(p.log_path, std::ios::app) << " " << a;
   std::ofstream(p.log_path, std::ios::app) << "\n";

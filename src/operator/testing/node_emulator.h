@@ -10,7 +10,8 @@
 // paths
 // (`binaries`), and volume mount paths in the command line mapped to host directories
 // backing the volumes (emptyDir per pod, hostPath per node, PVC per claim, configMap
-// per name, all under `root`). A pod whose spec.nodeSelector the node's labels do not
+// per name, all under `root`). The pod's init containers run first, the same way, one
+// at a time to a zero exit (a failing one fails the pod). A pod whose spec.nodeSelector the node's labels do not
 // match is rejected as the kubelet rejects it (Failed, NodeAffinity). It reports pod status through the status subresource
 // (Running -> Succeeded or Failed with the exit code) and, for a pod with
 // deletionTimestamp, stops the process (SIGTERM, grace, SIGKILL), reports its terminal
@@ -60,7 +61,9 @@ struct EmulatedNode {
 struct NodeEmulatorOptions {
   k8s::Client* client = nullptr;  // not owned; must outlive the emulator
   std::vector<EmulatedNode> nodes;
-  std::map<std::string, std::string> binaries;   // path in the image -> path here
+  std::map<std::string, std::string> binaries;   // path in any image -> path here
+  // image -> (path in that image -> path here): files only that image has.
+  std::map<std::string, std::map<std::string, std::string>> image_binaries;
   std::string root;                              // backing directories and pod logs
   std::map<std::string, std::string> extra_env;  // added to every pod's environment
 };
