@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh --runs N [TARGET...]      campaign mode: each target for N inputs
 #                                             (FUZZ_MAX_TOTAL_TIME=S: at most S s each)
 #   scripts/fuzz.sh --build-only [TARGET...]
+#   scripts/fuzz.sh --table                   the last campaign's results, as Markdown
 # Every target runs with -rss_limit_mb=2048 (memory bound) and -timeout=10 (an input
 # taking over 10 s is a hang). Crashes, hangs and OOMs leave their input under
 # build-fuzz/artifacts/<target>/ and make this script exit 1. New inputs the fuzzer
@@ -21,6 +22,31 @@ ALL=(fuzz_job_spec fuzz_trainjob fuzz_pytorchjob fuzz_sim_config fuzz_ckpt fuzz_
 declare -A MAX_LEN=([fuzz_ckpt]=262144 [fuzz_agent_wire]=65536 [fuzz_sdk_datagram]=65536
                     [fuzz_controller_wire]=65536)
 MODE="" N=0
+# The campaign table of docs/testing.md, from build-fuzz/campaign/<target>.log.
+if [ "${1:-}" = --table ]; then
+  echo "| target | executions | exec/s | wall | peak RSS MB | cov / ft | crashes | timeouts |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for t in "${ALL[@]}"; do
+    log="$BUILD_DIR/campaign/$t.log"
+    [ -f "$log" ] || continue
+    stat() { grep -aE "^stat::$1:" "$log" | awk '{print $2}' || true; }
+    runs=$(stat number_of_executed_units)
+    if [ -z "$runs" ]; then  # still running: its last status line
+      runs="$(grep -aoE '^#[0-9]+' "$log" | tail -1 | tr -d '#' || true) (running)"
+    fi
+    rate=$(stat average_exec_per_sec)
+    wall=$(grep -a "Elapsed (wall clock)" "$log" | awk '{print $NF}' || true)
+    rss=$(grep -a "Maximum resident set size" "$log" | awk '{printf "%d", $NF / 1024}' || true)
+    cov=$(grep -aE '^#[0-9]+.*cov:' "$log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' |
+      awk '{print $2 " / " $4}' || true)
+    arts="$BUILD_DIR/artifacts/$t"
+    crashes=$(ls "$arts" 2>/dev/null | grep -cE '^(crash|oom|leak)-' || true)
+    timeouts=$(ls "$arts" 2>/dev/null | grep -cE '^timeout-' || true)
+    printf '| `%s` | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$runs" "${rate:--}" \
+      "${wall:--}" "${rss:--}" "${cov:--}" "$crashes" "$timeouts"
+  done
+  exit 0
+fi
 case "${1:-}" in
   --seconds) MODE=seconds N="$2"; shift 2 ;;
   --runs) MODE=runs N="$2"; shift 2 ;;
