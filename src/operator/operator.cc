@@ -9,6 +9,7 @@
 
 #include "controller/job_metrics.h"
 #include "metrics/exposition.h"
+#include "operator/image_resolver.h"
 #include "operator/status.h"
 #include "sched/config.h"
 #include "spec/job_update.h"
@@ -123,7 +124,10 @@ class Operator::Impl {
   // pod.imagePullSecrets) and applies it (trainjob::ApplyImageConfig); posts the
   // CommandFromImage Event when where the command comes from changed. A job with a
   // command is left alone. FailedPrecondition: the image has neither ENTRYPOINT nor CMD.
-  Status CommandFromImage(const std::string& key, trainjob::TrainJob* tj);
+  // The registry is read off this thread (ImageResolver): while that read is in flight,
+  // *pending is set and the status is OK with tj unchanged; the job is queued again
+  // when it finishes.
+  Status CommandFromImage(const std::string& key, trainjob::TrainJob* tj, bool* pending);
   // Stops the job's runner; `requeue` sends it back to Pending. Callers post the Event.
   void CancelRunner(const std::string& key, bool requeue);
   void PollRunners();
@@ -150,6 +154,8 @@ class Operator::Impl {
   std::unique_ptr<k8s::Informer> jobs_, pods_, nodes_;
   std::unique_ptr<k8s::LeaderElector> elector_;
   registry::Client registry_;  // image configs, cached across jobs and their restarts
+  // Reads registry_ on its own thread; a finished read requeues the jobs that wait.
+  ImageResolver images_{&registry_, [this](const std::string& key) { queue_.Add(key, Now()); }};
   std::map<std::string, JobState> state_;
   std::atomic<bool> nodes_dirty_{true};
   bool sched_dirty_ = true;
@@ -612,7 +618,15 @@ void Operator::Impl::Reconcile(const std::string& key) {
     WritePending(key, j, "Suspended", "spec.suspend is true");
     return;
   }
-  if (Status st = CommandFromImage(key, &*tj); !st.ok()) {
+  bool image_pending = false;
+  if (Status st = CommandFromImage(key, &*tj, &image_pending); image_pending) {
+    if (j.start_error.empty()) {
+      WritePending(key, j, "ReadingImageConfig",
+                   "reading the command (ENTRYPOINT + CMD) of image " + tj->pod.image +
+                       " from its registry");
+    }
+    return;
+  } else if (!st.ok()) {
     if (st.code() == Code::kFailedPrecondition) {  // the image has no command: as invalid
       if (j.invalid_generation != gen) {
         j.invalid_generation = gen;
@@ -657,7 +671,12 @@ void Operator::Impl::ApplyEdit(const std::string& key, JobState& j, const Json& 
   j.running_generation = gen;  // each generation is judged once
   auto next = trainjob::TrainJobFromObject(obj);
   if (next.ok()) {
-    if (Status st = CommandFromImage(key, &*next); !st.ok()) next = st;
+    bool pending = false;
+    if (Status st = CommandFromImage(key, &*next, &pending); !st.ok()) next = st;
+    if (pending) {  // judged when the read finishes and requeues the job
+      j.running_generation = gen - 1;
+      return;
+    }
   }
   if (!next.ok()) {
     PostJobEvent(key, "Warning", "SpecChangeNotApplied",
@@ -747,7 +766,9 @@ void Operator::Impl::Cycle() {
   }
 }
 
-Status Operator::Impl::CommandFromImage(const std::string& key, trainjob::TrainJob* tj) {
+Status Operator::Impl::CommandFromImage(const std::string& key, trainjob::TrainJob* tj,
+                                        bool* pending) {
+  *pending = false;
   if (!tj->job.command.empty()) return Status::Ok();
   static const k8s::Resource kSecrets{"", "v1", "secrets", "Secret", true};
   std::vector<registry::PullSecret> secrets;
@@ -767,7 +788,12 @@ Status Operator::Impl::CommandFromImage(const std::string& key, trainjob::TrainJ
                                                      StrField(*s, {"data", ".dockerconfigjson"})));
     secrets.push_back(std::move(ps));
   }
-  BW_ASSIGN_OR_RETURN(const registry::ImageConfig cfg, registry_.Resolve(tj->pod.image, secrets));
+  std::optional<Result<registry::ImageConfig>> read = images_.Lookup(key, tj->pod.image, secrets);
+  if (!read) {
+    *pending = true;
+    return Status::Ok();
+  }
+  BW_ASSIGN_OR_RETURN(const registry::ImageConfig cfg, std::move(*read));
   BW_ASSIGN_OR_RETURN(const std::string line,
                       trainjob::ApplyImageConfig(cfg, trainjob::Target::kKubernetes, tj));
   JobState& j = state_[key];
@@ -781,7 +807,12 @@ Status Operator::Impl::CommandFromImage(const std::string& key, trainjob::TrainJ
 Status Operator::Impl::StartRunner(const std::string& key, const trainjob::TrainJob& spec,
                                    bool delegated) {
   trainjob::TrainJob tj = spec;
-  BW_RETURN_IF_ERROR(CommandFromImage(key, &tj));  // a cache hit after Reconcile's
+  bool pending = false;
+  BW_RETURN_IF_ERROR(CommandFromImage(key, &tj, &pending));  // a cache hit after Reconcile's
+  if (pending) {
+    return Unavailable("the config of image " + tj.pod.image +
+                       " is being read from its registry again (its cache entry expired)");
+  }
   JobState& j = state_[key];
   KubernetesBackendOptions bo;
   bo.client = client_;

@@ -570,30 +570,34 @@ ClientStats Client::stats() const {
   return impl_->stats;
 }
 
-Result<ImageConfig> Client::Resolve(const std::string& image,
-                                    const std::vector<PullSecret>& secrets) {
+Result<std::optional<ImageConfig>> Client::Cached(const std::string& image,
+                                                  const std::vector<PullSecret>& secrets) {
   BW_ASSIGN_OR_RETURN(const ImageRef r, ParseImageRef(image));
   BW_ASSIGN_OR_RETURN(const Credential cred, FindCredential(r.registry, secrets));
-  {
-    std::lock_guard<std::mutex> l(impl_->mu);
-    std::string digest = r.digest;
-    if (digest.empty()) {
-      auto it = impl_->tags.find(r.ToString() + "|" + cred.Fingerprint());
-      if (it != impl_->tags.end() && it->second.expires > impl_->clock->NowMono())
-        digest = it->second.manifest_digest;
-    }
-    if (!digest.empty()) {
-      // Configs are kept under both an index's digest and its platform manifest's.
-      auto it = impl_->configs.find(r.ApiHost() + "/" + r.repository + "@" + digest + "|" +
-                                    cred.Fingerprint());
-      if (it != impl_->configs.end()) {
-        ++impl_->stats.cache_hits;
-        ImageConfig c = it->second;
-        c.image = image;
-        return c;
-      }
-    }
+  std::lock_guard<std::mutex> l(impl_->mu);
+  std::string digest = r.digest;
+  if (digest.empty()) {
+    auto it = impl_->tags.find(r.ToString() + "|" + cred.Fingerprint());
+    if (it != impl_->tags.end() && it->second.expires > impl_->clock->NowMono())
+      digest = it->second.manifest_digest;
   }
+  if (digest.empty()) return std::optional<ImageConfig>();
+  // Configs are kept under both an index's digest and its platform manifest's.
+  auto it = impl_->configs.find(r.ApiHost() + "/" + r.repository + "@" + digest + "|" +
+                                cred.Fingerprint());
+  if (it == impl_->configs.end()) return std::optional<ImageConfig>();
+  ++impl_->stats.cache_hits;
+  ImageConfig c = it->second;
+  c.image = image;
+  return std::optional<ImageConfig>(std::move(c));
+}
+
+Result<ImageConfig> Client::Resolve(const std::string& image,
+                                    const std::vector<PullSecret>& secrets) {
+  BW_ASSIGN_OR_RETURN(std::optional<ImageConfig> cached, Cached(image, secrets));
+  if (cached) return *std::move(cached);
+  BW_ASSIGN_OR_RETURN(const ImageRef r, ParseImageRef(image));
+  BW_ASSIGN_OR_RETURN(const Credential cred, FindCredential(r.registry, secrets));
   return impl_->Walk(image, r, cred);
 }
 

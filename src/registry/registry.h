@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -107,6 +108,11 @@ class Client {
   // The config of `image` for the platform, using the first pull secret with an entry
   // for its registry (none: anonymous). See the header comment for errors.
   Result<ImageConfig> Resolve(const std::string& image, const std::vector<PullSecret>& secrets);
+  // What Resolve would answer from the cache alone, without a request: the config, or
+  // std::nullopt when Resolve would have to ask the registry. Errors: a malformed
+  // reference or pull secret, as Resolve's.
+  Result<std::optional<ImageConfig>> Cached(const std::string& image,
+                                            const std::vector<PullSecret>& secrets);
 
   ClientStats stats() const;
 
