@@ -308,7 +308,9 @@ int CmdRun(const RunFlags& f) {
   PrintNotes(manifest->notes);
   if (manifest->job.job.command.empty()) {  // the image's ENTRYPOINT + CMD (docs/trainjob.md)
     registry::Client images;
-    auto cfg = images.Resolve(manifest->job.pod.image, registry::LocalDockerConfig());
+    auto creds = registry::LocalDockerCredentials(manifest->job.pod.image);
+    if (!creds.ok()) return Fail(creds.status());
+    auto cfg = images.Resolve(manifest->job.pod.image, *creds);
     if (!cfg.ok()) return Fail(cfg.status());
     auto line = trainjob::ApplyImageConfig(*cfg, trainjob::Target::kLocal, &manifest->job);
     if (!line.ok()) return Fail(line.status());

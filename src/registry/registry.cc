@@ -2,7 +2,10 @@
 // distribution API's manifest/config walk with its auth challenges, and the cache.
 #include "registry/registry.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +15,8 @@
 #include <sstream>
 
 #include "nlohmann/json.hpp"
+#include "common/net.h"
+#include "common/proc.h"
 #include "registry/internal.h"
 
 namespace bulwark::registry {
@@ -180,7 +185,71 @@ std::vector<std::string> StringList(const Json& v) {
 
 }  // namespace
 
-std::vector<PullSecret> LocalDockerConfig() {
+namespace {
+
+// Runs `docker-credential-<helper> get` for `server`: its credentials, std::nullopt when
+// it has none for that server.
+Result<std::optional<std::pair<std::string, std::string>>> RunCredentialHelper(
+    const std::string& helper, const std::string& server, const std::string& config) {
+  const std::string program = "docker-credential-" + helper;
+  SpawnOptions o;
+  o.argv = {program, "get"};
+  o.env = CurrentEnv();
+  o.stdin_pipe = true;
+  auto child = Spawn(o);
+  if (!child.ok()) {
+    return FailedPrecondition(config + " names the credential helper \"" + helper + "\" for " +
+                              server + ", but " + program + " cannot be run (" +
+                              child.status().message() + "); install it, or remove it from " +
+                              config + " and run docker login again");
+  }
+  std::string in = server + "\n";
+  const double deadline = SystemClock::Get()->NowMono() + 10;
+  std::string out;
+  bool eof = false;
+  while (!eof && SystemClock::Get()->NowMono() < deadline) {
+    if (!in.empty() && child->input.valid()) {
+      const ssize_t n = ::write(child->input.get(), in.data(), in.size());
+      if (n > 0) in.erase(0, static_cast<size_t>(n));
+      if (n < 0 && errno != EAGAIN) in.clear();
+      if (in.empty()) child->input.Reset();  // EOF: the helper reads one line
+    }
+    PollReadable({child->output.get()}, 0.05);
+    out += ReadAvailable(child->output.get(), &eof);
+  }
+  auto exit = WaitExit(child->pid, std::max(0.0, deadline - SystemClock::Get()->NowMono()));
+  if (!exit) {
+    TerminateGroup(child->pid, child->pgid, 1);
+    return DeadlineExceeded(program +
+                            " get did not answer within 10 s (a locked keychain?); "
+                            "unlock it or run docker login again");
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (!exit->ok()) {
+    if (out.find("credentials not found") != std::string::npos) {
+      return std::optional<std::pair<std::string, std::string>>();
+    }
+    return Unavailable(program + " get failed for " + server + " (" + exit->Describe() +
+                       "): " + out + "; run docker login " + server + " again");
+  }
+  Json j = Json::parse(out, nullptr, false);
+  if (!j.is_object() || !j.contains("Username") || !j["Username"].is_string() ||
+      !j.contains("Secret") || !j["Secret"].is_string()) {
+    return InvalidArgument(program + " get answered for " + server +
+                           " without {\"Username\", \"Secret\"} strings; reinstall the helper");
+  }
+  if (j["Username"] == "<token>") {
+    return FailedPrecondition(program + " holds an identity token for " + server +
+                              ", which Bulwark cannot use; docker login " + server +
+                              " with a password or an access token");
+  }
+  return std::optional<std::pair<std::string, std::string>>(
+      std::pair{j["Username"].get<std::string>(), j["Secret"].get<std::string>()});
+}
+
+}  // namespace
+
+Result<std::vector<PullSecret>> LocalDockerCredentials(const std::string& image) {
   const char* dir = std::getenv("DOCKER_CONFIG");
   const char* home = std::getenv("HOME");
   std::string path;
@@ -189,21 +258,51 @@ std::vector<PullSecret> LocalDockerConfig() {
   } else if (home != nullptr && home[0] != '\0') {
     path = std::string(home) + "/.docker/config.json";
   } else {
-    return {};
+    return std::vector<PullSecret>();
   }
   std::ifstream f(path);
-  if (!f) return {};
+  if (!f) return std::vector<PullSecret>();
   std::stringstream ss;
   ss << f.rdbuf();
   Json cfg = Json::parse(ss.str(), nullptr, false);
-  if (!cfg.is_object() || !cfg.contains("auths")) return {};  // nothing usable in it
-  return {PullSecret{path, ss.str()}};
+  if (!cfg.is_object()) {
+    return InvalidArgument(path +
+                           " is not a JSON object; fix it, or move it away and run "
+                           "docker login again");
+  }
+  BW_ASSIGN_OR_RETURN(const ImageRef r, ParseImageRef(image));
+  std::string helper;
+  if (cfg.contains("credHelpers") && cfg["credHelpers"].is_object()) {
+    for (const auto& [key, name] : cfg["credHelpers"].items()) {
+      if (NormalizeAuthHost(key) == r.registry && name.is_string()) helper = name;
+    }
+  }
+  if (helper.empty() && cfg.contains("credsStore") && cfg["credsStore"].is_string()) {
+    helper = cfg["credsStore"].get<std::string>();
+  }
+  std::vector<PullSecret> out;
+  if (!helper.empty()) {
+    // Docker asks a helper for Docker Hub under its v1 URL, for others by host.
+    const std::string server =
+        r.registry == "docker.io" ? "https://index.docker.io/v1/" : r.registry;
+    BW_ASSIGN_OR_RETURN(auto cred, RunCredentialHelper(helper, server, path));
+    if (cred) {
+      const Json auths = {
+          {"auths", {{r.registry, {{"username", cred->first}, {"password", cred->second}}}}}};
+      out.push_back(PullSecret{"docker-credential-" + helper + " (" + path + ")", auths.dump()});
+    }
+  }
+  if (cfg.contains("auths") && cfg["auths"].is_object()) {
+    out.push_back(PullSecret{path, Json{{"auths", cfg["auths"]}}.dump()});
+  }
+  return out;
 }
 
 Result<PullSecret> PullSecretFromData(const std::string& name, const std::string& base64) {
   Result<std::string> raw = internal::Base64Decode(base64);
   if (base64.empty() || !raw.ok() || raw->empty()) {
-    return InvalidArgument("pull secret " + name + " has no .dockerconfigjson (it must be of "
+    return InvalidArgument("pull secret " + name +
+                           " has no .dockerconfigjson (it must be of "
                            "type kubernetes.io/dockerconfigjson); recreate it with kubectl "
                            "create secret docker-registry");
   }

@@ -66,10 +66,16 @@ struct PullSecret {
   std::string dockerconfigjson;
 };
 
-// This machine's Docker credentials for `bulwark run`: $DOCKER_CONFIG/config.json, else
-// ~/.docker/config.json (its "auths"; credential helpers are not run), as one
-// PullSecret named after the file. Empty when there is no such file.
-std::vector<PullSecret> LocalDockerConfig();
+// This machine's Docker credentials for `image`, for `bulwark run`, from
+// $DOCKER_CONFIG/config.json, else ~/.docker/config.json, as `docker pull` finds them:
+// the credential helper of the image's registry (`credHelpers`, else `credsStore`) run
+// as `docker-credential-<name> get` with the registry on stdin (Docker's protocol: JSON
+// {ServerURL, Username, Secret} on stdout, at most 10 s), then the file's own `auths`.
+// Empty when there is no file or it names nothing for the registry. Errors name the
+// file or helper and the fix: a file that is not JSON, a helper not on PATH or failing
+// (a helper's "credentials not found" is not an error: anonymous), an identity token
+// (Username "<token>": log in with a password or access token instead).
+Result<std::vector<PullSecret>> LocalDockerCredentials(const std::string& image);
 
 // A Secret's data[".dockerconfigjson"] as the API returns it (base64) -> PullSecret.
 // InvalidArgument naming the secret when it is empty or not base64.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/net.h"
@@ -534,6 +535,103 @@ TEST(RegistryTimeoutTest, UnreachableRegistry) {
   Client client;
   auto c = client.Resolve("127.0.0.1:" + std::to_string(*port) + "/team/trainer:v1", {});
   EXPECT_EQ(c.status().code(), Code::kUnavailable) << c.status().ToString();
+}
+
+// `bulwark run`'s credentials: ~/.docker/config.json's credential helper, run by
+// Docker's protocol (a real program on PATH, here a shell script standing in for
+// docker-credential-pass and the like, which need a keyring), then its auths.
+class DockerCredentialsTest : public RegistryTest {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/bw-docker-config-XXXXXX";
+    home_ = mkdtemp(tmpl);
+    fs::create_directories(home_ + "/bin");
+    saved_path_ = std::getenv("PATH") ? std::getenv("PATH") : "";
+    const char* dc = std::getenv("DOCKER_CONFIG");
+    saved_docker_config_ = dc ? std::optional<std::string>(dc) : std::nullopt;
+    setenv("DOCKER_CONFIG", home_.c_str(), 1);
+    setenv("PATH", (home_ + "/bin:" + saved_path_).c_str(), 1);
+  }
+  void TearDown() override {
+    setenv("PATH", saved_path_.c_str(), 1);
+    if (saved_docker_config_) {
+      setenv("DOCKER_CONFIG", saved_docker_config_->c_str(), 1);
+    } else {
+      unsetenv("DOCKER_CONFIG");
+    }
+    std::error_code ec;
+    fs::remove_all(home_, ec);
+  }
+  void WriteConfig(const std::string& json) { std::ofstream(home_ + "/config.json") << json; }
+  // docker-credential-NAME: the shell `body`, with the server read from stdin in $server.
+  void WriteHelper(const std::string& name, const std::string& body) {
+    const std::string path = home_ + "/bin/docker-credential-" + name;
+    std::ofstream(path) << "#!/bin/sh\n[ \"$1\" = get ] || exit 3\nread server\n" << body;
+    fs::permissions(path, fs::perms::owner_all);
+  }
+  std::string home_, saved_path_;
+  std::optional<std::string> saved_docker_config_;
+};
+
+TEST_F(DockerCredentialsTest, TheRegistrysHelperIsAskedAndItsCredentialsPull) {
+  StartRegistry("trainer", "s3cret");
+  ASSERT_TRUE(testing::PushImage(target_, "v1", dir_.path(), TrainerSpec()).ok());
+  const std::string image = registry_->host() + "/team/trainer:v1";
+  EXPECT_TRUE(LocalDockerCredentials(image)->empty());  // no config.json: anonymous
+  WriteHelper("bwtest",
+              "[ \"$server\" = \"" + registry_->host() +
+                  "\" ] || { echo \"asked for $server\" >&2; exit 1; }\n"
+                  "echo \"{\\\"ServerURL\\\":\\\"$server\\\",\\\"Username\\\":\\\"trainer\\\","
+                  "\\\"Secret\\\":\\\"s3cret\\\"}\"\n");
+  WriteConfig(R"({"credHelpers": {")" + registry_->host() + R"(": "bwtest"}})");
+  auto creds = LocalDockerCredentials(image);
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  ASSERT_EQ(creds->size(), 1u);
+  Client client;
+  auto c = client.Resolve(image, *creds);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cmd, TrainerSpec().cmd);
+  // credsStore serves every registry without a credHelpers entry.
+  WriteConfig(R"({"credsStore": "bwtest"})");
+  creds = LocalDockerCredentials(image);
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  EXPECT_TRUE(Client().Resolve(image, *creds).ok());
+  // Without the helper's credentials the registry refuses: the helper mattered.
+  EXPECT_EQ(Client().Resolve(image, {}).status().code(), Code::kPermissionDenied);
+}
+
+TEST_F(DockerCredentialsTest, HelperAndConfigFailuresSayWhatToDo) {
+  const std::string image = "127.0.0.1:5999/team/trainer:v1";
+  WriteConfig("{not json");
+  auto r = LocalDockerCredentials(image);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(home_ + "/config.json is not a JSON object"),
+            std::string::npos) << r.status().ToString();
+  WriteConfig(R"({"credsStore": "nope"})");
+  r = LocalDockerCredentials(image);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("docker-credential-nope cannot be run"), std::string::npos)
+      << r.status().ToString();
+  // "Not found" from the helper is no error: no credentials, and the file's auths.
+  WriteHelper("empty", "echo 'credentials not found in native keychain'; exit 1\n");
+  WriteConfig(R"({"credsStore": "empty", "auths": {"127.0.0.1:5999": {"auth": "dTpw"}}})");
+  r = LocalDockerCredentials(image);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_NE((*r)[0].dockerconfigjson.find("dTpw"), std::string::npos);
+  WriteHelper("token", "echo '{\"Username\": \"<token>\", \"Secret\": \"refresh\"}'\n");
+  WriteConfig(R"({"credsStore": "token"})");
+  r = LocalDockerCredentials(image);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("identity token"), std::string::npos)
+      << r.status().ToString();
+  WriteHelper("broken", "echo 'keyring is locked' >&2; exit 2\n");
+  WriteConfig(R"({"credsStore": "broken"})");
+  r = LocalDockerCredentials(image);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("keyring is locked"), std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace
