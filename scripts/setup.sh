@@ -18,6 +18,8 @@ PKGS=(
   prometheus             # monitoring tests: a real Prometheus scrapes a job; promtool
   chromium               # the web dashboard's browser test (tests/ui) drives it headless
   docker-registry        # registry tests: images' commands from a real registry on loopback
+  slurmctld slurmd slurm-client  # Slurm 22.05: the Slurm test cluster (src/backend/testing);
+                                 # its services need /etc/slurm/slurm.conf, so they do not start
 )
 # objstore's integration tests run s3rver on node. Take Debian's node/npm only when
 # none is installed (a NodeSource nodejs bundles npm and conflicts with Debian's npm).
