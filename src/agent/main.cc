@@ -1,12 +1,14 @@
 // bulwark-agent: the per-node agent (docs/agent.md).
 #include <signal.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "agent/agent.h"
 #include "agent/install.h"
+#include "diag/diag.h"
 #include "common/clock.h"
 #include "common/install_paths.h"
 
@@ -55,15 +57,53 @@ int Install(int argc, char** argv) {
   return 0;
 }
 
+// `bulwark-agent diagnose --check matmul|disk ...`: one self-test (diag/diag.h), its
+// result as one JSON line on stdout, exit 0 (a failed check is a result, not an error).
+int Diagnose(int argc, char** argv) {
+  CLI::App app{"bulwark-agent diagnose: one node self-test, its result as a JSON line"};
+  app.name("bulwark-agent diagnose");
+  std::string check, dir, inject;
+  size_t bytes = 16 << 20;
+  int n = 256;
+  app.add_option("--check", check, "matmul | disk")
+      ->required()
+      ->check(CLI::IsMember({"matmul", "disk"}));
+  app.add_option("--dir", dir, "disk: the checkpoint directory to test");
+  app.add_option("--bytes", bytes, "disk: how much to write and read back")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 36));
+  app.add_option("--n", n, "matmul: the matrix size")->check(CLI::Range(1, 4096));
+  app.add_option("--inject", inject, "chaos: hang | sdc")->check(CLI::IsMember({"hang", "sdc"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (check == "disk" && dir.empty()) {
+    std::cerr << "bulwark-agent diagnose: --check disk needs --dir DIR\n";
+    return 2;
+  }
+  if (inject == "hang") {
+    while (true) ::pause();  // killed by the runner at its budget
+  }
+  const bulwark::diag::CheckResult r = check == "matmul"
+                                           ? bulwark::diag::MatmulSelfTest(n, inject == "sdc")
+                                           : bulwark::diag::DiskSelfTest(dir, bytes);
+  std::cout << bulwark::diag::ToJson(r).dump() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // Run from a bundle, the process is the loader (ld.so): keep the agent's name.
   prctl(PR_SET_NAME, "bulwark-agent", 0, 0, 0);
   if (argc >= 2 && std::string(argv[1]) == "install") return Install(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "diagnose") return Diagnose(argc - 1, argv + 1);
   CLI::App app{"bulwark-agent: launches a node's training ranks and detects their faults"};
   app.set_version_flag("--version", std::string("bulwark-agent ") + BULWARK_VERSION);
-  app.footer("Subcommand: bulwark-agent install DIR (see bulwark-agent install --help)");
+  app.footer(
+      "Subcommands: bulwark-agent install DIR, bulwark-agent diagnose --check matmul|disk "
+      "(see their --help)");
   bulwark::AgentOptions o;
   std::string controller;
   app.add_option("--controller", controller, "controller address HOST:PORT")->required();

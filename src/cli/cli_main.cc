@@ -34,6 +34,7 @@
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
 #include "cli/adhoc.h"
+#include "cli/diagnose_cmd.h"
 #include "cli/ckpt_cmd.h"
 #include "cli/jobs_cmd.h"
 #include "cli/kube_cmd.h"
@@ -818,6 +819,8 @@ int Main(int argc, char** argv) {
   auto* render_cmd = cli::AddRenderCommand(app, &render_rc);
   int kube_rc = 2;
   const std::vector<CLI::App*> kube_cmds = cli::AddKubeCommands(app, &kube_rc);
+  int diagnose_rc = 2;
+  auto* diagnose_cmd = cli::AddDiagnoseCommand(app, &diagnose_rc);
 
   try {
     app.parse(argc, argv);
@@ -827,6 +830,7 @@ int Main(int argc, char** argv) {
   if (*ckpt_cmd) return ckpt_rc;
   if (*sim_cmd) return sim_rc;
   if (*render_cmd) return render_rc;
+  if (*diagnose_cmd) return diagnose_rc;
   for (CLI::App* c : kube_cmds) {
     if (*c) return kube_rc;
   }

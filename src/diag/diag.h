@@ -1,0 +1,68 @@
+// Node diagnostics (issue 17, stop-diagnose; docs/diagnosis.md): short self-tests that
+// tell a bad node from a good one, each run in its own process with a time budget.
+//
+//   matmul  a deterministic float32 matrix product (inputs from a fixed generator),
+//           computed twice and checked against a double-precision reference: a wrong
+//           result (beyond float rounding) or two runs that differ bit for bit mean
+//           the compute is not to be trusted (silent data corruption). On a GPU the
+//           same check runs through CUDA when present; here, on the CPU.
+//   disk    writes `bytes` of a pattern to a checkpoint directory, fsyncs, reads it
+//           back and compares: a full disk, an I/O error, a read-only mount or
+//           corruption fails it; the throughput is evidence.
+//
+// RunChecks (the agent, `bulwark diagnose`) starts `bulwark-agent diagnose --check ...`
+// once per check, reads its one JSON line and kills it (SIGKILL, reaped) when it
+// exceeds its budget: a check that hangs is a failed check, never a stuck caller.
+// Judge is the verdict: pure, shared by the controller and the simulator.
+// Thread-compatible; RunChecks blocks its caller for at most the sum of the budgets.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/net.h"
+#include "common/status.h"
+
+namespace bulwark::diag {
+
+struct CheckResult {
+  std::string name;  // "matmul", "disk:/path"
+  bool ok = false;
+  double seconds = 0;    // how long it ran
+  std::string evidence;  // what was measured or what went wrong, one line
+};
+Json ToJson(const CheckResult& r);
+// InvalidArgument naming the field for a malformed result line.
+Result<CheckResult> CheckResultFromJson(const Json& j);
+
+// The checks, in this process (what `bulwark-agent diagnose --check` runs).
+// inject_sdc (chaos): one element of the second run is silently wrong.
+CheckResult MatmulSelfTest(int n, bool inject_sdc = false);
+CheckResult DiskSelfTest(const std::string& dir, size_t bytes);
+
+struct CheckSpec {
+  std::string check;  // "matmul" | "disk"
+  std::string dir;    // disk: the directory
+  double budget_s = 30;
+  // Chaos, for tests of the checks and the budget: "hang" (the check never finishes),
+  // "sdc" (matmul: its second run is silently wrong). "" = none.
+  std::string inject;
+};
+
+struct RunOptions {
+  std::string agent_binary;  // bulwark-agent
+  int matmul_n = 256;
+  size_t disk_bytes = 16 << 20;
+};
+
+// Runs each check in its own `bulwark-agent diagnose` process, one after another.
+std::vector<CheckResult> RunChecks(const std::vector<CheckSpec>& checks, const RunOptions& o);
+
+struct Verdict {
+  bool healthy = true;
+  std::vector<std::string> failed;  // names of the failed checks
+  std::string summary;              // "healthy: ..." or "unhealthy: name: evidence; ..."
+};
+Verdict Judge(const std::vector<CheckResult>& results);
+
+}  // namespace bulwark::diag
