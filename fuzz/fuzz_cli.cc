@@ -4,14 +4,15 @@
 // describe, or start with '-' (--help, --version, a bad flag); no word may name a
 // command that starts processes or talks to servers (run, operator, submit, chaos, top,
 // update, logs, cancel), and no word may hold a '/' (paths stay inside the harness's
-// scratch directory: `sim --json FILE` writes, `ckpt gc` deletes). The scratch
-// directory holds the files the words can name: j.yaml (job spec), t.yaml (TrainJob),
-// p.yaml (PyTorchJob), bad.yaml, s.yaml (a sim config of the same schema as
-// examples/sim/one-job.yaml, scaled down to 12 nodes for 2 days with 30 times Llama 3's failure rates so that one `sim` input
-// costs about a millisecond, not the example's 60), ck (a checkpoint root with committed
-// steps, rewritten before every `ckpt` input, the only command that reads it);
-// XDG_STATE_HOME points there too, so get/describe see no store of this machine.
-// Contracts checked beyond "no crash": the exit status is 0, 1 or 2.
+// scratch directory: `sim --json FILE` writes, `ckpt gc` deletes). The scratch directory
+// holds the files the words can name: j.yaml (job spec), t.yaml (TrainJob), p.yaml
+// (PyTorchJob), bad.yaml, s.yaml (a sim config of the same schema as
+// examples/sim/one-job.yaml, scaled down to 12 nodes for 2 days with 30 times Llama 3's
+// failure rates so that one `sim` input costs about a millisecond, not the example's
+// 60), ck (a checkpoint root with committed steps, rewritten before every `ckpt` input,
+// the only command that reads it); XDG_STATE_HOME points there too, so get/describe see
+// no store of this machine. Contracts checked beyond "no crash": the exit status is 0, 1
+// or 2.
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>

@@ -7,9 +7,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "common/clock.h"
 #include "common/install_paths.h"
-#include "common/proc.h"
+#include "common/run.h"
 
 namespace bulwark {
 namespace {
@@ -115,23 +114,15 @@ Status InstallAgentBundle(const InstallOptions& o, std::ostream& log) {
   so.argv = AgentBundleCommand(dest.string());
   so.argv.push_back("--version");
   so.env = {{"PATH", "/usr/bin:/bin"}};
-  BW_ASSIGN_OR_RETURN(Child c, Spawn(so));
-  std::string out;
-  bool eof = false;
-  const double deadline = SystemClock::Get()->NowMono() + 30;
-  while (!eof && SystemClock::Get()->NowMono() < deadline) {
-    PollReadable({c.output.get()}, 0.5);
-    out += ReadAvailable(c.output.get(), &eof);
-  }
-  auto e = WaitExit(c.pid, std::max(0.0, deadline - SystemClock::Get()->NowMono()));
-  if (!e) {
-    TerminateGroup(c.pid, c.pgid, 1);
+  BW_ASSIGN_OR_RETURN(RunOutcome run, RunToEnd(so, 30));
+  if (run.timed_out) {
     return DeadlineExceeded("install: the installed agent's --version did not finish in 30 s");
   }
-  if (e->code != 0) {
-    return Internal("install: the installed agent does not run (" + e->Describe() + "): " + out);
+  if (!run.exit.ok()) {
+    return Internal("install: the installed agent does not run (" + run.exit.Describe() +
+                    "): " + run.output);
   }
-  log << "bulwark-agent install: checked: " << out;
+  log << "bulwark-agent install: checked: " << run.output;
   return Status::Ok();
 }
 

@@ -7,9 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/clock.h"
 #include "common/install_paths.h"
-#include "common/proc.h"
+#include "common/run.h"
 
 namespace bulwark {
 namespace {
@@ -25,19 +24,9 @@ Outcome RunCommand(const std::vector<std::string>& argv) {
   SpawnOptions o;
   o.argv = argv;
   o.env = {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}};
-  auto c = Spawn(o);
-  if (!c.ok()) return Outcome{-1, c.status().ToString()};
-  Outcome r;
-  bool eof = false;
-  const double deadline = SystemClock::Get()->NowMono() + 60;
-  while (!eof && SystemClock::Get()->NowMono() < deadline) {
-    PollReadable({c->output.get()}, 0.5);
-    r.out += ReadAvailable(c->output.get(), &eof);
-  }
-  auto e = WaitExit(c->pid, 10);
-  if (!e) e = TerminateGroup(c->pid, c->pgid, 1);
-  r.code = e->signal ? 128 + e->signal : e->code;
-  return r;
+  auto r = RunToEnd(o, 60);
+  if (!r.ok()) return Outcome{-1, r.status().ToString()};
+  return Outcome{r->exit.signal ? 128 + r->exit.signal : r->exit.code, r->output};
 }
 
 class InstallTest : public ::testing::Test {

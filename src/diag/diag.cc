@@ -13,7 +13,7 @@
 #include <limits>
 
 #include "common/clock.h"
-#include "common/proc.h"
+#include "common/run.h"
 
 namespace bulwark::diag {
 namespace {
@@ -222,29 +222,21 @@ std::vector<CheckResult> RunChecks(const std::vector<CheckSpec>& checks, const R
     if (!c.inject.empty()) so.argv.insert(so.argv.end(), {"--inject", c.inject});
     so.env = CurrentEnv();
     const double t0 = SystemClock::Get()->NowMono();
-    auto child = Spawn(so);
-    if (!child.ok()) {
-      r.evidence = "could not start " + o.agent_binary + ": " + child.status().message();
+    auto run = RunToEnd(so, c.budget_s);
+    r.seconds = SystemClock::Get()->NowMono() - t0;
+    if (!run.ok()) {
+      r.evidence = "could not start " + o.agent_binary + ": " + run.status().message();
       out.push_back(r);
       continue;
     }
-    std::string text;
-    bool eof = false;
-    const double deadline = t0 + c.budget_s;
-    while (!eof && SystemClock::Get()->NowMono() < deadline) {
-      PollReadable({child->output.get()}, std::min(0.1, c.budget_s));
-      text += ReadAvailable(child->output.get(), &eof);
-    }
-    std::optional<ExitInfo> exit;
-    if (eof) exit = WaitExit(child->pid, std::max(0.0, deadline - SystemClock::Get()->NowMono()));
-    r.seconds = SystemClock::Get()->NowMono() - t0;
-    if (!exit) {
-      TerminateGroup(child->pid, child->pgid, 0);
+    if (run->timed_out) {
       r.evidence = "did not finish within its budget of " + Fmt("%g", c.budget_s) +
                    " s (killed): a hung check is a failed check";
       out.push_back(r);
       continue;
     }
+    std::string text = run->output;
+    const ExitInfo* exit = &run->exit;
     while (!text.empty() && text.back() == '\n') text.pop_back();
     const std::string last =
         text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);

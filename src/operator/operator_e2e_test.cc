@@ -4,6 +4,7 @@
 // the Go module proxy); requeue, invalid specs, suspend and deletion; the local twin;
 // a PyTorchJob imported with `bulwark submit`; RBAC refusals and the audit of what the
 // operator's ServiceAccount used.
+#include "common/run.h"
 #include "operator/dashboard.h"
 #include "operator/testing/e2e_fixture.h"
 #include "registry/registry.h"
@@ -424,21 +425,10 @@ std::pair<int, std::string> RunCommand(const std::vector<std::string>& argv, dou
   SpawnOptions so;
   so.argv = argv;
   so.env = CurrentEnv();
-  auto child = Spawn(so);
-  if (!child.ok()) return {-1, child.status().ToString()};
-  std::string out;
-  bool eof = false;
-  const double deadline = SystemClock::Get()->NowMono() + timeout_s;
-  while (!eof && SystemClock::Get()->NowMono() < deadline) {
-    PollReadable({child->output.get()}, 0.2);
-    out += ReadAvailable(child->output.get(), &eof);
-  }
-  auto exit = WaitExit(child->pid, 10);
-  if (!exit) {
-    TerminateGroup(child->pid, child->pgid, 1);
-    return {-1, out + "(did not finish within the deadline)"};
-  }
-  return {exit->signal ? 128 + exit->signal : exit->code, out};
+  auto r = RunToEnd(so, timeout_s);
+  if (!r.ok()) return {-1, r.status().ToString()};
+  if (r->timed_out) return {-1, r->output + "(did not finish within the deadline)"};
+  return {r->exit.signal ? 128 + r->exit.signal : r->exit.code, r->output};
 }
 
 TEST_F(OperatorE2E, TheSameTrainJobRunsUnchangedOnTheLocalBackend) {

@@ -92,7 +92,9 @@ Json Resources(const PodOptions& p) {
 
 }  // namespace
 
-std::string DefaultAgentImage() { return std::string("ghcr.io/bulwark-dev/bulwark:") + BULWARK_VERSION; }
+std::string DefaultAgentImage() {
+  return std::string("ghcr.io/bulwark-dev/bulwark:") + BULWARK_VERSION;
+}
 
 Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
                const std::string& node_name, const RenderOptions& o) {

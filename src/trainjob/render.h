@@ -71,19 +71,19 @@ struct RenderOptions {
 // a Workload name); a longer job name is cut and a hash of it added.
 std::string KueuePodGroupName(const std::string& job, const std::string& run_id);
 
-// One node's pod: name "<job>-<node_id>", labels bulwark.dev/{job,node-id,role},
-// owner reference to the TrainJob (controller, blockOwnerDeletion; t.uid must be
-// set for the API to accept it), finalizer bulwark.dev/agent, hostNetwork with
-// ClusterFirstWithHostNet, restartPolicy Never, spec.nodeName when `node_name` is
-// given, the GPU limit, the job's tolerations (never the quarantine taint), the
-// volumes (/bulwark/run, /dev/shm, /data, /bulwark/local, /bulwark/shared,
-// /bulwark/config), the downward-API env (POD_NAME, POD_NAMESPACE, POD_IP,
-// NODE_NAME), bulwark-agent as the entrypoint, SYS_PTRACE, and the gang
-// scheduler's labels/annotations. With pod.injectAgent and o.agent_image, an init
-// container of o.agent_image runs `bulwark-agent install /bulwark/agent` into an
-// emptyDir and the entrypoint is that bundle (AgentBundleCommand), so pod.image needs
-// no Bulwark files; otherwise the entrypoint is o.agent_path in pod.image. `slot` >= 0: the worker of that node slot; -1: a
-// warm standby.
+// One node's pod: name "<job>-<node_id>", labels bulwark.dev/{job,node-id,role}, owner
+// reference to the TrainJob (controller, blockOwnerDeletion; t.uid must be set for the
+// API to accept it), finalizer bulwark.dev/agent, hostNetwork with
+// ClusterFirstWithHostNet, restartPolicy Never, spec.nodeName when `node_name` is given,
+// the GPU limit, the job's tolerations (never the quarantine taint), the volumes
+// (/bulwark/run, /dev/shm, /data, /bulwark/local, /bulwark/shared, /bulwark/config), the
+// downward-API env (POD_NAME, POD_NAMESPACE, POD_IP, NODE_NAME), bulwark-agent as the
+// entrypoint, SYS_PTRACE, and the gang scheduler's labels/annotations. With
+// pod.injectAgent and o.agent_image, an init container of o.agent_image runs
+// `bulwark-agent install /bulwark/agent` into an emptyDir and the entrypoint is that
+// bundle (AgentBundleCommand), so pod.image needs no Bulwark files; otherwise the
+// entrypoint is o.agent_path in pod.image. `slot` >= 0: the worker of that node slot;
+// -1: a warm standby.
 Json RenderPod(const TrainJob& t, const std::string& node_id, int slot,
                const std::string& node_name, const RenderOptions& o);
 

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/run.h"
 
 namespace bulwark::testing {
 
@@ -309,29 +310,12 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   so.argv = argv;
   so.env = env;
   so.workdir = workdir;
-  BW_ASSIGN_OR_RETURN(Child c, Spawn(so));
-  CommandResult r;
-  const double deadline = Now() + timeout_s;
-  bool eof = false;
-  std::optional<ExitInfo> exit;
-  // Until the output ends, or the command has exited (a process it left behind may hold
-  // the pipe open), or the deadline.
-  while (!eof && !exit && Now() < deadline) {
-    PollReadable({c.output.get()}, std::min(0.1, std::max(0.0, deadline - Now())));
-    r.output += ReadAvailable(c.output.get(), &eof);
-    if (!eof) {
-      exit = Reap(c.pid);
-      if (exit) r.output += ReadAvailable(c.output.get(), &eof);
-    }
-  }
-  if (!exit) exit = WaitExit(c.pid, std::max(0.0, deadline - Now()));
-  if (!exit) {
-    TerminateGroup(c.pid, c.pgid, 1);
+  BW_ASSIGN_OR_RETURN(RunOutcome o, RunToEnd(so, timeout_s));
+  if (o.timed_out) {
     return DeadlineExceeded(argv[0] + " did not finish within " + std::to_string(timeout_s) +
-                            " s; its output: " + r.output);
+                            " s; its output: " + o.output);
   }
-  r.exit = *exit;
-  return r;
+  return CommandResult{o.exit, std::move(o.output)};
 }
 
 Result<CommandResult> SlurmCluster::Run(const std::vector<std::string>& argv, double timeout_s,

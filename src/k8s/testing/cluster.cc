@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/run.h"
 
 namespace bulwark::k8s::testing {
 
@@ -244,22 +245,13 @@ Result<std::string> Kubectl(const ControlPlane& cp, const std::string& kubeconfi
   so.argv.insert(so.argv.end(), args.begin(), args.end());
   so.env = CurrentEnv();
   so.env["KUBECTL_COMMAND_HEADERS"] = "false";
-  BW_ASSIGN_OR_RETURN(Child c, Spawn(so));
-  std::string out;
-  bool eof = false;
-  const double deadline = SystemClock::Get()->NowMono() + timeout_s;
-  while (!eof && SystemClock::Get()->NowMono() < deadline) {
-    PollReadable({c.output.get()}, 0.1);
-    out += ReadAvailable(c.output.get(), &eof);
-  }
-  auto exit = WaitExit(c.pid, eof ? 10 : 0.1);
-  if (!exit) {
-    TerminateGroup(c.pid, c.pgid, 1);
+  BW_ASSIGN_OR_RETURN(RunOutcome run, RunToEnd(so, timeout_s));
+  if (run.timed_out) {
     return DeadlineExceeded("kubectl did not finish within " + std::to_string(timeout_s) +
-                            " s: " + out);
+                            " s: " + run.output);
   }
-  if (!exit->ok()) return Internal("kubectl " + exit->Describe() + ": " + out);
-  return out;
+  if (!run.exit.ok()) return Internal("kubectl " + run.exit.Describe() + ": " + run.output);
+  return run.output;
 }
 
 }  // namespace bulwark::k8s::testing

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/curl_util.h"
 #include "common/net.h"
+#include "common/run.h"
 
 namespace bulwark::k8s::testing {
 
@@ -125,18 +126,10 @@ Result<std::string> FindControlPlaneBinaries() {
   SpawnOptions so;
   so.argv = {"/bin/bash", script, "--print"};
   so.env = CurrentEnv();
-  BW_ASSIGN_OR_RETURN(Child c, Spawn(so));
-  std::string out;
-  bool eof = false;
-  const double deadline = SystemClock::Get()->NowMono() + 20;
-  while (!eof && SystemClock::Get()->NowMono() < deadline) {
-    PollReadable({c.output.get()}, 0.1);
-    out += ReadAvailable(c.output.get(), &eof);
-  }
-  auto exit = WaitExit(c.pid, 5);
-  if (!exit) TerminateGroup(c.pid, c.pgid, 1);
+  BW_ASSIGN_OR_RETURN(RunOutcome run, RunToEnd(so, 25));
+  std::string out = std::move(run.output);
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  if (!exit || !exit->ok()) {
+  if (run.timed_out || !run.exit.ok()) {
     return NotFound("the Kubernetes control-plane binaries are not built: " + out +
                     " (bash scripts/k8s-control-plane.sh builds them once per machine, "
                     "from the Go module proxy)");

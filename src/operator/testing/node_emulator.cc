@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/clock.h"
+#include "common/run.h"
 
 namespace bulwark::op::testing {
 namespace {
@@ -347,23 +348,14 @@ Status NodeEmulator::StartPod(const Json& pod) {
       io.env = CurrentEnv();
       for (const auto& [k, v] : ienv) io.env[k] = v;
       for (const auto& [k, v] : opts_.extra_env) io.env[k] = v;
-      BW_ASSIGN_OR_RETURN(Child ichild, Spawn(io));
-      std::string out;
-      bool eof = false;
-      const double deadline = SystemClock::Get()->NowMono() + 120;
-      while (!eof && SystemClock::Get()->NowMono() < deadline) {
-        PollReadable({ichild.output.get()}, 0.2);
-        out += ReadAvailable(ichild.output.get(), &eof);
-      }
-      auto e = WaitExit(ichild.pid, std::max(0.0, deadline - SystemClock::Get()->NowMono()));
-      if (!e) e = TerminateGroup(ichild.pid, ichild.pgid, 1);
+      BW_ASSIGN_OR_RETURN(RunOutcome run, RunToEnd(io, 120));
       std::ofstream(log_path, std::ios::app)
           << "[node-emulator] init container " << Str(ic, "name") << " on " << node << ": "
-          << e->Describe() << "\n"
-          << out;
-      if (!e->ok()) {
-        return FailedPrecondition("init container " + Str(ic, "name") + " " + e->Describe() +
-                                  ": " + out);
+          << run.exit.Describe() << (run.timed_out ? " (killed after 120 s)" : "") << "\n"
+          << run.output;
+      if (run.timed_out || !run.exit.ok()) {
+        return FailedPrecondition("init container " + Str(ic, "name") + " " +
+                                  run.exit.Describe() + ": " + run.output);
       }
     }
   }

@@ -3,17 +3,17 @@
 // the API server only through the API, with its own client, as a kubelet does.
 //
 // It registers Node objects (Ready, with the GPU resource and labels given), watches
-// pods with an informer, and runs every pod bound to one of its nodes (spec.nodeName)
-// as a local process, the way a kubelet runs a container: command + args with $(VAR) expanded from
-// the container's env (literal values and the downward API fields metadata.name,
-// metadata.namespace, spec.nodeName, status.podIP, status.hostIP), the image's paths mapped to host
-// paths
-// (`binaries`), and volume mount paths in the command line mapped to host directories
-// backing the volumes (emptyDir per pod, hostPath per node, PVC per claim, configMap
-// per name, all under `root`). The pod's init containers run first, the same way, one
-// at a time to a zero exit (a failing one fails the pod). A pod whose spec.nodeSelector the node's labels do not
-// match is rejected as the kubelet rejects it (Failed, NodeAffinity). It reports pod status through the status subresource
-// (Running -> Succeeded or Failed with the exit code) and, for a pod with
+// pods with an informer, and runs every pod bound to one of its nodes (spec.nodeName) as
+// a local process, the way a kubelet runs a container: command + args with $(VAR)
+// expanded from the container's env (literal values and the downward API fields
+// metadata.name, metadata.namespace, spec.nodeName, status.podIP, status.hostIP), the
+// image's paths mapped to host paths (`binaries`), and volume mount paths in the command
+// line mapped to host directories backing the volumes (emptyDir per pod, hostPath per
+// node, PVC per claim, configMap per name, all under `root`). The pod's init containers
+// run first, the same way, one at a time to a zero exit (a failing one fails the pod). A
+// pod whose spec.nodeSelector the node's labels do not match is rejected as the kubelet
+// rejects it (Failed, NodeAffinity). It reports pod status through the status
+// subresource (Running -> Succeeded or Failed with the exit code) and, for a pod with
 // deletionTimestamp, stops the process (SIGTERM, grace, SIGKILL), reports its terminal
 // phase and then completes the graceful deletion as the kubelet does (DELETE with
 // gracePeriodSeconds 0; a finalizer still holds the object until its owner removes it).

@@ -1,16 +1,14 @@
 #include "trainjob/testing/schema_check.h"
 
-#include <poll.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "common/proc.h"
+#include "common/run.h"
 #include "trainjob/render.h"
 
 #ifndef BW_SOURCE_DIR
@@ -83,28 +81,13 @@ Status ValidateK8sObjects(const std::vector<Json>& objects, std::vector<std::str
   SpawnOptions so;
   so.argv = {"node", script, tmp.path};
   so.env = CurrentEnv();
-  Result<Child> child = Spawn(so);
-  if (!child.ok()) return child.status();
-  std::string output;
-  bool eof = false;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int>(o.timeout_s * 1000));
-  while (!eof && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{child->output.get(), POLLIN, 0};
-    poll(&p, 1, 200);
-    output += ReadAvailable(child->output.get(), &eof);
-  }
-  if (!eof) {
-    (void)TerminateGroup(child->pid, child->pgid, 1);
+  BW_ASSIGN_OR_RETURN(RunOutcome run, RunToEnd(so, o.timeout_s));
+  if (run.timed_out) {
     return DeadlineExceeded("validate.mjs did not finish within " + std::to_string(o.timeout_s) +
-                            " s; output so far:\n" + output);
+                            " s; output so far:\n" + run.output);
   }
-  std::optional<ExitInfo> exit = WaitExit(child->pid, 10);
-  if (!exit) {
-    ExitInfo killed = TerminateGroup(child->pid, child->pgid, 1);
-    return Internal("validate.mjs did not exit after closing its output (" + killed.Describe() +
-                    ")");
-  }
+  const std::string& output = run.output;
+  const ExitInfo* exit = &run.exit;
 
   std::vector<std::string> problems;
   std::stringstream lines(output);
