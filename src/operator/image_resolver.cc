@@ -35,9 +35,12 @@ std::optional<Result<registry::ImageConfig>> ImageResolver::Lookup(
     const std::vector<registry::PullSecret>& secrets) {
   auto cached = client_->Cached(image, secrets);
   if (!cached.ok()) return Result<registry::ImageConfig>(cached.status());
-  if (cached->has_value()) return Result<registry::ImageConfig>(**cached);
   const std::string key = RequestKey(image, secrets);
   std::lock_guard<std::mutex> l(mu_);
+  if (cached->has_value()) {
+    finished_.erase(key);  // a read's result the cache now serves
+    return Result<registry::ImageConfig>(**cached);
+  }
   if (auto f = finished_.find(key); f != finished_.end()) {
     Result<registry::ImageConfig> r = std::move(f->second);
     finished_.erase(f);

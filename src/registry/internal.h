@@ -2,6 +2,8 @@
 // (registry/testing): one bounded HTTP exchange over libcurl, sha256 and base64.
 #pragma once
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -37,5 +39,8 @@ std::string Sha256Digest(const std::string& data);  // "sha256:<64 lowercase hex
 std::string Base64Encode(const std::string& raw);
 // nullopt-like: InvalidArgument for text that is not base64.
 Result<std::string> Base64Decode(const std::string& text);
+// write(2) that fails with EPIPE instead of raising SIGPIPE when the reader is gone (a
+// credential helper that exits without reading its stdin); the signal mask is kept.
+ssize_t WriteNoSigpipe(int fd, const void* data, size_t n);
 
 }  // namespace bulwark::registry::internal

@@ -2,6 +2,8 @@
 // distribution API's manifest/config walk with its auth challenges, and the cache.
 #include "registry/registry.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -209,7 +211,7 @@ Result<std::optional<std::pair<std::string, std::string>>> RunCredentialHelper(
   bool eof = false;
   while (!eof && SystemClock::Get()->NowMono() < deadline) {
     if (!in.empty() && child->input.valid()) {
-      const ssize_t n = ::write(child->input.get(), in.data(), in.size());
+      const ssize_t n = internal::WriteNoSigpipe(child->input.get(), in.data(), in.size());
       if (n > 0) in.erase(0, static_cast<size_t>(n));
       if (n < 0 && errno != EAGAIN) in.clear();
       if (in.empty()) child->input.Reset();  // EOF: the helper reads one line
@@ -699,5 +701,25 @@ Result<ImageConfig> Client::Resolve(const std::string& image,
   BW_ASSIGN_OR_RETURN(const Credential cred, FindCredential(r.registry, secrets));
   return impl_->Walk(image, r, cred);
 }
+
+namespace internal {
+
+ssize_t WriteNoSigpipe(int fd, const void* data, size_t n) {
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  const ssize_t r = ::write(fd, data, n);
+  const int e = errno;
+  if (r < 0 && e == EPIPE) {
+    const timespec zero{0, 0};
+    sigtimedwait(&pipe_set, nullptr, &zero);  // the SIGPIPE this write raised
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = e;
+  return r;
+}
+
+}  // namespace internal
 
 }  // namespace bulwark::registry

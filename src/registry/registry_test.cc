@@ -626,6 +626,23 @@ TEST_F(DockerCredentialsTest, HelperAndConfigFailuresSayWhatToDo) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("identity token"), std::string::npos)
       << r.status().ToString();
+  // A helper that exits without reading its stdin: an error, not a SIGPIPE death.
+  const std::string noread = home_ + "/bin/docker-credential-noread";
+  std::ofstream(noread) << "#!/bin/sh\necho 'no input read' >&2\nexit 4\n";
+  fs::permissions(noread, fs::perms::owner_all);
+  WriteConfig(R"({"credsStore": "noread"})");
+  r = LocalDockerCredentials(image);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no input read"), std::string::npos)
+      << r.status().ToString();
+  // Writing to it once it is gone: EPIPE, and this process lives (no SIGPIPE).
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ::close(fds[0]);
+  errno = 0;
+  EXPECT_EQ(internal::WriteNoSigpipe(fds[1], "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  ::close(fds[1]);
   WriteHelper("broken", "echo 'keyring is locked' >&2; exit 2\n");
   WriteConfig(R"({"credsStore": "broken"})");
   r = LocalDockerCredentials(image);
