@@ -10,8 +10,10 @@
 #include <string>
 
 #include "fuzz/agent_fixture.h"
+#include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const bulwark::fuzz::Silence quiet(/*out=*/false, /*err=*/true);  // the agent's warnings
   static auto* fixture = new bulwark::fuzz::AgentFixture();
   const std::string text(reinterpret_cast<const char*>(data), size);
   // Even inputs reach an idle agent, odd ones an agent running two ranks.

@@ -127,20 +127,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<char*> argv;
   for (std::string& s : store) argv.push_back(s.data());
   argv.push_back(nullptr);
-  fflush(stdout);
-  fflush(stderr);
-  const int saved_out = dup(1), saved_err = dup(2);
-  const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-  dup2(null, 1);
-  dup2(null, 2);
-  const int rc = bulwark::cli::Main(static_cast<int>(argv.size()) - 1, argv.data());
-  fflush(stdout);
-  fflush(stderr);
-  dup2(saved_out, 1);
-  dup2(saved_err, 2);
-  close(saved_out);
-  close(saved_err);
-  close(null);
+  int rc;
+  {
+    bulwark::fuzz::Silence quiet(/*out=*/true, /*err=*/true);
+    rc = bulwark::cli::Main(static_cast<int>(argv.size()) - 1, argv.data());
+  }
   Check(rc == 0 || rc == 1 || rc == 2, "exit status other than 0, 1, 2", std::to_string(rc));
   return 0;
 }
