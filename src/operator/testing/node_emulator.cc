@@ -288,8 +288,11 @@ Status NodeEmulator::StartPod(const Json& pod) {
   }
   // A container's command line as the kubelet would run it: $(VAR) from its env, the
   // image's paths (`binaries`) and its volume mount paths mapped to this machine's.
-  auto command_of = [&](const Json& ctr, std::map<std::string, std::string>* env,
-                        std::vector<std::string>* argv) -> Status {
+  // Returns the SpawnOptions to run it with: that command line, this process's
+  // environment with the container's and extra_env over it.
+  auto spawn_of = [&](const Json& ctr) -> Result<SpawnOptions> {
+    std::map<std::string, std::string> container_env;
+    std::vector<std::string> args;
     std::vector<std::pair<std::string, std::string>> mounts;  // mountPath -> host dir
     if (ctr.contains("volumeMounts")) {
       for (const Json& m : ctr["volumeMounts"]) {
@@ -307,24 +310,24 @@ Status NodeEmulator::StartPod(const Json& pod) {
         if (field == "metadata.namespace") value = ns;
         if (field == "spec.nodeName") value = node;
         if (field == "status.podIP" || field == "status.hostIP") value = "127.0.0.1";
-        (*env)[Str(e, "name")] = value;
+        container_env[Str(e, "name")] = value;
       }
     }
     for (const char* part : {"command", "args"}) {
       if (!ctr.contains(part)) continue;
-      for (const Json& a : ctr[part]) argv->push_back(Expand(a.get<std::string>(), *env));
+      for (const Json& a : ctr[part]) args.push_back(Expand(a.get<std::string>(), container_env));
     }
-    if (argv->empty()) {
+    if (args.empty()) {
       return InvalidArgument("pod " + name + ": container " + Str(ctr, "name") +
                              ": no command (images are not run)");
     }
     if (auto img = opts_.image_binaries.find(Str(ctr, "image"));
-        img != opts_.image_binaries.end() && img->second.count((*argv)[0])) {
-      (*argv)[0] = img->second.at((*argv)[0]);
-    } else if (auto it = opts_.binaries.find((*argv)[0]); it != opts_.binaries.end()) {
-      (*argv)[0] = it->second;
+        img != opts_.image_binaries.end() && img->second.count(args[0])) {
+      args[0] = img->second.at(args[0]);
+    } else if (auto it = opts_.binaries.find(args[0]); it != opts_.binaries.end()) {
+      args[0] = it->second;
     }
-    for (std::string& a : *argv) {
+    for (std::string& a : args) {
       for (const auto& [path, host] : mounts) {
         if (a == path || a.rfind(path + "/", 0) == 0) {
           a = host + a.substr(path.size());
@@ -332,7 +335,12 @@ Status NodeEmulator::StartPod(const Json& pod) {
         }
       }
     }
-    return Status::Ok();
+    SpawnOptions so;
+    so.argv = std::move(args);
+    so.env = CurrentEnv();
+    for (const auto& [k, v] : container_env) so.env[k] = v;
+    for (const auto& [k, v] : opts_.extra_env) so.env[k] = v;
+    return so;
   };
   const std::string log_path = opts_.root + "/logs/" + name + ".log";
   std::filesystem::create_directories(opts_.root + "/logs");
@@ -340,33 +348,20 @@ Status NodeEmulator::StartPod(const Json& pod) {
   // as with restartPolicy Never), within 120 s each.
   if (spec.contains("initContainers")) {
     for (const Json& ic : spec["initContainers"]) {
-      std::map<std::string, std::string> ienv;
-      std::vector<std::string> iargv;
-      BW_RETURN_IF_ERROR(command_of(ic, &ienv, &iargv));
-      SpawnOptions io;
-      io.argv = iargv;
-      io.env = CurrentEnv();
-      for (const auto& [k, v] : ienv) io.env[k] = v;
-      for (const auto& [k, v] : opts_.extra_env) io.env[k] = v;
+      BW_ASSIGN_OR_RETURN(SpawnOptions io, spawn_of(ic));
       BW_ASSIGN_OR_RETURN(RunOutcome run, RunToEnd(io, 120));
       std::ofstream(log_path, std::ios::app)
           << "[node-emulator] init container " << Str(ic, "name") << " on " << node << ": "
           << run.exit.Describe() << (run.timed_out ? " (killed after 120 s)" : "") << "\n"
           << run.output;
       if (run.timed_out || !run.exit.ok()) {
-        return FailedPrecondition("init container " + Str(ic, "name") + " " +
-                                  run.exit.Describe() + ": " + run.output);
+        return FailedPrecondition("init container " + Str(ic, "name") + " " + run.exit.Describe() +
+                                  ": " + run.output);
       }
     }
   }
-  std::map<std::string, std::string> env;
-  std::vector<std::string> argv;
-  BW_RETURN_IF_ERROR(command_of(c, &env, &argv));
-  SpawnOptions so;
-  so.argv = argv;
-  so.env = CurrentEnv();
-  for (const auto& [k, v] : env) so.env[k] = v;
-  for (const auto& [k, v] : opts_.extra_env) so.env[k] = v;
+  BW_ASSIGN_OR_RETURN(SpawnOptions so, spawn_of(c));
+  const std::vector<std::string>& argv = so.argv;
   so.capture_output = true;
   so.new_process_group = true;
   so.die_with_parent = true;
