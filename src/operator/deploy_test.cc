@@ -180,6 +180,17 @@ std::set<std::string> AptPackages(const Stage& s) {
   return out;
 }
 
+// Where the COPY lines of the Dockerfile's stage `name` put files.
+std::set<std::string> CopyDestinations(const std::string& name) {
+  const std::vector<Stage> stages = Stages();
+  std::set<std::string> dests;
+  for (const std::string& l : StageNamed(stages, name).lines) {
+    const std::vector<std::string> w = Words(l);
+    if (w[0] == "COPY") dests.insert(w.back());
+  }
+  return dests;
+}
+
 TEST(DockerfileTest, EveryCopySourceExistsInTheRepository) {
   for (const Stage& s : Stages()) {
     for (const std::string& l : s.lines) {
@@ -274,13 +285,7 @@ TEST(DockerfileTest, TheOperatorImageIsWhatDeployOperatorYamlRuns) {
 // The operator's image is the pods' --agent-image: it has bulwark-agent where the init
 // container runs it, and the SDK where an installed agent (install_paths.h) finds it.
 TEST(DockerfileTest, TheOperatorImageIsTheAgentImageThePodsInstallFrom) {
-  const std::vector<Stage> stages = Stages();
-  const Stage& op = StageNamed(stages, "operator");
-  std::set<std::string> dests;
-  for (const std::string& l : op.lines) {
-    const std::vector<std::string> w = Words(l);
-    if (w[0] == "COPY") dests.insert(w.back());
-  }
+  const std::set<std::string> dests = CopyDestinations("operator");
   EXPECT_TRUE(dests.count(trainjob::RenderOptions{}.agent_path));
   EXPECT_TRUE(dests.count("/usr/local/lib/libbulwark.so"));
   EXPECT_TRUE(dests.count("/usr/local/lib/bulwark/python/bulwark"));
@@ -294,13 +299,7 @@ TEST(DockerfileTest, TheOperatorImageIsTheAgentImageThePodsInstallFrom) {
 }
 
 TEST(DockerfileTest, TheTrainerImageHasTheAgentWhereThePodsRunIt) {
-  const std::vector<Stage> stages = Stages();
-  const Stage& t = StageNamed(stages, "trainer");
-  std::set<std::string> dests;
-  for (const std::string& l : t.lines) {
-    const std::vector<std::string> w = Words(l);
-    if (w[0] == "COPY") dests.insert(w.back());
-  }
+  const std::set<std::string> dests = CopyDestinations("trainer");
   EXPECT_TRUE(dests.count(trainjob::RenderOptions{}.agent_path));
   // The agent's built-in --python-dir and --lib (src/agent/CMakeLists.txt) with the build
   // stage's source at /opt/bulwark and build at /opt/bulwark/build.
