@@ -4,16 +4,17 @@
 //   matmul  a deterministic float32 matrix product (inputs from a fixed generator),
 //           computed twice and checked against a double-precision reference: a wrong
 //           result (beyond float rounding) or two runs that differ bit for bit mean
-//           the compute is not to be trusted (silent data corruption). On a GPU the
-//           same check runs through CUDA when present; here, on the CPU.
+//           the compute is not to be trusted (silent data corruption). CPU only: a
+//           CUDA path for GPUs is not written yet.
 //   disk    writes `bytes` of a pattern to a checkpoint directory, fsyncs, reads it
 //           back and compares: a full disk, an I/O error, a read-only mount or
 //           corruption fails it; the throughput is evidence.
 //
-// RunChecks (the agent, `bulwark diagnose`) starts `bulwark-agent diagnose --check ...`
-// once per check, reads its one JSON line and kills it (SIGKILL, reaped) when it
-// exceeds its budget: a check that hangs is a failed check, never a stuck caller.
-// Judge is the verdict: pure, shared by the controller and the simulator.
+// RunChecks (today called by `bulwark diagnose`; the controller does not run checks
+// yet) starts `bulwark-agent diagnose --check ...` once per check, reads its one JSON
+// line and kills its process group when it exceeds its budget (SIGTERM, 1 s, SIGKILL;
+// reaped): a check that hangs is a failed check, never a stuck caller. Judge is the
+// verdict: a pure function of the results.
 // Thread-compatible; RunChecks blocks its caller for at most the sum of the budgets.
 #pragma once
 
