@@ -431,6 +431,7 @@ bool ControllerImpl::RunOnce() {
       n->adopt_conn.reset();
     }
     pending_.clear();
+    answered_.clear();
     listen_.Reset();
     Persist();
     PublishStatus(true);

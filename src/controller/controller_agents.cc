@@ -84,11 +84,16 @@ void ControllerImpl::AcceptAndGreet() {
         greeted = true;
         Greet(n, m);
         for (size_t k = i + 1; k < msgs.size(); ++k) HandleAgentMessage(n, msgs[k]);
+      } else if (answered_.count(it->get())) {
+        // One request per connection (docs/protocol.md): a client reads one reply.
+        std::fprintf(stderr, "[bulwark] dropped a second request on one client connection\n");
       } else {
         HandleClientRequest(**it, m);
+        answered_.insert(it->get());
       }
     }
     if (greeted || (*it)->closed()) {
+      answered_.erase(it->get());
       it = pending_.erase(it);
     } else {
       ++it;

@@ -25,8 +25,8 @@
 #include "controller/ckpt_catalog.h"
 #include "controller/controller.h"
 #include "controller/job_metrics.h"
-#include "policy/metric_faults.h"
 #include "controller/tensorboard_sink.h"
+#include "policy/metric_faults.h"
 #include "policy/regroup.h"
 
 namespace bulwark {
@@ -266,7 +266,7 @@ class ControllerImpl {
   TensorBoardSink tb_;
   MetricFaultDetector metric_faults_;
   std::vector<Json> observations_;  // faults found from metrics that restarted nothing
-  double metrics_tick_at_ = -1;  // mono time of the last JobMetrics::Tick
+  double metrics_tick_at_ = -1;     // mono time of the last JobMetrics::Tick
   JobRecord rec_;
 
   Fd listen_;
@@ -277,6 +277,7 @@ class ControllerImpl {
   Status start_status_;  // Setup()'s result
   std::map<std::string, std::unique_ptr<Node>> nodes_;
   std::vector<std::unique_ptr<JsonLineConn>> pending_;  // accepted, not yet identified
+  std::set<const JsonLineConn*> answered_;              // of pending_: clients answered
   std::vector<std::string> slots_;
   int next_node_ = 0;
 
@@ -361,7 +362,7 @@ class ControllerImpl {
   int spontaneous_park_rank_ = -1;
   int spontaneous_park_node_ = -1;
   std::string spontaneous_park_error_;
-  Json cadence_log_ = Json::array();             // the intervals announced, for the report
+  Json cadence_log_ = Json::array();  // the intervals announced, for the report
 
   std::atomic<bool> cancel_{false};  // any thread: Cancel()
   std::atomic<bool> detach_{false};  // any thread: Detach()
