@@ -35,10 +35,15 @@ class FakeBackend : public Backend {
   }
   Status ReleaseNode(const std::string&, double) override { return Status::Ok(); }
   std::vector<NodeLoss> Poll() override { return {}; }
+  Status QuarantineNode(const std::string& id, const std::string& reason) override {
+    quarantined.push_back(id + ": " + reason);
+    return Status::Ok();
+  }
   Status Teardown(double) override { return Status::Ok(); }
   std::vector<NodeRequest> started;
   std::vector<std::string> killed;
-  bool capacity = true;  // false: StartNode answers UNAVAILABLE
+  std::vector<std::string> quarantined;  // "node-1: <reason>"
+  bool capacity = true;                  // false: StartNode answers UNAVAILABLE
 };
 
 class ControllerFixture : public ::testing::Test {
