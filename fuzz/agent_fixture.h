@@ -130,6 +130,8 @@ class AgentFixture {
     o.procs = procs_.get();
     o.stacks.gdb_path = "";
     o.nvml_library = "";
+    // `diagnose` inputs: the check processes exit at once (this binary is a fuzzer).
+    o.self_command = {"/bin/false"};
     o.python_dir = dir_ + "/python";
     agent_ = std::make_unique<Agent>(o, clock_.get());
     Status st = agent_->Start();

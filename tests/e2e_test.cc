@@ -151,6 +151,34 @@ TEST_F(E2E, HangIsDetectedWithEveryRanksStack) {
   ExpectNoLeftovers();
 }
 
+TEST_F(E2E, SilentCorruptionQuarantinesTheNode) {
+  // Chaos sdc flips a bit of rank 3's weight; the alignment check (every 5 steps) finds
+  // it against ranks 0-2; the standby takes slot 1 while node-1 fails its compute check
+  // and is quarantined; the job resumes from a verified step and finishes.
+  auto o = Run(WriteSpec("sdc", 2, 2, 150,
+                         std::string(kFastPolicy) + "chaos: [{kind: sdc, atStep: 40, rank: 3}]\n",
+                         "", ", TINY_ALIGN_EVERY: \"5\", TINY_STEP_TIME: \"0.03\""));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(o.report["last_step"], 150);
+  const Json* inc = FirstIncident(o.report, "sdc");
+  ASSERT_NE(inc, nullptr) << o.report.dump(2);
+  EXPECT_EQ((*inc)["rank"], 3);
+  EXPECT_EQ((*inc)["node_id"], "node-1");
+  EXPECT_EQ((*inc)["action"], "replace_node");
+  const long found = (*inc)["step"].get<long>();
+  EXPECT_GE(found, 40);
+  EXPECT_EQ((*inc)["good_step"], found - 5) << inc->dump(2);
+  EXPECT_LE((*inc)["resumed_from_step"].get<long>(), found - 5) << inc->dump(2);
+  const Json& d = (*inc)["diagnosis"];
+  EXPECT_EQ(d["verdict"], "unhealthy") << d.dump(2);
+  EXPECT_EQ(d["action"], "quarantined") << d.dump(2);
+  EXPECT_EQ(d["checks"][0]["ok"], false) << d.dump(2);
+  EXPECT_EQ(o.report["chaos"][0]["detected_as"], "sdc");
+  EXPECT_NE(o.output.find("NodeQuarantined: node-1 failed its diagnostics"), std::string::npos)
+      << o.output;
+  ExpectNoLeftovers();
+}
+
 TEST_F(E2E, NanRollsBackToAnEarlierCheckpoint) {
   auto o =
       Run(WriteSpec("nan", 1, 2, 80,

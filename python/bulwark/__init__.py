@@ -117,11 +117,15 @@ def poll_injected_sdc() -> bool:
 
 def parameter_digest(module: Any) -> int:
     """A 64-bit digest (BLAKE2b) of the bytes of `module`'s parameters, in order: equal
-    on two ranks exactly when they hold the same parameters bit for bit."""
+    on two ranks exactly when they hold the same parameters bit for bit. Parameters are
+    torch tensors, or any object with the buffer protocol (bytearray, numpy arrays)."""
     h = hashlib.blake2b(digest_size=8)
     for p in module.parameters():
-        t = p.detach().cpu().contiguous()
-        h.update(t.view(-1).view(_uint8()).numpy() if t.numel() else b"")
+        if hasattr(p, "detach"):
+            t = p.detach().cpu().contiguous()
+            h.update(t.view(-1).view(_uint8()).numpy() if t.numel() else b"")
+        else:
+            h.update(memoryview(p))
     return int.from_bytes(h.digest(), "big")
 
 
@@ -130,21 +134,34 @@ def _uint8() -> Any:
     return torch.uint8
 
 
+def _perturb(module: Any) -> None:
+    """Chaos sdc: a tensor's first element moves by a part in a thousand; a buffer's
+    first byte gets its lowest bit flipped."""
+    for p in module.parameters():
+        if hasattr(p, "is_floating_point"):
+            if p.numel() and p.is_floating_point():
+                import torch
+                with torch.no_grad():
+                    p.view(-1)[0] += 1e-3 * max(1.0, float(p.view(-1)[0].abs()))
+                return
+        else:
+            m = memoryview(p).cast("B")
+            if len(m):
+                m[0] ^= 1
+                return
+
+
 def check_alignment(step: int, module: Any, *, every: int = 10,
                     group: Optional[str] = None) -> None:
     """The bitwise alignment check (docs/diagnosis.md). Call it after the optimizer step
     on every rank that must hold the same parameters as the others of `group` (data
     parallel: every rank, group None): every `every`-th step the parameters' digest goes
     to the agent, and the controller names a rank whose parameters differ from the rest
-    (silent data corruption) and takes its node out. Chaos `sdc` perturbs one element of
-    this rank's parameters here, by one part in a thousand: no crash, no NaN."""
+    (silent data corruption) and takes its node out. Chaos `sdc` perturbs this rank's
+    parameters here (a tensor element by a part in a thousand, a buffer's lowest bit):
+    no crash, no NaN."""
     if poll_injected_sdc():
-        import torch
-        with torch.no_grad():
-            for p in module.parameters():
-                if p.numel() and p.is_floating_point():
-                    p.view(-1)[0] += 1e-3 * max(1.0, float(p.view(-1)[0].abs()))
-                    break
+        _perturb(module)
     if every <= 0 or step % every != 0:
         return
     _lib.check(_lib.lib().bw_report_digest(int(step), parameter_digest(module),

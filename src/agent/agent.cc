@@ -68,7 +68,8 @@ Agent::~Agent() {
   KillWarm();
   KillStore();
   if (fetch_thread_.joinable()) fetch_thread_.join();  // bounded by the fetch timeouts
-  if (diag_thread_.joinable()) diag_thread_.join();    // bounded by the checks' budgets
+  diag_cancel_.store(true);  // the check running finishes (its budget), no other starts
+  if (diag_thread_.joinable()) diag_thread_.join();
   persister_.reset();
   peer_.reset();
   if (staging_lease_.lock.valid()) {
@@ -724,7 +725,11 @@ void Agent::HandleDatagram(const std::string& payload) {
           (bad.ok() ? "rank " + std::to_string(*rank) + " is not on this node" : bad.message()));
       return;
     }
-    Json out = {{"type", "digest"}, {"rank", *rank}, {"step", *step}, {"digest", *digest}};
+    Json out = {{"type", "digest"},
+                {"rank", *rank},
+                {"step", *step},
+                {"digest", *digest},
+                {"attempt", spec_ ? spec_->attempt : -1}};
     if (!group->empty()) out["group"] = *group;
     Send(out);
     return;

@@ -368,6 +368,7 @@ class Agent {
   // bounded by the checks' budgets.
   std::thread diag_thread_;
   std::atomic<bool> diag_busy_{false};
+  std::atomic<bool> diag_cancel_{false};  // ~Agent: start no further check
   // Chaos `sdc`: this node's compute is silently wrong from now on; its compute check
   // fails as such a machine's would (docs/chaos.md).
   bool sdc_injected_ = false;

@@ -5,7 +5,9 @@
 // "budget_s": S}. Each check runs in its own `bulwark-agent diagnose` process, killed at
 // its budget (diag::RunChecks), on diag_thread_ so heartbeats go on; the reply is
 // {"type": "diagnosis", "id": N, "results": [CheckResult...]} or, for a request that
-// cannot run, {"type": "diagnosis", "id": N, "error": "..."}.
+// cannot run, {"type": "diagnosis", "id": N, "error": "..."}. At most 2 checks, 8
+// directories, 120 s per check; an agent shutting down starts no further check, so its
+// exit waits at most one check's budget.
 #include "agent/agent.h"
 #include "common/install_paths.h"
 #include "common/json_util.h"
@@ -26,8 +28,8 @@ void Agent::HandleDiagnose(const Json& msg) {
   if (diag_busy_.load()) return fail("diagnostics are already running on this node");
   if (diag_thread_.joinable()) diag_thread_.join();  // finished: diag_busy_ is false
   auto budget = JNumOr(msg, "budget_s", 30);
-  if (!budget.ok() || !(*budget > 0 && *budget <= 600)) {
-    return fail("field 'budget_s' must be a number of seconds in (0, 600]");
+  if (!budget.ok() || !(*budget > 0 && *budget <= 120)) {
+    return fail("field 'budget_s' must be a number of seconds in (0, 120]");
   }
   std::vector<diag::CheckSpec> checks;
   const Json empty = Json::array();
@@ -35,6 +37,9 @@ void Agent::HandleDiagnose(const Json& msg) {
   const Json& dirs = msg.contains("dirs") ? msg["dirs"] : empty;
   if (!names.is_array() || !dirs.is_array()) {
     return fail("fields 'checks' and 'dirs' must be arrays of strings");
+  }
+  if (names.size() > 2 || dirs.size() > 8) {
+    return fail("at most the 2 checks and 8 directories (fields 'checks', 'dirs')");
   }
   for (const Json& c : names) {
     if (!c.is_string()) return fail("field 'checks' must hold strings");
@@ -55,6 +60,7 @@ void Agent::HandleDiagnose(const Json& msg) {
   if (checks.empty()) return fail("no check to run: field 'checks' is empty");
   diag::RunOptions o;
   o.agent_command = opts_.self_command.empty() ? SelfCommand() : opts_.self_command;
+  o.cancel = &diag_cancel_;
   diag_busy_.store(true);
   diag_thread_ = std::thread([this, checks, o, reply]() mutable {
     Json results = Json::array();

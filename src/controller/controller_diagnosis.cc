@@ -140,6 +140,7 @@ void ControllerImpl::FinishDiagnostics(Node& n, const std::vector<diag::CheckRes
     if (n.slot == kSlotTesting) {
       n.slot = -1;
       n.prepared = false;  // warm ranks for the job's code again
+      RecordAgent(n);      // adoptable again, as a standby
       action = "rejoined as a warm standby";
     } else {
       action = "kept in slot " + std::to_string(n.slot);
@@ -203,6 +204,8 @@ namespace bulwark {
 
 void ControllerImpl::OnDigest(const Json& m) {
   if (stage_ != Stage::kRunning) return;  // a stopping attempt's late reports
+  auto attempt = JIntOr(m, "attempt", -1);
+  if (!attempt.ok() || *attempt != attempt_) return;  // an earlier attempt's, delivered late
   auto rank = JInt(m, "rank");
   auto step = JInt(m, "step");
   auto digest = JStr(m, "digest");

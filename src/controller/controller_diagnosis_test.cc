@@ -26,7 +26,11 @@ class ControllerDiagnosisTest : public testing::ControllerFixture {
   // Every rank reports a digest of its parameters after `step`; rank `odd` reports `d`.
   void Digests(long step, int odd = -1, const char* d = kB, int world = 4) {
     for (int r = 0; r < world; ++r) {
-      Send(r / 2, {{"type", "digest"}, {"rank", r}, {"step", step}, {"digest", r == odd ? d : kA}});
+      Send(r / 2, {{"type", "digest"},
+                   {"attempt", 0},
+                   {"rank", r},
+                   {"step", step},
+                   {"digest", r == odd ? d : kA}});
     }
     for (int i = 0; i < 5; ++i) ctl_->RunOnce();
   }
@@ -172,7 +176,11 @@ TEST_F(ControllerDiagnosisTest, DivergenceWithoutAMajorityNamesNoNodeAndTestsNon
   Step(0, 10);
   Digests(10);
   for (int r = 0; r < 4; ++r) {  // two against two
-    Send(r / 2, {{"type", "digest"}, {"rank", r}, {"step", 20}, {"digest", r < 2 ? kA : kB}});
+    Send(r / 2, {{"type", "digest"},
+                 {"attempt", 0},
+                 {"rank", r},
+                 {"step", 20},
+                 {"digest", r < 2 ? kA : kB}});
   }
   Expect(0, "stop");
   Expect(1, "stop");
@@ -187,6 +195,25 @@ TEST_F(ControllerDiagnosisTest, DivergenceWithoutAMajorityNamesNoNodeAndTestsNon
   EXPECT_EQ(inc["decision"]["resume_step_max"], 10);
   EXPECT_NE(inc["detail"].get<std::string>().find("no majority"), std::string::npos);
   EXPECT_FALSE(inc.contains("diagnosis")) << inc.dump();
+}
+
+TEST_F(ControllerDiagnosisTest, DigestsOfAnotherAttemptAreNotCompared) {
+  Begin(kDiagSpec);
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Step(0, 10);
+  for (int r = 0; r < 4; ++r) {  // a late report of an earlier attempt: 3 against 1
+    Send(r / 2, {{"type", "digest"},
+                 {"attempt", 5},
+                 {"rank", r},
+                 {"step", 20},
+                 {"digest", r == 3 ? kB : kA}});
+  }
+  for (int i = 0; i < 50; ++i) ctl_->RunOnce();
+  for (const Json& m : agents_[0].Read()) EXPECT_NE(m["type"], "stop") << m.dump();
+  Json report = Finish();
+  for (const Json& inc : report["incidents"]) EXPECT_NE(inc["kind"], "sdc") << inc.dump();
 }
 
 TEST_F(ControllerDiagnosisTest, APythonErrorIsNotTheMachinesAndNobodyIsTested) {

@@ -212,6 +212,11 @@ std::vector<CheckResult> RunChecks(const std::vector<CheckSpec>& checks, const R
   std::vector<CheckResult> out;
   for (const CheckSpec& c : checks) {
     CheckResult r{c.check == "disk" ? "disk:" + c.dir : c.check, false, 0, ""};
+    if (o.cancel && o.cancel->load()) {
+      r.evidence = "cancelled before it started";
+      out.push_back(r);
+      continue;
+    }
     SpawnOptions so;
     so.argv = o.agent_command.empty() ? std::vector<std::string>{o.agent_binary} : o.agent_command;
     so.argv.insert(so.argv.end(), {"diagnose", "--check", c.check});

@@ -18,6 +18,7 @@
 // Thread-compatible; RunChecks blocks its caller for at most the sum of the budgets.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct RunOptions {
   // The command that runs bulwark-agent, when it is more than its binary (an agent
   // bundle: AgentBundleCommand); overrides agent_binary.
   std::vector<std::string> agent_command;
+  // Set (by another thread) to start no further check: the rest fail as cancelled.
+  // Not owned; null = never cancelled.
+  const std::atomic<bool>* cancel = nullptr;
   int matmul_n = 256;
   size_t disk_bytes = 16 << 20;
 };

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/clock.h"
+#include "operator/node_health.h"
 
 namespace bulwark::op {
 
@@ -309,6 +310,27 @@ std::string KubernetesBackend::NodeIdOfPod(const std::string& pod_name) const {
     if (p.name == pod_name) return id;
   }
   return "";
+}
+
+Status KubernetesBackend::QuarantineNode(const std::string& node_id, const std::string& reason) {
+  std::string node = ClusterNodeOf(node_id);
+  if (node.empty()) {  // bound by a delegated scheduler: the pod says where
+    const std::string pod = PodName(node_id);
+    if (pod.empty()) return NotFound("no pod of this job is " + node_id);
+    auto p = opts_.client->Get(k8s::Pods(), opts_.job.ns, pod);
+    if (!p.ok()) return ExplainForbidden(p.status());
+    if ((*p).contains("spec") && (*p)["spec"].is_object()) {
+      node = (*p)["spec"].value("nodeName", "");
+    }
+    if (node.empty()) return FailedPrecondition("pod " + pod + " is not bound to a node");
+  }
+  auto r = opts_.client->UpdateWithRetry(k8s::Nodes(), "", node, [&](Json& obj) {
+    Json taints = WithQuarantineTaint(obj, reason);
+    if (!taints.is_null()) obj["spec"]["taints"] = std::move(taints);
+    return Status::Ok();
+  });
+  if (!r.ok()) return ExplainForbidden(r.status());
+  return Status::Ok();
 }
 
 std::string KubernetesBackend::ClusterNodeOf(const std::string& node_id) const {

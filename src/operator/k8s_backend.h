@@ -63,6 +63,11 @@ class KubernetesBackend : public Backend {
   Status Teardown(double grace_s) override;
   std::string PreferredSpare(int slot, const std::vector<std::string>& ready_spares) override;
   void OnSlotAssigned(const std::string& node_id, int slot) override;
+  // The cluster node hosting node_id's pod gets Bulwark's quarantine taint
+  // (bulwark.dev/quarantined:NoSchedule, the reason as its value; read-modify-write of
+  // spec.taints with the resourceVersion as precondition), as for a failed node: no
+  // scheduler places a pod there until an administrator removes it.
+  Status QuarantineNode(const std::string& node_id, const std::string& reason) override;
   // Adoption: the job's live pods whose agents published an endpoint (any runner's);
   // each becomes this backend's pod. OnAgentEndpoint writes that annotation.
   std::vector<AdoptableNode> AdoptableNodes() override;

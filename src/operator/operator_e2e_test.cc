@@ -56,9 +56,9 @@ TEST_F(OperatorE2E, NodeLossIsQuarantinedAndTheStandbyTakesOver) {
   const auto status = op_->JobStatus(ns_ + "/gpt");
   ASSERT_TRUE(status.has_value());
   EXPECT_GE(status->current_step, 60);
-  auto api = DashboardRoute({[&] { return op_->JobKeys(); },
-                             [&](const std::string& k) { return op_->JobStatus(k); }},
-                            "/jobs/" + ns_ + "/gpt/api/status", "", 0);
+  auto api = DashboardRoute(
+      {[&] { return op_->JobKeys(); }, [&](const std::string& k) { return op_->JobStatus(k); }},
+      "/jobs/" + ns_ + "/gpt/api/status", "", 0);
   ASSERT_TRUE(api.has_value());
   EXPECT_EQ(api->code, 200);
   EXPECT_NE(api->body.find("\"job\":\"gpt\""), std::string::npos) << api->body;
@@ -242,6 +242,55 @@ std::vector<std::string> PlayVolcano(k8s::Client* admin, const std::string& ns,
 // gang: volcano — the operator creates the PodGroup and the pods, unbound, for the
 // volcano scheduler, and does not place them itself; once "Volcano" binds them the
 // job runs, loses a node and finishes on the standby as with Bulwark's placement.
+// Stop-diagnose on Kubernetes (docs/diagnosis.md): chaos sdc flips a bit of rank 3's
+// weight; the alignment check finds it; the standby takes slot 1 while the agent of
+// slot 1 runs its self-tests in its pod, fails the compute check, and the controller
+// quarantines its cluster node with Bulwark's taint. The job finishes on the standby.
+TEST_F(OperatorE2E, SilentCorruptionTaintsTheNodeItsDiagnosticsFail) {
+  StartOperator();
+  Json tj = TrainJob("sdc", 2, 300, "1");
+  tj["spec"]["procsPerNode"] = 2;
+  tj["spec"]["env"]["TINY_ALIGN_EVERY"] = "5";
+  tj["spec"]["chaos"] = Json::array({Json{{"kind", "sdc"}, {"atStep", 60}, {"rank", 3}}});
+  auto created = admin_->Create(k8s::TrainJobs(), ns_, tj);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Str(Get("sdc"), {"status", "phase"}) == "Running";
+      },
+      90))
+      << Describe("sdc");
+  std::string victim_node;
+  for (const Json& p : Pods()) {
+    if (Str(p, {"metadata", "annotations", "bulwark.dev/slot"}) == "1") {
+      victim_node = Str(p, {"spec", "nodeName"});
+    }
+  }
+  ASSERT_FALSE(victim_node.empty()) << Describe("sdc");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto n = admin_->Get(k8s::Nodes(), "", victim_node);
+        return n.ok() &&
+               Str(*n, {"spec", "taints"}).find("bulwark.dev/quarantined") != std::string::npos;
+      },
+      120))
+      << Describe("sdc");
+  auto node = admin_->Get(k8s::Nodes(), "", victim_node);
+  ASSERT_TRUE(node.ok());
+  EXPECT_THAT(Str(*node, {"spec", "taints"}), HasSubstr("failed-diagnostics"));  // label-safe
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string p = Str(Get("sdc"), {"status", "phase"});
+        return p == "Succeeded" || p == "Failed";
+      },
+      180))
+      << Describe("sdc");
+  EXPECT_EQ(Str(Get("sdc"), {"status", "phase"}), "Succeeded") << Describe("sdc");
+  EXPECT_TRUE(HasEvent("TrainJob", "sdc", "DiagnosticsStarted")) << Describe("sdc");
+  EXPECT_TRUE(HasEvent("TrainJob", "sdc", "NodeQuarantined")) << Describe("sdc");
+  EXPECT_TRUE(HasEvent("TrainJob", "sdc", "StandbyPromoted")) << Describe("sdc");
+}
+
 TEST_F(OperatorE2E, VolcanoGangSchedulingIsDelegated) {
   ASSERT_TRUE(k8s::testing::InstallCrd(admin_.get(), VolcanoPodGroupCrd()).ok());
   {  // The operator's extra rights for delegated Volcano gangs.

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstddef>
 #include <filesystem>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -290,8 +291,11 @@ inline constexpr FieldDef kMonitoringFields[] = {
      .min_exclusive = true},
 };
 
-inline constexpr const char* kChaosKindNames[] = {"kill_rank", "hang_rank", "nan_loss",
-                                                  "kill_agent"};
+// Every ChaosKind's name (ChaosKindName), the CRD's enum: a TrainJob may inject what a
+// job spec may.
+inline constexpr const char* kChaosKindNames[] = {"kill_rank",  "hang_rank", "nan_loss",
+                                                  "kill_agent", "slow_rank", "slow_data",
+                                                  "loss_spike", "sdc"};
 
 inline constexpr CelRule kChaosRules[] = {
     {"has(self.atSeconds) != has(self.atStep)",
@@ -444,6 +448,8 @@ inline std::span<const FieldDef> TopFields() {
 inline constexpr ChaosKind kAllKinds[] = {
     ChaosKind::kKillRank, ChaosKind::kHangRank, ChaosKind::kNanLoss,   ChaosKind::kKillAgent,
     ChaosKind::kSlowRank, ChaosKind::kSlowData, ChaosKind::kLossSpike, ChaosKind::kSdc};
+static_assert(std::size(kAllKinds) == std::size(kChaosKindNames),
+              "kChaosKindNames names every ChaosKind (JobSpecTest.ChaosKindNamesAreTheCrdEnum)");
 
 // Set by the agent for every rank (docs/protocol.md section 3); a spec may not
 // override them.

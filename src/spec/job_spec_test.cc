@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "spec/job_spec_schema.h"
+
 namespace bulwark {
 namespace {
 
@@ -164,15 +166,15 @@ TEST(JobSpecTest, ElasticBoundsAreReadAndChecked) {
   auto fixed = ParseJobSpec("name: j\ncommand: [x]\nnodes: 4\n", "s", "/b");
   ASSERT_TRUE(fixed.ok());
   EXPECT_FALSE(fixed->elastic.enabled());
-  auto big = ParseJobSpec("name: j\ncommand: [x]\nnodes: 2\nelastic:\n  minNodes: 3\n", "job.yaml",
-                          "/b");
+  auto big =
+      ParseJobSpec("name: j\ncommand: [x]\nnodes: 2\nelastic:\n  minNodes: 3\n", "job.yaml", "/b");
   ASSERT_FALSE(big.ok());
   EXPECT_NE(big.status().message().find("job.yaml:5: elastic.minNodes: must be at most nodes (got "
                                         "3 > nodes 2); lower elastic.minNodes or raise nodes"),
             std::string::npos)
       << big.status().message();
-  auto bad = ParseJobSpec(
-      "name: j\ncommand: [x]\nelastic: {waitSeconds: -1, minNode: 1}\n", "job.yaml", "/b");
+  auto bad = ParseJobSpec("name: j\ncommand: [x]\nelastic: {waitSeconds: -1, minNode: 1}\n",
+                          "job.yaml", "/b");
   ASSERT_FALSE(bad.ok());
   const std::string m = bad.status().message();
   EXPECT_NE(m.find("elastic.waitSeconds"), std::string::npos) << m;
@@ -545,7 +547,8 @@ void ExpectRefused(const std::string& text, const std::string& what) {
   auto r = ParseJobSpec(text, "fuzz.yaml", "/b");
   ASSERT_FALSE(r.ok()) << what << ": parsed as a valid spec";
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << what;
-  EXPECT_EQ(r.status().message().rfind("fuzz.yaml:", 0), 0u) << what << ": " << r.status().message();
+  EXPECT_EQ(r.status().message().rfind("fuzz.yaml:", 0), 0u)
+      << what << ": " << r.status().message();
 }
 
 TEST(JobSpecFuzzTest, PathologicalInputsDoNotCrash) {
@@ -638,6 +641,15 @@ TEST(JobSpecFuzzTest, RandomBytesAndMutationsDoNotCrash) {
     if (!r.ok()) {
       ASSERT_FALSE(r.status().message().empty());
     }
+  }
+}
+
+// The CRD's enum of chaos kinds is every kind the parser knows, in the same order.
+TEST(JobSpecTest, ChaosKindNamesAreTheCrdEnum) {
+  using spec_internal::kAllKinds;
+  using spec_internal::kChaosKindNames;
+  for (size_t i = 0; i < std::size(kAllKinds); ++i) {
+    EXPECT_STREQ(kChaosKindNames[i], ChaosKindName(kAllKinds[i]));
   }
 }
 

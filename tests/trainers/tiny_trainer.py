@@ -11,12 +11,16 @@ TINY_STEP_LOG=PATH appends "rank step pid" for every step it runs (a test then s
 whether a step ran twice or a rank was restarted; with TINY_CODE set, "rank step pid
 code"); TINY_CODE names the code version (a hot update changes it); TINY_IN_PROCESS=1 runs the loop
 under bulwark.run (no process group: backend=None), so a fault elsewhere makes this
-process re-enter the loop in the next generation instead of being restarted.
+process re-enter the loop in the next generation instead of being restarted;
+TINY_ALIGN_EVERY=N runs the bitwise alignment check every N steps on the "model": a
+frozen 8-byte layer and w's 8 bytes (chaos sdc flips a bit of the frozen layer, which
+no later step repairs, as a flipped bit of w could be rounded away; training goes on).
 """
 import argparse
 import itertools
 import math
 import os
+import struct
 import sys
 import time
 
@@ -34,6 +38,22 @@ if os.environ.get("TINY_CRASH_AT_START") == "1":
 step_time = float(os.environ.get("TINY_STEP_TIME", "0.02"))
 every_step = os.environ.get("TINY_SAVE_EVERY_STEP") == "1"
 step_log = open(os.environ["TINY_STEP_LOG"], "a", buffering=1) if os.environ.get("TINY_STEP_LOG") else None
+align_every = int(os.environ.get("TINY_ALIGN_EVERY", "0"))
+
+
+class Weights:
+    """What every rank must hold alike (bulwark.check_alignment's module): a frozen
+    layer and w."""
+
+    def __init__(self, w):
+        self.frozen = bytearray(8)
+        self.buf = bytearray(struct.pack("<d", w))
+
+    def parameters(self):
+        return [self.frozen, self.buf]
+
+    def value(self):
+        return struct.unpack("<d", bytes(self.buf))[0]
 
 
 def train():
@@ -56,6 +76,7 @@ def train():
           f"restart {os.environ.get('TORCHELASTIC_RESTART_COUNT')} "
           f"attempt {os.environ.get('BULWARK_ATTEMPT')} pid {os.getpid()}", flush=True)
     batches = metrics.timed(itertools.repeat(None))  # data wait (and chaos slow_data)
+    weights = Weights(w)
     for step in bulwark.steps(start, args.steps + 1):
         next(batches)
         time.sleep(step_time)
@@ -67,6 +88,10 @@ def train():
         if bulwark.should_skip(step):
             pass  # data for this step would be skipped; w still advances
         w = w + 1.0
+        if align_every > 0:
+            weights.buf[:] = struct.pack("<d", w)
+            bulwark.check_alignment(step, weights, every=align_every)
+            w = weights.value()
         loss = 1.0 / w
         bulwark.report_step(step, loss, 128)
         if every_step or bulwark.should_checkpoint(step):

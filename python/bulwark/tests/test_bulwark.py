@@ -141,6 +141,30 @@ class BulwarkTest(unittest.TestCase):
         self.assertEqual(self.recv()["digest"], format(bad, "016x"))
         self.assertEqual(bulwark.parameter_digest(model), bad)  # perturbed once only
 
+    def test_check_alignment_of_plain_buffers(self):
+        self.bind_agent()
+        os.environ["RANK"] = "1"
+        os.environ["WORLD_SIZE"] = "2"
+        bulwark.init()
+        self.recv()  # hello
+
+        class Model:
+            def __init__(self):
+                self.buf = bytearray(b"\x02" * 8)
+
+            def parameters(self):
+                return [self.buf]
+
+        m, twin = Model(), Model()
+        self.assertEqual(bulwark.parameter_digest(m), bulwark.parameter_digest(twin))
+        self.agent.sendto(b'{"type":"inject_sdc"}', os.environ["BULWARK_RANK_SOCK"])
+        bulwark.check_alignment(3, m, every=3)
+        self.assertEqual(m.buf, bytearray(b"\x03" + b"\x02" * 7))  # the lowest bit
+        d = self.recv()
+        self.assertEqual((d["type"], d["rank"], d["step"]), ("digest", 1, 3))
+        self.assertEqual(d["digest"], format(bulwark.parameter_digest(m), "016x"))
+        self.assertNotEqual(bulwark.parameter_digest(m), bulwark.parameter_digest(twin))
+
     def test_step_metrics_and_model_flops(self):
         from bulwark import metrics
         self.bind_agent()
