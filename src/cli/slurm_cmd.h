@@ -1,0 +1,64 @@
+// Bulwark on Slurm from the command line (docs/slurm.md):
+//  * `bulwark run` inside an allocation: PrepareSlurmRun checks the allocation against
+//    the job and creates the SlurmBackend (backend/slurm_backend.h);
+//  * `bulwark slurm script SPEC [--partition P] [--account A] [--time T]
+//    [--constraint C] [--output PATTERN]`: prints an sbatch script that allocates the
+//    job's nodes plus its warm standbys and runs `bulwark run SPEC` in the allocation.
+// Thread-compatible.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "backend/slurm_backend.h"
+#include "spec/job_spec.h"
+
+namespace bulwark::cli {
+
+// Whether `bulwark run --backend FLAG` runs on Slurm: "slurm", or "auto" inside an
+// allocation (SLURM_JOB_ID set in `env`). "local" never.
+bool UseSlurm(const std::string& flag, const std::map<std::string, std::string>& env);
+
+struct SlurmRun {
+  std::unique_ptr<SlurmBackend> backend;
+  // Where the controller listens and what agents dial: 127.0.0.1 when every host of
+  // the allocation has a loopback NodeAddr (a cluster on one machine), else 0.0.0.0 and
+  // this machine's host name; `advertise_host` overrides the latter.
+  std::string bind_host;
+  std::string advertise_host;
+  std::string summary;  // one line: the job, its hosts and what they are for
+};
+
+// The allocation from `env` (slurm_env.h) checked against `spec`, and the backend.
+// Errors, each naming the cause and the fix: INVALID_ARGUMENT when not inside an
+// allocation, or when the job needs more hosts (nodes + faultPolicy.spareNodes) than
+// the allocation has; SlurmBackend::Create's (Slurm not installed, the job not
+// running, slurmctld not answering).
+Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
+                                 const std::map<std::string, std::string>& env,
+                                 const std::string& advertise_host);
+
+struct SlurmScriptFlags {
+  std::string spec;
+  std::string partition, account, time, constraint;
+  std::string output = "bulwark-%x-%j.out";  // sbatch --output
+  std::string bulwark;  // the bulwark executable the script runs ("" = this one)
+  std::string bin_dir;  // where scontrol is ("" = PATH); for the partition check
+};
+
+// Writes the script to `out`, notes and errors to `err`. 0, or 2 for a bad spec or
+// flag (each error names the flag or field and the fix). When scontrol is available
+// and answers, the partition (given, or the cluster's default) must exist and have
+// enough nodes; otherwise a note says that was not checked.
+int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err);
+
+// Registers `slurm script`. After app.parse, if the returned command was given,
+// *exit_code holds its exit code.
+CLI::App* AddSlurmCommand(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
+                          std::ostream& err = std::cerr);
+
+}  // namespace bulwark::cli

@@ -1,0 +1,241 @@
+// End to end on a real Slurm 22.05 cluster (src/backend/testing/slurm_cluster.h): the
+// real `bulwark` binary in an allocation (salloc, sbatch) places its agents with srun
+// (docs/slurm.md). The bad inputs of `bulwark run` and `bulwark slurm script`, a small
+// job through a node loss, the printed sbatch script accepted by sbatch, and the demo
+// (examples/pytorch-ddp, 2 nodes x 2 ranks and a standby) through a killed rank, a
+// hung rank, a NaN and a killed slurmd. Label slurm.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "backend/testing/slurm_cluster.h"
+#include "e2e_util.h"
+
+namespace bulwark {
+namespace {
+
+namespace fs = std::filesystem;
+using e2e::E2EBase;
+using e2e::kFastPolicy;
+using e2e::Now;
+using e2e::RunProcess;
+using testing::SlurmCluster;
+using testing::SlurmClusterOptions;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class SlurmE2E : public E2EBase {
+ protected:
+  void StartCluster(SlurmClusterOptions o = {}) {
+    auto c = SlurmCluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(*c);
+  }
+  void TearDown() override {
+    if (cluster_) {
+      if (HasFailure())
+        std::printf("--- slurmctld log ---\n%s\n", cluster_->LogTail("slurmctld").c_str());
+      cluster_->Stop();  // also the processes of a node whose slurmd was killed
+    }
+    E2EBase::TearDown();
+  }
+
+  std::string Bulwark() const { return build_ + "/bin/bulwark"; }
+  std::map<std::string, std::string> SlurmEnv() const {
+    return {{"SLURM_CONF", cluster_->conf_path()}, {"XDG_STATE_HOME", dir_ + "/state"}};
+  }
+
+  // A new allocation that survives a node failure, without a shell: its id.
+  std::string Allocate(int nodes) {
+    auto r = cluster_->Run({"salloc", "--no-kill", "--no-shell", "-N", std::to_string(nodes)});
+    EXPECT_TRUE(r.ok() && r->exit.ok()) << (r.ok() ? r->output : r.status().ToString());
+    if (!r.ok()) return "";
+    std::smatch m;
+    if (!std::regex_search(r->output, m, std::regex("Granted job allocation ([0-9]+)"))) {
+      ADD_FAILURE() << r->output;
+      return "";
+    }
+    return m[1];
+  }
+
+  // What an allocation's shell has: its id and nodes.
+  std::map<std::string, std::string> InAllocation(const std::string& job, int nodes) {
+    auto env = SlurmEnv();
+    env["SLURM_JOB_ID"] = job;
+    env["SLURM_JOB_NODELIST"] = "node[1-" + std::to_string(nodes) + "]";
+    env["SLURM_JOB_NUM_NODES"] = std::to_string(nodes);
+    return env;
+  }
+
+  std::vector<std::string> RunArgs(const std::string& spec) {
+    return {Bulwark(),   "run",         spec,      "--report",          dir_ + "/report.json",
+            "--run-dir", dir_ + "/run", "--store", dir_ + "/bulwark.db"};
+  }
+
+  Json Report() {
+    const std::string text = ReadFile(dir_ + "/report.json");
+    return text.empty() ? Json() : Json::parse(text, nullptr, false);
+  }
+
+  // Polls the job's state until it is one of the final ones.
+  std::string WaitJobDone(const std::string& job, double timeout_s) {
+    std::string state;
+    const double deadline = Now() + timeout_s;
+    while (Now() < deadline) {
+      auto s = cluster_->JobState(job);
+      state = s.ok() ? *s : s.status().ToString();
+      if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" ||
+          state == "NODE_FAIL" || state == "TIMEOUT" || state == "OUT_OF_MEMORY") {
+        return state;
+      }
+      PollReadable({}, 0.2);
+    }
+    return "still " + state;
+  }
+
+  std::unique_ptr<SlurmCluster> cluster_;
+};
+
+TEST_F(SlurmE2E, RunRefusesBadInputNamingTheCauseAndTheFix) {
+  StartCluster();
+  const std::string spec = WriteSpec("bad", 2, 1, 20, kFastPolicy);  // 2 nodes + 1 spare
+
+  // Not in an allocation.
+  auto [rc, out] = RunProcess({Bulwark(), "run", spec, "--backend", "slurm"}, SlurmEnv(), 60);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--backend slurm: not inside a Slurm allocation (SLURM_JOB_ID is unset); "
+                     "run it in one: `salloc --no-kill --nodes=3 bulwark run SPEC`"),
+            std::string::npos)
+      << out;
+
+  // More nodes than the allocation has.
+  const std::string two = Allocate(2);
+  std::tie(rc, out) = RunProcess(RunArgs(spec), InAllocation(two, 2), 60);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("job 'bad' needs 3 Slurm nodes (nodes: 2 + faultPolicy.spareNodes: 1) but "
+                     "Slurm job " +
+                     two + " has 2 (node[1-2]); allocate 3"),
+            std::string::npos)
+      << out;
+
+  // Slurm not installed (srun not on PATH).
+  const std::string three = Allocate(3);
+  auto env = InAllocation(three, 3);
+  fs::create_directories(dir_ + "/empty-bin");
+  env["PATH"] = dir_ + "/empty-bin";
+  std::tie(rc, out) = RunProcess(RunArgs(spec), env, 60);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("Slurm is not installed here: srun is not on PATH; install Slurm's client "
+                     "commands"),
+            std::string::npos)
+      << out;
+
+  // A stale job id.
+  std::tie(rc, out) = RunProcess(RunArgs(spec), InAllocation("4242", 3), 60);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("Slurm job 4242 does not exist (it ended, or SLURM_JOB_ID is stale)"),
+            std::string::npos)
+      << out;
+  ExpectNoLeftovers();
+}
+
+TEST_F(SlurmE2E, SrunRefusingAStepIsShownInItsOwnWords) {
+  SlurmClusterOptions o;
+  o.extra_config = "MaxStepCount=1\n";  // the second step of any job is refused
+  StartCluster(o);
+  const std::string spec =
+      WriteSpec("refused", 2, 1, 20,
+                "faultPolicy: {restartBudget: 1, heartbeat: {intervalSeconds: 0.5, misses: 3}}\n");
+  const std::string job = Allocate(2);
+  auto [rc, out] = RunProcess(RunArgs(spec), InAllocation(job, 2), 120);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("srun could not start node-1 on Slurm node node2 of job " + job +
+                     " (exit 1): srun: error: Unable to create step for job " + job +
+                     ": Step limit reached for this job"),
+            std::string::npos)
+      << out;
+  ExpectNoLeftovers();
+}
+
+TEST_F(SlurmE2E, SallocRunsTheJobOneAgentPerNodeThroughANodeLoss) {
+  StartCluster();
+  const std::string spec =
+      WriteSpec("alloc", 2, 2, 60,
+                std::string(kFastPolicy) + "chaos: [{kind: kill_agent, atStep: 30, node: 1}]\n");
+  std::vector<std::string> argv = {cluster_->bin_dir() + "/salloc", "--no-kill", "-N3"};
+  for (const std::string& a : RunArgs(spec)) argv.push_back(a);
+  auto [rc, out] = RunProcess(argv, SlurmEnv(), 180);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* placed :
+       {"[bulwark] slurm: node-0 on node1 (step ", "[bulwark] slurm: node-1 on node2 (step ",
+        "[bulwark] slurm: node-2 on node3 (step "}) {
+    EXPECT_NE(out.find(placed), std::string::npos) << placed << "\n" << out;
+  }
+  EXPECT_NE(out.find("[bulwark] Slurm job "), std::string::npos) << out;
+  const Json r = Report();
+  EXPECT_EQ(r["phase"], "Succeeded") << out;
+  EXPECT_EQ(r["last_step"], 60);
+  const Json* lost = FirstIncident(r, "node_lost");
+  ASSERT_NE(lost, nullptr) << r.dump(2);
+  EXPECT_EQ((*lost)["action"], "replace_node") << lost->dump(2);
+  EXPECT_NE(out.find("NodeLost: node-1 (slot 1)"), std::string::npos) << out;
+  ExpectNoLeftovers();
+}
+
+TEST_F(SlurmE2E, SlurmScriptIsCheckedAndRunsUnderSbatch) {
+  StartCluster();
+  const std::string spec = WriteSpec("scripted", 2, 2, 40, kFastPolicy);  // 3 nodes in all
+  auto script = [&](std::vector<std::string> flags) {
+    std::vector<std::string> argv = {Bulwark(), "slurm", "script", spec};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return RunProcess(argv, SlurmEnv(), 60);
+  };
+  auto [rc, out] = script({"--partition", "gpu"});
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--partition gpu: no such partition on this cluster (it has: debug)"),
+            std::string::npos)
+      << out;
+  std::tie(rc, out) = script({"--time", "two hours"});
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--time \"two hours\": not a Slurm time limit"), std::string::npos) << out;
+  const std::string big = WriteSpec("big", 3, 1, 40, kFastPolicy);  // 4 nodes > 3
+  std::tie(rc, out) = RunProcess({Bulwark(), "slurm", "script", big}, SlurmEnv(), 60);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("partition debug has 3 nodes but job 'big' needs 4 (nodes: 3 + "
+                     "faultPolicy.spareNodes: 1)"),
+            std::string::npos)
+      << out;
+
+  // The script, as printed, submitted with sbatch.
+  WriteSpec("scripted", 2, 2, 40, kFastPolicy);
+  std::tie(rc, out) = script({"--partition", "debug", "--time", "10:00"});
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* line : {"#!/bin/bash\n", "\n#SBATCH --nodes=3\n", "\n#SBATCH --no-kill\n",
+                           "\n#SBATCH --job-name=scripted\n", "\n#SBATCH --partition=debug\n",
+                           "\n#SBATCH --time=10:00\n", " run '"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  std::ofstream(dir_ + "/job.sbatch") << out;
+  auto sub = cluster_->Run({"sbatch", "--parsable", dir_ + "/job.sbatch"}, 30, dir_);
+  ASSERT_TRUE(sub.ok() && sub->exit.ok()) << (sub.ok() ? sub->output : sub.status().ToString());
+  const std::string job = std::to_string(std::stol(sub->output));
+  const std::string state = WaitJobDone(job, 180);
+  const std::string log = ReadFile(dir_ + "/bulwark-scripted-" + job + ".out");
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_NE(log.find("=== Bulwark ETTR report: job scripted — Succeeded ==="), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("[bulwark] slurm: node-2 on node3 (step " + job + "."), std::string::npos)
+      << log;
+  ExpectNoLeftovers();
+}
+
+}  // namespace
+}  // namespace bulwark
