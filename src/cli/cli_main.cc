@@ -106,9 +106,11 @@ struct RunFlags {
   double progress_s = 30;    // not a TTY: a progress line this often (0 = none)
   bool no_tensorboard = false;
   std::string metrics_sd_file;  // Prometheus file_sd target list
-  std::string backend = "auto";  // auto (Slurm inside an allocation), local or slurm
-  std::string advertise_host;    // slurm: the address agents dial ("" = chosen)
   double metrics_linger_s = 0;  // after the end, wait this long for a last scrape
+  // auto (Slurm inside an allocation), local or slurm
+  std::string backend = "auto";
+  // slurm: the address agents dial ("" = chosen by PrepareSlurmRun)
+  std::string advertise_host;
 };
 
 // `bulwark run`'s progress (docs/monitoring.md, "Terminal"): on a TTY a status line on
