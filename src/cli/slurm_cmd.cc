@@ -241,8 +241,9 @@ int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err)
   if (!f.account.empty()) out << "#SBATCH --account=" << f.account << "\n";
   if (!f.time.empty()) out << "#SBATCH --time=" << f.time << "\n";
   if (!f.constraint.empty()) out << "#SBATCH --constraint=" << f.constraint << "\n";
-  out << "\nexec " << ShellQuote(bulwark) << " run " << ShellQuote(spec_path)
-      << " --backend slurm\n";
+  out << "\nexec " << ShellQuote(bulwark) << " run " << ShellQuote(spec_path) << " --backend slurm";
+  for (const std::string& a : f.run_args) out << " " << ShellQuote(a);
+  out << "\n";
   return 0;
 }
 
@@ -259,6 +260,8 @@ CLI::App* AddSlurmCommand(CLI::App& app, int* exit_code, std::ostream& out, std:
   script->add_option("--time", flags->time, "#SBATCH --time, e.g. 1-00:00:00");
   script->add_option("--constraint", flags->constraint, "#SBATCH --constraint, e.g. a100");
   script->add_option("--output", flags->output, "#SBATCH --output (%x job name, %j job id)");
+  script->add_option("run_args", flags->run_args,
+                     "after --: more flags for `bulwark run` (e.g. -- --report report.json)");
   script->add_option("--bulwark", flags->bulwark,
                      "the bulwark executable the script runs (default: this one)");
   script->footer(

@@ -2,8 +2,9 @@
 //  * `bulwark run` inside an allocation: PrepareSlurmRun checks the allocation against
 //    the job and creates the SlurmBackend (backend/slurm_backend.h);
 //  * `bulwark slurm script SPEC [--partition P] [--account A] [--time T]
-//    [--constraint C] [--output PATTERN]`: prints an sbatch script that allocates the
-//    job's nodes plus its warm standbys and runs `bulwark run SPEC` in the allocation.
+//    [--constraint C] [--output PATTERN] [-- RUN FLAGS]`: prints an sbatch script that
+//    allocates the job's nodes plus its warm standbys and runs `bulwark run SPEC` in the
+//    allocation.
 // Thread-compatible.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "backend/slurm_backend.h"
 #include "spec/job_spec.h"
@@ -46,8 +48,9 @@ struct SlurmScriptFlags {
   std::string spec;
   std::string partition, account, time, constraint;
   std::string output = "bulwark-%x-%j.out";  // sbatch --output
-  std::string bulwark;  // the bulwark executable the script runs ("" = this one)
-  std::string bin_dir;  // where scontrol is ("" = PATH); for the partition check
+  std::string bulwark;                // the bulwark executable the script runs ("" = this one)
+  std::string bin_dir;                // where scontrol is ("" = PATH); for the partition check
+  std::vector<std::string> run_args;  // after --: more `bulwark run` flags
 };
 
 // Writes the script to `out`, notes and errors to `err`. 0, or 2 for a bad spec or
