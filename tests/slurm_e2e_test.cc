@@ -237,5 +237,121 @@ TEST_F(SlurmE2E, SlurmScriptIsCheckedAndRunsUnderSbatch) {
   ExpectNoLeftovers();
 }
 
+// The demo (examples/pytorch-ddp/train.py: DDP over gloo with Debian's torch) as a Slurm
+// user runs it: the printed sbatch script, submitted with sbatch. 2 nodes x 2 ranks and
+// a standby node; a rank killed, a rank hung and a NaN from the spec's chaos, and the
+// slurmd of a node running a slot (not the batch host) killed by the test once the job
+// is past the NaN: Slurm marks that node NOT_RESPONDING, then DOWN. Every fault is
+// recovered and the job finishes with its ETTR report.
+TEST_F(SlurmE2E, DemoUnderSbatch) {
+  StartCluster();
+  std::ostringstream y;
+  y << "name: demo\nnodes: 2\nprocsPerNode: 2\n"
+    << "command: [\"/usr/bin/python3\", \"" << src_ << "/examples/pytorch-ddp/train.py\"]\n"
+    << "args: [\"--steps\", \"400\", \"--log-every\", \"20\", \"--val-every\", \"0\"]\n"
+    << "env: {BW_E2E_TAG: \"" << tag_ << "\"}\n"
+    << "checkpoint: {dir: " << dir_ << "/ckpt, intervalSteps: 10, keep: 3, memorySlots: 4}\n"
+    << "faultPolicy: {restartBudget: 6, backoff: {baseSeconds: 0.2, capSeconds: 2}, "
+       "hangTimeout: {floorSeconds: 3, multiplier: 10, startupSeconds: 180}, spareNodes: 1, "
+       "heartbeat: {intervalSeconds: 1, misses: 3}, stopGraceSeconds: 3}\n"
+    << "chaos:\n"
+       "  - {kind: kill_rank, atStep: 40, rank: 1}\n"
+       "  - {kind: hang_rank, atStep: 110, rank: 2}\n"
+       "  - {kind: nan_loss, atStep: 190, rank: 0}\n";
+  const std::string spec = dir_ + "/demo.yaml";
+  std::ofstream(spec) << y.str();
+  auto [rc, script] =
+      RunProcess({Bulwark(), "slurm", "script", spec, "--", "--report", dir_ + "/report.json"},
+                 SlurmEnv(), 60);
+  ASSERT_EQ(rc, 0) << script;
+  std::ofstream(dir_ + "/demo.sbatch") << script;
+  auto sub = cluster_->Run({"sbatch", "--parsable", dir_ + "/demo.sbatch"}, 30, dir_);
+  ASSERT_TRUE(sub.ok() && sub->exit.ok()) << (sub.ok() ? sub->output : sub.status().ToString());
+  const std::string job = std::to_string(std::stol(sub->output));
+  const std::string log_path = dir_ + "/bulwark-demo-" + job + ".out";
+
+  // Past the NaN's rollback: kill the slurmd of the host running slot 1 (node-1).
+  std::smatch m;
+  std::string log;
+  auto wait_log = [&](const std::regex& re, double timeout_s) {
+    const double deadline = Now() + timeout_s;
+    while (Now() < deadline) {
+      log = ReadFile(log_path);
+      if (std::regex_search(log, m, re)) return true;
+      PollReadable({}, 0.1);
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_log(std::regex("\\[bulwark\\] slurm: node-1 on (node[0-9]+) "), 120)) << log;
+  const std::string host = m[1];
+  ASSERT_NE(host, "node1") << "node1 is the batch host";
+  ASSERT_TRUE(wait_log(std::regex("\\[node-0/0\\] step +2[4-9][0-9] loss"), 300)) << log;
+  const double killed_at = Now();
+  ASSERT_TRUE(cluster_->KillSlurmd(host).ok());
+  ASSERT_TRUE(wait_log(std::regex("NodeLost: node-1 \\(slot 1\\): Slurm node " + host + " is"), 60))
+      << log;
+  const double lost_at = Now();
+  // The standby (node-2) takes slot 1 and starts ranks 2 and 3.
+  ASSERT_TRUE(wait_log(std::regex("RanksStarted: node-2 started its ranks for attempt"), 120))
+      << log;
+  const double resumed_at = Now();
+  std::printf("slurmd of %s killed -> NodeLost %.1f s -> ranks on the standby %.1f s\n",
+              host.c_str(), lost_at - killed_at, resumed_at - killed_at);
+
+  const std::string state = WaitJobDone(job, 600);
+  log = ReadFile(log_path);
+  ASSERT_EQ(state, "COMPLETED") << log;
+  EXPECT_NE(log.find("=== Bulwark ETTR report: job demo — Succeeded ==="), std::string::npos)
+      << log;
+  const Json r = Report();
+  EXPECT_EQ(r["phase"], "Succeeded");
+  EXPECT_EQ(r["last_step"], 400);
+  std::vector<std::string> kinds;
+  for (const auto& inc : r["incidents"]) kinds.push_back(inc.value("kind", "?"));
+  EXPECT_EQ(kinds, (std::vector<std::string>{"crash", "hang", "nan", "node_lost"})) << r.dump(2);
+  const Json* lost = FirstIncident(r, "node_lost");
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ((*lost)["action"], "replace_node");
+  EXPECT_NE((*lost)["detail"].get<std::string>().find("Slurm node " + host + " is"),
+            std::string::npos)
+      << lost->dump(2);
+  const double ettr = r["ettr"].get<double>();
+  EXPECT_GT(ettr, 0.5);
+  std::printf("demo on Slurm: ETTR %.3f, wall clock %.1f s\n", ettr, r.value("wall_s", 0.0));
+
+  // Nothing of the job runs on, except on the node whose slurmd was killed: Slurm cannot
+  // reach its step, and its agent ends its ranks on its own orphan timeout (as on a real
+  // partitioned node). The fixture's Stop() ends those.
+  const std::vector<pid_t> dead_steps = cluster_->StepDaemonPids(host);
+  auto under_dead_node = [&](int pid) {
+    for (int p = pid, hops = 0; p > 1 && hops < 64; ++hops) {
+      if (std::find(dead_steps.begin(), dead_steps.end(), p) != dead_steps.end()) return true;
+      std::ifstream st("/proc/" + std::to_string(p) + "/stat");
+      std::string stat;
+      std::getline(st, stat);
+      const size_t paren = stat.rfind(')');
+      if (paren == std::string::npos) return false;
+      std::istringstream rest(stat.substr(paren + 2));
+      char c;
+      rest >> c >> p;
+    }
+    return false;
+  };
+  const double deadline = Now() + 10;
+  std::vector<int> elsewhere;
+  while (true) {
+    elsewhere.clear();
+    for (int pid : Leftovers()) {
+      if (!under_dead_node(pid)) elsewhere.push_back(pid);
+    }
+    if (elsewhere.empty() || Now() >= deadline) break;
+    PollReadable({}, 0.1);
+  }
+  EXPECT_TRUE(elsewhere.empty()) << elsewhere.size() << " processes of the job survived, first "
+                                 << elsewhere[0];
+  cluster_->Stop();
+  ExpectNoLeftovers();
+}
+
 }  // namespace
 }  // namespace bulwark
