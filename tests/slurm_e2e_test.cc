@@ -187,6 +187,14 @@ TEST_F(SlurmE2E, SallocRunsTheJobOneAgentPerNodeThroughANodeLoss) {
   ASSERT_NE(lost, nullptr) << r.dump(2);
   EXPECT_EQ((*lost)["action"], "replace_node") << lost->dump(2);
   EXPECT_NE(out.find("NodeLost: node-1 (slot 1)"), std::string::npos) << out;
+  // The job's Comment in Slurm says how it ended (squeue -o %k shows it).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("Granted job allocation ([0-9]+)"))) << out;
+  auto comment = cluster_->Run(
+      {"squeue", "--noheader", "--states=all", "--jobs=" + std::string(m[1]), "--format=%k"});
+  ASSERT_TRUE(comment.ok()) << comment.status().ToString();
+  EXPECT_EQ(comment->output.rfind("bulwark: Succeeded  step 60  ETTR 0.", 0), 0u)
+      << comment->output;
   ExpectNoLeftovers();
 }
 
@@ -297,6 +305,18 @@ TEST_F(SlurmE2E, DemoUnderSbatch) {
   const double resumed_at = Now();
   std::printf("slurmd of %s killed -> NodeLost %.1f s -> ranks on the standby %.1f s\n",
               host.c_str(), lost_at - killed_at, resumed_at - killed_at);
+
+  // While it runs, the job's Comment in Slurm carries its progress (every 30 s).
+  std::string comment;
+  const double comment_deadline = Now() + 45;
+  while (Now() < comment_deadline) {
+    auto c = cluster_->Run({"squeue", "--noheader", "--jobs=" + job, "--format=%k"});
+    comment = c.ok() ? c->output : c.status().ToString();
+    if (comment.rfind("bulwark: ", 0) == 0 && comment.find(" step ") != std::string::npos) break;
+    PollReadable({}, 0.5);
+  }
+  EXPECT_NE(comment.find("/400 ("), std::string::npos) << comment;
+  EXPECT_NE(comment.find("ETTR 0."), std::string::npos) << comment;
 
   const std::string state = WaitJobDone(job, 600);
   log = ReadFile(log_path);

@@ -383,6 +383,7 @@ int CmdRun(const RunFlags& f) {
   }
   ControllerOptions co;
   std::unique_ptr<Backend> backend;
+  std::string slurm_job;  // the allocation the job runs in ("" = not on Slurm)
   if (cli::UseSlurm(f.backend, CurrentEnv())) {
     if (f.machines > 0) {
       return Fail(InvalidArgument(
@@ -402,6 +403,7 @@ int CmdRun(const RunFlags& f) {
     co.advertise_host = slurm->advertise_host;
     // The ranks of a node run on its host: their rendezvous is on the slot-0 agent's.
     co.rendezvous_on_agent = true;
+    slurm_job = slurm->backend->job_id();
     backend = std::move(slurm->backend);
   } else {
     backend = std::make_unique<LocalBackend>(bo);
@@ -445,8 +447,37 @@ int CmdRun(const RunFlags& f) {
   Controller c(*spec, co, backend.get(), store->get(), SystemClock::Get());
   if (port) port->Serve(&c);
   auto progress = std::make_unique<ProgressPrinter>(&c, co.total_steps, f.progress_s);
+  // On Slurm, the job's progress in its Comment (squeue -o %k): every 30 s, and at the end.
+  std::unique_ptr<cli::SlurmJobComment> comment;
+  if (!slurm_job.empty()) {
+    const long total = co.total_steps;
+    comment = std::make_unique<cli::SlurmJobComment>(
+        slurm_job, CurrentEnv(),
+        [&c, total] {
+          const ControllerStatus s = c.Status();
+          if (s.stage.empty() || s.stage == "Done") return std::string();
+          cli::Progress p;
+          p.phase = s.stage == "Running" ? JobPhaseName(s.phase) : s.stage;
+          p.step = s.current_step;
+          p.total = total;
+          p.ettr = s.ledger.ettr();
+          p.restarts = s.restarts;
+          return "bulwark: " + cli::FormatProgress(p);
+        },
+        30);
+  }
   auto r = c.Run();
   progress.reset();
+  if (comment) {
+    char last[160] = "bulwark: failed to run";
+    if (r.ok()) {
+      std::snprintf(last, sizeof last, "bulwark: %s  step %ld  ETTR %.3f  restarts %d",
+                    JobPhaseName(r->phase), r->report.value("last_step", -1L),
+                    r->report.value("ettr", 0.0), r->report.value("restarts", 0));
+    }
+    comment->Finish(last);
+    comment.reset();
+  }
   if (port && f.metrics_linger_s > 0) {  // let Prometheus read the final values
     const double until = SystemClock::Get()->NowMono() + f.metrics_linger_s;
     while (port->final_scrapes() == 0 && SystemClock::Get()->NowMono() < until) {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <regex>
@@ -136,6 +138,58 @@ Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
                 ") for " + Plural(spec.nodes, "node", "nodes") + " and " +
                 Plural(spares, "warm standby", "warm standbys");
   return run;
+}
+
+SlurmJobComment::SlurmJobComment(std::string job_id, std::map<std::string, std::string> env,
+                                 std::function<std::string()> status, double interval_s)
+    : job_id_(std::move(job_id)),
+      env_(std::move(env)),
+      status_(std::move(status)),
+      interval_s_(interval_s) {
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!cv_.wait_for(l, std::chrono::duration<double>(interval_s_), [this] { return stop_; })) {
+      const std::string text = status_();
+      l.unlock();
+      if (!text.empty()) Set(text);
+      l.lock();
+    }
+  });
+}
+
+SlurmJobComment::~SlurmJobComment() { Stop(); }
+
+void SlurmJobComment::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SlurmJobComment::Finish(const std::string& last) {
+  Stop();
+  Set(last);
+}
+
+void SlurmJobComment::Set(const std::string& text) {
+  if (text == last_) return;
+  SpawnOptions so;
+  so.argv = {"scontrol", "update", "jobid=" + job_id_, "comment=" + text};
+  so.env = env_;
+  auto r = RunToEnd(so, 10);
+  if (r.ok() && !r->timed_out && r->exit.ok()) {
+    last_ = text;
+    return;
+  }
+  if (!warned_) {
+    warned_ = true;
+    std::fprintf(stderr,
+                 "[bulwark] slurm: cannot set the comment of job %s (%s); not trying again\n",
+                 job_id_.c_str(), r.ok() ? Trim(r->output).c_str() : r.status().message().c_str());
+  }
+  last_ = text;  // one warning, and no retry of the same text
 }
 
 int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err) {

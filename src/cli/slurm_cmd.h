@@ -9,11 +9,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <condition_variable>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/slurm_backend.h"
@@ -43,6 +47,37 @@ struct SlurmRun {
 Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
                                  const std::map<std::string, std::string>& env,
                                  const std::string& advertise_host);
+
+// Keeps a Slurm job's Comment (`squeue -o %k`, `scontrol show job`) at the run's
+// progress, e.g. "bulwark: Running  step 264/400 (66%)  ETTR 0.877  restarts 3": a
+// thread asks `status` every `interval_s` and runs `scontrol update jobid=J comment=...`
+// (bounded by 10 s) when the text changed; a failing scontrol is reported once on
+// stderr. Finish(text) stops the thread and sets a last comment. Nothing here blocks
+// the controller. Finish and the destructor are called from one thread.
+class SlurmJobComment {
+ public:
+  SlurmJobComment(std::string job_id, std::map<std::string, std::string> env,
+                  std::function<std::string()> status, double interval_s);
+  ~SlurmJobComment();
+  SlurmJobComment(const SlurmJobComment&) = delete;
+  SlurmJobComment& operator=(const SlurmJobComment&) = delete;
+  void Finish(const std::string& last);
+
+ private:
+  void Set(const std::string& text);
+  void Stop();
+
+  const std::string job_id_;
+  const std::map<std::string, std::string> env_;
+  const std::function<std::string()> status_;
+  const double interval_s_;
+  std::string last_;
+  bool warned_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: joined before the members it reads go
+};
 
 struct SlurmScriptFlags {
   std::string spec;
