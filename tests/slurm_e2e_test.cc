@@ -108,6 +108,7 @@ TEST_F(SlurmE2E, RunRefusesBadInputNamingTheCauseAndTheFix) {
   StartCluster();
   const std::string spec = WriteSpec("bad", 2, 1, 20, kFastPolicy);  // 2 nodes + 1 spare
 
+  fs::create_directories(dir_ + "/empty-bin");
   // Not in an allocation.
   auto [rc, out] = RunProcess({Bulwark(), "run", spec, "--backend", "slurm"}, SlurmEnv(), 60);
   EXPECT_EQ(rc, 2) << out;
@@ -129,13 +130,41 @@ TEST_F(SlurmE2E, RunRefusesBadInputNamingTheCauseAndTheFix) {
   // Slurm not installed (srun not on PATH).
   const std::string three = Allocate(3);
   auto env = InAllocation(three, 3);
-  fs::create_directories(dir_ + "/empty-bin");
   env["PATH"] = dir_ + "/empty-bin";
   std::tie(rc, out) = RunProcess(RunArgs(spec), env, 60);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("Slurm is not installed here: srun is not on PATH; install Slurm's client "
                      "commands"),
             std::string::npos)
+      << out;
+
+  // --allocate: an unknown partition, a partition too small, Slurm missing; and the
+  // allocation flags without --allocate.
+  std::tie(rc, out) =
+      RunProcess({Bulwark(), "run", spec, "--allocate", "--partition", "gpu"}, SlurmEnv(), 60);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--partition gpu: no such partition on this cluster (it has: debug); pick "
+                     "one of them"),
+            std::string::npos)
+      << out;
+  const std::string big = WriteSpec("big", 4, 1, 20, kFastPolicy);  // 5 nodes > 3
+  std::tie(rc, out) = RunProcess({Bulwark(), "run", big, "--allocate"}, SlurmEnv(), 60);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("partition debug has 3 nodes but job 'big' needs 5 (nodes: 4 + "
+                     "faultPolicy.spareNodes: 1)"),
+            std::string::npos)
+      << out;
+  WriteSpec("bad", 2, 1, 20, kFastPolicy);
+  std::tie(rc, out) = RunProcess({Bulwark(), "run", spec, "--time", "10:00"}, SlurmEnv(), 60);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("describe the allocation --allocate requests: add --allocate"),
+            std::string::npos)
+      << out;
+  auto no_slurm = SlurmEnv();
+  no_slurm["PATH"] = dir_ + "/empty-bin";
+  std::tie(rc, out) = RunProcess({Bulwark(), "run", spec, "--allocate"}, no_slurm, 60);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("Slurm is not installed here: salloc is not on PATH"), std::string::npos)
       << out;
 
   // A stale job id.
@@ -195,6 +224,25 @@ TEST_F(SlurmE2E, SallocRunsTheJobOneAgentPerNodeThroughANodeLoss) {
   ASSERT_TRUE(comment.ok()) << comment.status().ToString();
   EXPECT_EQ(comment->output.rfind("bulwark: Succeeded  step 60  ETTR 0.", 0), 0u)
       << comment->output;
+  ExpectNoLeftovers();
+}
+
+TEST_F(SlurmE2E, RunAllocateRequestsTheAllocationWithSalloc) {
+  StartCluster();
+  const std::string spec = WriteSpec("allocated", 2, 2, 40, kFastPolicy);
+  std::vector<std::string> argv = RunArgs(spec);
+  argv.insert(argv.end(), {"--allocate", "--time", "10:00"});
+  auto [rc, out] = RunProcess(argv, SlurmEnv(), 180);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[bulwark] requesting the allocation: " + cluster_->bin_dir() +
+                     "/salloc --job-name=allocated --nodes=3 --ntasks-per-node=1 --exclusive "
+                     "--no-kill --time=10:00 -- " +
+                     Bulwark() + " run " + spec),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("salloc: Granted job allocation "), std::string::npos) << out;
+  EXPECT_NE(out.find("[bulwark] slurm: node-2 on node3 (step "), std::string::npos) << out;
+  EXPECT_EQ(Report()["phase"], "Succeeded") << out;
   ExpectNoLeftovers();
 }
 

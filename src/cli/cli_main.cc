@@ -111,6 +111,10 @@ struct RunFlags {
   std::string backend = "auto";
   // slurm: the address agents dial ("" = chosen by PrepareSlurmRun)
   std::string advertise_host;
+  // --allocate: outside an allocation, run this command again under salloc
+  bool allocate = false;
+  cli::SlurmRequest slurm_request;  // --partition, --account, --time, --constraint
+  std::vector<std::string> argv;    // this process's command line, for --allocate
 };
 
 // `bulwark run`'s progress (docs/monitoring.md, "Terminal"): on a TTY a status line on
@@ -325,6 +329,18 @@ int CmdRun(const RunFlags& f) {
     PrintNotes({*line});
   }
   JobSpec* spec = &manifest->job.job;
+  const bool in_allocation = cli::UseSlurm("auto", CurrentEnv());
+  const cli::SlurmRequest& req = f.slurm_request;
+  if (!f.allocate && !(req.partition.empty() && req.account.empty() && req.time.empty() &&
+                       req.constraint.empty())) {
+    return Fail(InvalidArgument(
+        "--partition, --account, --time and --constraint describe the allocation --allocate "
+        "requests: add --allocate (or give them to salloc/sbatch yourself)"));
+  }
+  if (f.allocate && f.backend == "local") {
+    return Fail(InvalidArgument("--allocate asks Slurm for nodes; drop --backend local"));
+  }
+  if (f.allocate && !in_allocation) return Fail(cli::ExecUnderSalloc(*spec, req, f.argv));
   std::string root = EnvOr("BULWARK_HOME", spec->workdir + "/.bulwark");
   std::string run_dir = f.run_dir.empty() ? root + "/" + spec->name : f.run_dir;
   std::string store_path = f.store.empty() ? root + "/bulwark.db" : f.store;
@@ -384,7 +400,7 @@ int CmdRun(const RunFlags& f) {
   ControllerOptions co;
   std::unique_ptr<Backend> backend;
   std::string slurm_job;  // the allocation the job runs in ("" = not on Slurm)
-  if (cli::UseSlurm(f.backend, CurrentEnv())) {
+  if (cli::UseSlurm(f.allocate ? "slurm" : f.backend, CurrentEnv())) {
     if (f.machines > 0) {
       return Fail(InvalidArgument(
           "--machines models local machines; on Slurm the allocation's hosts are the "
@@ -806,6 +822,14 @@ int Main(int argc, char** argv) {
   run->add_option("--advertise-host", rf.advertise_host,
                   "slurm: the address of this machine the agents dial (default: 127.0.0.1 "
                   "when every allocated node's NodeAddr is loopback, else the host name)");
+  run->add_flag("--allocate", rf.allocate,
+                "outside a Slurm allocation: request one (salloc --no-kill --exclusive, nodes + "
+                "spare nodes) and run the job in it");
+  run->add_option("--partition", rf.slurm_request.partition, "--allocate: the Slurm partition");
+  run->add_option("--account", rf.slurm_request.account, "--allocate: the Slurm account");
+  run->add_option("--time", rf.slurm_request.time, "--allocate: the time limit, e.g. 2:00:00");
+  run->add_option("--constraint", rf.slurm_request.constraint,
+                  "--allocate: node features, e.g. a100");
   run->add_option("--repair-seconds", rf.repair_s,
                   "with --machines: how long a node lost to chaos keeps its machine down")
       ->check(CLI::NonNegativeNumber);
@@ -893,6 +917,10 @@ int Main(int argc, char** argv) {
   int slurm_rc = 2;
   auto* slurm_cmd = cli::AddSlurmCommand(app, &slurm_rc);
 
+  rf.argv.assign(argv, argv + argc);
+  if (!rf.argv.empty()) {  // salloc runs it from the same directory, maybe not on PATH
+    rf.argv[0] = ExeDir() + "/" + fs::path(rf.argv[0]).filename().string();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -192,6 +192,83 @@ void SlurmJobComment::Set(const std::string& text) {
   last_ = text;  // one warning, and no retry of the same text
 }
 
+Status CheckSlurmRequest(const JobSpec& spec, const SlurmRequest& req, const std::string& bin_dir,
+                         std::ostream& err) {
+  // What Slurm accepts in each flag (and nothing a shell would read).
+  const std::regex name_re("[A-Za-z0-9_.+-]+");
+  const std::regex time_re(
+      "[0-9]+|[0-9]+:[0-9]{1,2}|[0-9]+:[0-9]{1,2}:[0-9]{1,2}|[0-9]+-[0-9]+|"
+      "[0-9]+-[0-9]+:[0-9]{1,2}|[0-9]+-[0-9]+:[0-9]{1,2}:[0-9]{1,2}|UNLIMITED|INFINITE");
+  const std::regex constraint_re("[A-Za-z0-9_.*:,&|!()\\[\\]-]+");
+  for (const Status& st :
+       {CheckFlag("partition", req.partition, name_re, "a partition name (letters, digits, _.+-)"),
+        CheckFlag("account", req.account, name_re, "an account name (letters, digits, _.+-)"),
+        CheckFlag("time", req.time, time_re,
+                  "a Slurm time limit: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"),
+        CheckFlag("constraint", req.constraint, constraint_re,
+                  "a Slurm constraint (features joined by & | , without spaces)")}) {
+    BW_RETURN_IF_ERROR(st);
+  }
+  const int spares = spec.fault_policy.spare_nodes;
+  const int need = spec.nodes + spares;
+  // The partition, checked against the cluster when scontrol is here.
+  const std::string scontrol = FindProgram("scontrol", bin_dir);
+  if (scontrol.empty()) {
+    err << "note: Slurm's scontrol is not on PATH here: the partition and its size are not "
+           "checked\n";
+    return Status::Ok();
+  }
+  SpawnOptions so;
+  so.argv = {scontrol, "--oneliner", "show", "partition"};
+  so.env = CurrentEnv();
+  auto r = RunToEnd(so, 10);
+  if (!r.ok() || r->timed_out || !r->exit.ok()) {
+    err << "note: could not list the cluster's partitions (scontrol show partition: "
+        << (r.ok() ? Trim(r->output) : r.status().message())
+        << "): the partition and its size are not checked\n";
+    return Status::Ok();
+  }
+  std::string names, chosen;
+  int total = -1;
+  std::istringstream lines(r->output);
+  for (std::string l; std::getline(lines, l);) {
+    const std::string name = Field(l, "PartitionName");
+    if (name.empty()) continue;
+    names += (names.empty() ? "" : ", ") + name;
+    const bool pick = req.partition.empty() ? Field(l, "Default") == "YES" : name == req.partition;
+    if (pick) {
+      chosen = name;
+      const std::string n = Field(l, "TotalNodes");
+      total = n.empty() ? -1 : std::stoi(n);
+    }
+  }
+  if (!req.partition.empty() && chosen.empty()) {
+    return InvalidArgument("--partition " + req.partition +
+                           ": no such partition on this cluster (it has: " + names +
+                           "); pick one of them (sinfo --summarize lists them)");
+  }
+  if (total >= 0 && total < need) {
+    return InvalidArgument(
+        "partition " + chosen + " has " + std::to_string(total) + " nodes but job '" + spec.name +
+        "' needs " + std::to_string(need) + " (nodes: " + std::to_string(spec.nodes) +
+        " + faultPolicy.spareNodes: " + std::to_string(spares) +
+        "); lower nodes or faultPolicy.spareNodes, or pick a larger partition (--partition)");
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> AllocationOptions(const JobSpec& spec, const SlurmRequest& req) {
+  std::vector<std::string> o = {
+      "--job-name=" + spec.name,
+      "--nodes=" + std::to_string(spec.nodes + spec.fault_policy.spare_nodes),
+      "--ntasks-per-node=1", "--exclusive", "--no-kill"};
+  if (!req.partition.empty()) o.push_back("--partition=" + req.partition);
+  if (!req.account.empty()) o.push_back("--account=" + req.account);
+  if (!req.time.empty()) o.push_back("--time=" + req.time);
+  if (!req.constraint.empty()) o.push_back("--constraint=" + req.constraint);
+  return o;
+}
+
 int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err) {
   auto fail = [&err](const Status& st) {
     err << "bulwark slurm script: " << st.message() << "\n";
@@ -210,95 +287,55 @@ int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err)
                                 " manifests; a script runs one job: give it one document"));
   }
   const JobSpec& spec = (*ms)[0].job.job;
-  // What Slurm accepts in each flag (and nothing a shell would read).
-  const std::regex name_re("[A-Za-z0-9_.+-]+");
-  const std::regex time_re(
-      "[0-9]+|[0-9]+:[0-9]{1,2}|[0-9]+:[0-9]{1,2}:[0-9]{1,2}|[0-9]+-[0-9]+|"
-      "[0-9]+-[0-9]+:[0-9]{1,2}|[0-9]+-[0-9]+:[0-9]{1,2}:[0-9]{1,2}|UNLIMITED|INFINITE");
-  const std::regex constraint_re("[A-Za-z0-9_.*:,&|!()\\[\\]-]+");
-  const std::regex output_re("[A-Za-z0-9_./%+=-]+");
-  for (const Status& st :
-       {CheckFlag("partition", f.partition, name_re, "a partition name (letters, digits, _.+-)"),
-        CheckFlag("account", f.account, name_re, "an account name (letters, digits, _.+-)"),
-        CheckFlag("time", f.time, time_re,
-                  "a Slurm time limit: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"),
-        CheckFlag("constraint", f.constraint, constraint_re,
-                  "a Slurm constraint (features joined by & | , without spaces)"),
-        CheckFlag("output", f.output, output_re,
-                  "a file name pattern without spaces or quotes (e.g. bulwark-%x-%j.out)")}) {
-    if (!st.ok()) return fail(st);
+  if (Status st =
+          CheckFlag("output", f.output, std::regex("[A-Za-z0-9_./%+=-]+"),
+                    "a file name pattern without spaces or quotes (e.g. bulwark-%x-%j.out)");
+      !st.ok()) {
+    return fail(st);
   }
   if (f.output.empty()) return fail(InvalidArgument("--output: must not be empty"));
-  const int spares = spec.fault_policy.spare_nodes;
-  const int need = spec.nodes + spares;
-  const std::string needs = std::to_string(need) + " (nodes: " + std::to_string(spec.nodes) +
-                            " + faultPolicy.spareNodes: " + std::to_string(spares) + ")";
-  // The partition, checked against the cluster when scontrol is here.
-  const std::string scontrol = FindProgram("scontrol", f.bin_dir);
-  if (scontrol.empty()) {
-    err << "note: Slurm's scontrol is not on PATH here: the partition and its size are not "
-           "checked\n";
-  } else {
-    SpawnOptions so;
-    so.argv = {scontrol, "--oneliner", "show", "partition"};
-    so.env = CurrentEnv();
-    auto r = RunToEnd(so, 10);
-    if (!r.ok() || r->timed_out || !r->exit.ok()) {
-      err << "note: could not list the cluster's partitions (scontrol show partition: "
-          << (r.ok() ? Trim(r->output) : r.status().message())
-          << "): the partition and its size are not checked\n";
-    } else {
-      std::string names, chosen;
-      int total = -1;
-      std::istringstream lines(r->output);
-      for (std::string l; std::getline(lines, l);) {
-        const std::string name = Field(l, "PartitionName");
-        if (name.empty()) continue;
-        names += (names.empty() ? "" : ", ") + name;
-        const bool pick = f.partition.empty() ? Field(l, "Default") == "YES" : name == f.partition;
-        if (pick) {
-          chosen = name;
-          const std::string n = Field(l, "TotalNodes");
-          total = n.empty() ? -1 : std::stoi(n);
-        }
-      }
-      if (!f.partition.empty() && chosen.empty()) {
-        return fail(InvalidArgument("--partition " + f.partition +
-                                    ": no such partition on this cluster (it has: " + names +
-                                    "); pick one of them (sinfo --summarize lists them)"));
-      }
-      if (total >= 0 && total < need) {
-        return fail(InvalidArgument(
-            "partition " + chosen + " has " + std::to_string(total) + " nodes but job '" +
-            spec.name + "' needs " + needs +
-            "; lower nodes or faultPolicy.spareNodes, or pick a larger partition (--partition)"));
-      }
-    }
-  }
+  if (Status st = CheckSlurmRequest(spec, f.request, f.bin_dir, err); !st.ok()) return fail(st);
   std::error_code ec;
   const std::string spec_path = fs::absolute(f.spec, ec).lexically_normal().string();
   const std::string bulwark = f.bulwark.empty() ? ExeDir() + "/bulwark" : f.bulwark;
   out << "#!/bin/bash\n"
       << "# Bulwark job " << spec.name << ": " << spec.nodes << " nodes x " << spec.procs_per_node
-      << " ranks and " << Plural(spares, "warm standby node", "warm standby nodes") << ",\n"
+      << " ranks and "
+      << Plural(spec.fault_policy.spare_nodes, "warm standby node", "warm standby nodes") << ",\n"
       << "# from " << spec_path << ". Written by `bulwark slurm script`; submit: sbatch FILE\n"
       << "# One bulwark-agent per node runs as a job step (srun); --no-kill keeps the\n"
       << "# allocation when a node fails (Bulwark replaces it with a standby) and --exclusive\n"
-      << "# gives each agent's ranks the whole node.\n"
-      << "#SBATCH --job-name=" << spec.name << "\n"
-      << "#SBATCH --nodes=" << need << "\n"
-      << "#SBATCH --ntasks-per-node=1\n"
-      << "#SBATCH --exclusive\n"
-      << "#SBATCH --no-kill\n"
-      << "#SBATCH --output=" << f.output << "\n";
-  if (!f.partition.empty()) out << "#SBATCH --partition=" << f.partition << "\n";
-  if (!f.account.empty()) out << "#SBATCH --account=" << f.account << "\n";
-  if (!f.time.empty()) out << "#SBATCH --time=" << f.time << "\n";
-  if (!f.constraint.empty()) out << "#SBATCH --constraint=" << f.constraint << "\n";
+      << "# gives each agent's ranks the whole node.\n";
+  for (const std::string& o : AllocationOptions(spec, f.request)) out << "#SBATCH " << o << "\n";
+  out << "#SBATCH --output=" << f.output << "\n";
   out << "\nexec " << ShellQuote(bulwark) << " run " << ShellQuote(spec_path) << " --backend slurm";
   for (const std::string& a : f.run_args) out << " " << ShellQuote(a);
   out << "\n";
   return 0;
+}
+
+Status ExecUnderSalloc(const JobSpec& spec, const SlurmRequest& req,
+                       const std::vector<std::string>& command) {
+  BW_RETURN_IF_ERROR(CheckSlurmRequest(spec, req, "", std::cerr));
+  const std::string salloc = FindProgram("salloc", "");
+  if (salloc.empty()) {
+    return FailedPrecondition(
+        "Slurm is not installed here: salloc is not on PATH; install Slurm's client commands "
+        "(Debian: apt-get install slurm-client), put them on PATH, or run without --allocate");
+  }
+  std::vector<std::string> argv = {salloc};
+  for (std::string& o : AllocationOptions(spec, req)) argv.push_back(std::move(o));
+  argv.push_back("--");
+  argv.insert(argv.end(), command.begin(), command.end());
+  std::string shown;
+  for (const std::string& a : argv) shown += (shown.empty() ? "" : " ") + a;
+  std::fprintf(stderr, "[bulwark] requesting the allocation: %s\n", shown.c_str());
+  std::fflush(stderr);
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  ::execv(salloc.c_str(), cargv.data());
+  return ErrnoStatus("exec " + salloc, errno);
 }
 
 CLI::App* AddSlurmCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err) {
@@ -308,11 +345,11 @@ CLI::App* AddSlurmCommand(CLI::App& app, int* exit_code, std::ostream& out, std:
   auto* script = slurm->add_subcommand(
       "script", "print an sbatch script that allocates a job's nodes and standbys and runs it");
   script->add_option("spec", flags->spec, "the job spec (YAML; - reads standard input)");
-  script->add_option("--partition", flags->partition,
+  script->add_option("--partition", flags->request.partition,
                      "#SBATCH --partition (checked if Slurm is here)");
-  script->add_option("--account", flags->account, "#SBATCH --account");
-  script->add_option("--time", flags->time, "#SBATCH --time, e.g. 1-00:00:00");
-  script->add_option("--constraint", flags->constraint, "#SBATCH --constraint, e.g. a100");
+  script->add_option("--account", flags->request.account, "#SBATCH --account");
+  script->add_option("--time", flags->request.time, "#SBATCH --time, e.g. 1-00:00:00");
+  script->add_option("--constraint", flags->request.constraint, "#SBATCH --constraint, e.g. a100");
   script->add_option("--output", flags->output, "#SBATCH --output (%x job name, %j job id)");
   script->add_option("run_args", flags->run_args,
                      "after --: more flags for `bulwark run` (e.g. -- --report report.json)");

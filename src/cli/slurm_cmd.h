@@ -79,9 +79,33 @@ class SlurmJobComment {
   std::thread thread_;  // last: joined before the members it reads go
 };
 
+// What an allocation is asked for beyond the job's nodes (sbatch/salloc flags).
+struct SlurmRequest {
+  std::string partition, account, time, constraint;
+};
+
+// Checks `req`'s values against what Slurm accepts (INVALID_ARGUMENT naming the flag),
+// and, when scontrol (in `bin_dir`, "" = PATH) is there and answers, that the partition
+// (given, or the cluster's default) exists and holds nodes + faultPolicy.spareNodes
+// nodes (INVALID_ARGUMENT naming the partition, what it has and the fix); otherwise a
+// note on `err` says that was not checked.
+Status CheckSlurmRequest(const JobSpec& spec, const SlurmRequest& req, const std::string& bin_dir,
+                         std::ostream& err);
+
+// The sbatch/salloc options for `spec`: --job-name, --nodes (nodes + spares),
+// --ntasks-per-node=1, --exclusive, --no-kill, then the request's.
+std::vector<std::string> AllocationOptions(const JobSpec& spec, const SlurmRequest& req);
+
+// `bulwark run --allocate` outside an allocation: checks the request, then replaces
+// this process with `salloc <AllocationOptions> -- <command>` (command: this run's own
+// argv; inside the allocation it runs on Slurm). Returns only on error: the request's,
+// FAILED_PRECONDITION when salloc is not on PATH, or exec's.
+Status ExecUnderSalloc(const JobSpec& spec, const SlurmRequest& req,
+                       const std::vector<std::string>& command);
+
 struct SlurmScriptFlags {
   std::string spec;
-  std::string partition, account, time, constraint;
+  SlurmRequest request;
   std::string output = "bulwark-%x-%j.out";  // sbatch --output
   std::string bulwark;                // the bulwark executable the script runs ("" = this one)
   std::string bin_dir;                // where scontrol is ("" = PATH); for the partition check
