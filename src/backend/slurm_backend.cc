@@ -171,13 +171,13 @@ std::string SlurmBackend::CapacityMessage() const {
       if (!h.in_job) {
         use = "left the job";
       } else if (auto d = drained_.find(h.name); d != drained_.end()) {
-        use = "drained (" + d->second + ")";
+        use = "is drained (" + d->second + ")";
+      } else if (SlurmStateUnusable(h.state)) {
+        use = "is " + h.state;
       } else if (auto b = blocked_.find(h.name); b != blocked_.end()) {
         use = b->second.first;
-      } else if (SlurmStateUnusable(h.state)) {
-        use = h.state;
       } else {
-        use = "free";
+        use = "is free";
       }
     }
     uses += (uses.empty() ? "" : ", ") + h.name + " " + use;
@@ -381,7 +381,7 @@ std::vector<NodeLoss> SlurmBackend::Poll() {
     const std::string tail = SrunTail(s);
     if (!tail.empty()) why += ": " + tail;
     if (!s.reported) lost.push_back({s.node_id, why});
-    blocked_[s.host] = {"its step just ended", now};
+    blocked_[s.host] = {"waits for Slurm to show it healthy (its step ended)", now};
     it = steps_.erase(it);
   }
   // The probe: read, finish, or start one.
@@ -425,7 +425,7 @@ std::vector<NodeLoss> SlurmBackend::Poll() {
           if (why.empty()) continue;
           s.reported = true;
           lost.push_back({id, why});
-          blocked_[s.host] = {why, now};
+          blocked_[s.host] = {"waits for Slurm to show it healthy (a node was lost there)", now};
         }
       }
       probe_.reset();
