@@ -5,6 +5,7 @@
 // (examples/pytorch-ddp, 2 nodes x 2 ranks and a standby) through a killed rank, a
 // hung rank, a NaN and a killed slurmd. Label slurm.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -224,6 +225,40 @@ TEST_F(SlurmE2E, SallocRunsTheJobOneAgentPerNodeThroughANodeLoss) {
   ASSERT_TRUE(comment.ok()) << comment.status().ToString();
   EXPECT_EQ(comment->output.rfind("bulwark: Succeeded  step 60  ETTR 0.", 0), 0u)
       << comment->output;
+  ExpectNoLeftovers();
+}
+
+// `bulwark run` SIGKILLed (no chance to tear down): its sruns die with it
+// (PR_SET_PDEATHSIG), and Slurm ends their steps, agents and ranks with them.
+TEST_F(SlurmE2E, AKilledRunLeavesNoStepRunning) {
+  StartCluster();
+  const std::string spec = WriteSpec("killed", 2, 2, 100000, kFastPolicy);
+  const std::string job = Allocate(3);
+  SpawnOptions so;
+  so.argv = RunArgs(spec);
+  so.env = CurrentEnv();
+  for (const auto& [k, v] : InAllocation(job, 3)) so.env[k] = v;
+  auto child = Spawn(so);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  std::string out;
+  bool eof = false;
+  const double deadline = Now() + 120;
+  while (out.find("CheckpointCommitted") == std::string::npos && !eof && Now() < deadline) {
+    PollReadable({child->output.get()}, 0.2);
+    out += ReadAvailable(child->output.get(), &eof);
+  }
+  ASSERT_NE(out.find("CheckpointCommitted"), std::string::npos) << out;
+  auto steps = [&] {
+    auto r = cluster_->Run({"squeue", "--steps", "--noheader", "--jobs=" + job, "--format=%i %j"});
+    return r.ok() ? r->output : r.status().ToString();
+  };
+  EXPECT_NE(steps().find("bulwark:killed:node-2"), std::string::npos) << steps();
+  ::kill(child->pid, SIGKILL);
+  ASSERT_TRUE(WaitExit(child->pid, 10).has_value());
+  const double t0 = Now();
+  while (!steps().empty() && Now() < t0 + 30) PollReadable({}, 0.2);
+  EXPECT_EQ(steps(), "") << "steps outlived the killed bulwark run";
+  std::printf("bulwark run SIGKILLed: its steps gone after %.1f s\n", Now() - t0);
   ExpectNoLeftovers();
 }
 
