@@ -174,6 +174,8 @@ std::string SlurmBackend::CapacityMessage() const {
         use = "is drained (" + d->second + ")";
       } else if (SlurmStateUnusable(h.state)) {
         use = "is " + h.state;
+      } else if (auto sus = suspect_.find(h.name); sus != suspect_.end()) {
+        use = "does not answer srun (" + sus->second.first + ")";
       } else if (auto b = blocked_.find(h.name); b != blocked_.end()) {
         use = b->second.first;
       } else {
@@ -192,26 +194,34 @@ Status SlurmBackend::StartNode(const NodeRequest& req) {
   if (job_state_ != "RUNNING") {
     return FailedPrecondition("Slurm job " + opts_.job_id + " is " + job_state_);
   }
-  const SlurmHost* host = nullptr;
-  for (const SlurmHost& h : hosts_) {
-    bool busy = !h.in_job || blocked_.count(h.name) || drained_.count(h.name) ||
-                SlurmStateUnusable(h.state);
-    for (const auto& [id, s] : steps_) busy = busy || s.host == h.name;
-    if (!busy) {
-      host = &h;
-      break;
+  // A host whose slurmd does not answer srun is suspect: the next one is tried.
+  while (true) {
+    const SlurmHost* host = nullptr;
+    for (const SlurmHost& h : hosts_) {
+      bool busy = !h.in_job || blocked_.count(h.name) || drained_.count(h.name) ||
+                  suspect_.count(h.name) || SlurmStateUnusable(h.state);
+      for (const auto& [id, s] : steps_) busy = busy || s.host == h.name;
+      if (!busy) {
+        host = &h;
+        break;
+      }
     }
+    if (host == nullptr) return Unavailable(CapacityMessage());
+    Status st = LaunchOn(*host, req);
+    if (st.code() != Code::kUnavailable) return st;
   }
-  if (host == nullptr) return Unavailable(CapacityMessage());
+}
+
+Status SlurmBackend::LaunchOn(const SlurmHost& host, const NodeRequest& req) {
   AgentCommand cmd = opts_.agent;
-  cmd.peer_host = host->addr.empty() ? host->name : host->addr;
+  cmd.peer_host = host.addr.empty() ? host.name : host.addr;
   Step s;
   s.node_id = req.node_id;
-  s.host = host->name;
+  s.host = host.name;
   s.name = "bulwark:" + req.job + ":" + req.node_id;
   SpawnOptions so;
-  so.argv = {Bin("srun"),           "--verbose",  "--jobid=" + opts_.job_id,  "--overlap",
-             "--nodes=1",           "--ntasks=1", "--nodelist=" + host->name, "--input=none",
+  so.argv = {Bin("srun"),           "--verbose",  "--jobid=" + opts_.job_id, "--overlap",
+             "--nodes=1",           "--ntasks=1", "--nodelist=" + host.name, "--input=none",
              "--job-name=" + s.name};
   for (std::string& a : AgentArgv(cmd, req)) so.argv.push_back(std::move(a));
   so.env = opts_.env;
@@ -227,6 +237,7 @@ Status SlurmBackend::StartNode(const NodeRequest& req) {
   while (!s.started && Now() < deadline) {
     if (Finished(s)) {
       const std::string tail = SrunTail(s);
+      if (MarkIfUnreachable(s)) return Unavailable(tail);  // the caller tries another host
       return FailedPrecondition("srun could not start " + req.node_id + " on Slurm node " + s.host +
                                 " of job " + opts_.job_id + " (" + s.exit->Describe() + ")" +
                                 (tail.empty() ? "" : ": " + tail));
@@ -240,6 +251,28 @@ Status SlurmBackend::StartNode(const NodeRequest& req) {
                static_cast<int>(s.srun.pid), s.started ? "" : ": the step has not started yet");
   steps_.emplace(req.node_id, std::move(s));
   return Status::Ok();
+}
+
+bool SlurmBackend::MarkIfUnreachable(const Step& s) {
+  // What srun says when the host's slurmd does not answer (22.05).
+  static const char* kMarkers[] = {"Communication connection failure", "Node failure",
+                                   "Timed out waiting for job step to complete",
+                                   "Zero Bytes were transmitted", "Connection refused"};
+  for (const std::string& l : s.srun_lines) {
+    for (const char* m : kMarkers) {
+      if (l.find(m) != std::string::npos) {
+        if (!suspect_.count(s.host)) {
+          std::fprintf(stderr,
+                       "[bulwark] slurm: %s does not answer srun (%s); no node is placed there "
+                       "until Slurm has marked it down and back up\n",
+                       s.host.c_str(), l.c_str());
+        }
+        suspect_[s.host] = {l, false};
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 void SlurmBackend::Drain(Step& s, bool flush) {
@@ -356,6 +389,14 @@ bool SlurmBackend::ApplyProbe(const std::string& output, double started, std::st
       h.state = it->second.state;
       h.reason = it->second.reason;
     }
+    // A suspect host is free again once Slurm has shown it down and then healthy.
+    if (auto sus = suspect_.find(h.name); sus != suspect_.end() && !nodes.empty()) {
+      if (SlurmStateUnusable(h.state)) {
+        sus->second.second = true;
+      } else if (sus->second.second && h.in_job) {
+        suspect_.erase(sus);
+      }
+    }
     // A host blocked before this probe started is free again once it looks healthy.
     auto b = blocked_.find(h.name);
     if (b != blocked_.end() && b->second.second < started && h.in_job &&
@@ -382,6 +423,7 @@ std::vector<NodeLoss> SlurmBackend::Poll() {
     if (!tail.empty()) why += ": " + tail;
     if (!s.reported) lost.push_back({s.node_id, why});
     blocked_[s.host] = {"waits for Slurm to show it healthy (its step ended)", now};
+    MarkIfUnreachable(s);
     it = steps_.erase(it);
   }
   // The probe: read, finish, or start one.
@@ -464,6 +506,7 @@ std::vector<NodeLoss> SlurmBackend::Poll() {
   // Steps being ended: reap, escalate.
   for (auto it = ending_.begin(); it != ending_.end();) {
     if (Finished(*it)) {
+      MarkIfUnreachable(*it);
       it = ending_.erase(it);
       continue;
     }

@@ -33,7 +33,11 @@
 // child whose output Poll reads without blocking, killed after `command_timeout_s`.
 // A lost host (and one whose srun just exited) is not placed on again until a probe
 // that started after the loss shows it healthy and in the job: a host that went DOWN
-// is never reused until it is back.
+// is never reused until it is back. A host whose slurmd did not answer srun ("Task
+// launch ... Communication connection failure", "Timed out waiting for job step to
+// complete": its machine died before Slurm noticed) is suspect: StartNode tries the
+// next host, and the suspect one is placed on again only after Slurm has shown it
+// unusable and then healthy.
 //
 // Ending. KillNode (chaos: the node dies) SIGTERMs the srun, which makes srun kill the
 // step at once (SIGKILL to every process of it). ReleaseNode waits up to grace_s for
@@ -153,6 +157,12 @@ class SlurmBackend : public Backend {
   // `scontrol show job; show step; show node HOSTS` as one child.
   SpawnOptions ProbeCommand() const;
   Status StartProbe();
+  // srun on `host`; UNAVAILABLE when srun says the host does not answer (it is then
+  // suspect), FAILED_PRECONDITION quoting srun when it refused otherwise.
+  Status LaunchOn(const SlurmHost& host, const NodeRequest& req);
+  // Whether srun's last messages say s.host's slurmd does not answer; if so the host
+  // becomes suspect.
+  bool MarkIfUnreachable(const Step& s);
   // Applies a finished probe's output; false if it was not understood.
   bool ApplyProbe(const std::string& output, double started, std::string* error);
   // Ends steps: SIGTERM, wait, SIGKILL + scancel; bounded; reaps.
@@ -168,6 +178,9 @@ class SlurmBackend : public Backend {
   // that started later.
   std::map<std::string, std::pair<std::string, double>> blocked_;
   std::map<std::string, std::string> drained_;  // by DrainNode: host -> reason (kept)
+  // Hosts whose slurmd did not answer srun: srun's words, and whether Slurm has shown the
+  // host unusable since (it is free again once Slurm shows it healthy after that).
+  std::map<std::string, std::pair<std::string, bool>> suspect_;
   std::unique_ptr<Probe> probe_;
   std::vector<Child> helpers_;  // scancel children of Poll, reaped by Poll and Teardown
   double next_probe_ = 0;

@@ -304,6 +304,41 @@ TEST_F(SlurmBackendTest, ANodeWhoseSlurmdDiesIsLostAndItsHostNotReused) {
   EXPECT_TRUE(b->Teardown(1).ok());
 }
 
+// The machine of a node dies (CrashNode): its agent's connection drops at once, long
+// before Slurm notices. The host must not be given out again in between: srun there
+// fails ("Communication connection failure"), which makes it suspect.
+TEST_F(SlurmBackendTest, ACrashedHostIsNotReusedBeforeSlurmNotices) {
+  const std::string job = Allocate(2);
+  auto b = Create(job);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->StartNode(Req("node-0", 0)).ok());
+  ASSERT_TRUE(b->StartNode(Req("node-1", -1)).ok());
+  Where("node-0");
+  Where("node-1");
+  const std::string host = b->HostOf("node-1");
+  ASSERT_TRUE(cluster_->CrashNode(host).ok());
+  ASSERT_TRUE(b->KillNode("node-1").ok());  // as the controller does when the agent is gone
+  const auto lost = PollForLoss(b.get(), 30);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].node_id, "node-1");
+  // Until Slurm shows the node down, every attempt to place a node says "no capacity".
+  int attempts = 0;
+  std::string last;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        b->Poll();
+        Status st = b->StartNode(Req("node-2", -1));
+        EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
+        last = st.message();
+        ++attempts;
+        return Or(cluster_->NodeState(host)).find("DOWN") != std::string::npos;
+      },
+      30));
+  EXPECT_GT(attempts, 1);
+  EXPECT_NE(last.find(host + " "), std::string::npos) << last;
+  EXPECT_TRUE(b->Teardown(1).ok());
+}
+
 TEST_F(SlurmBackendTest, SrunRefusingIsAnErrorQuotingSrun) {
   const std::string job = Allocate(1);
   auto b = Create(job);
