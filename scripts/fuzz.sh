@@ -102,8 +102,9 @@ for t in "${TARGETS[@]}"; do
     ASAN_OPTIONS="$asan" /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
     >"$LOGS/$t.log" 2>&1 || rc=$?
   end=$(date +%s)
-  stats=$(grep -aE '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' \
-    "$LOGS/$t.log" | sed 's/^stat:://' | tr '\n' ' ')
+  # A target that crashed prints no final stats: nothing to grep is no reason to stop.
+  stats=$( (grep -aE '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' \
+    "$LOGS/$t.log" || true) | sed 's/^stat:://' | tr '\n' ' ')
   cov=$(grep -aE '^#[0-9]+.*(DONE|cov:)' "$LOGS/$t.log" | tail -1 |
     grep -oE 'cov: [0-9]+ ft: [0-9]+' || true)
   echo "   rc=$rc wall=$((end - start))s $stats $cov"

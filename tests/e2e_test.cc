@@ -126,8 +126,18 @@ TEST_F(E2E, HangIsDetectedWithEveryRanksStack) {
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const Json* inc = FirstIncident(o.report, "hang");
   ASSERT_NE(inc, nullptr) << o.report.dump(2);
-  EXPECT_EQ((*inc)["action"], "restart_in_place");
+  // Stop-diagnose: a hang's cause is not certain, so the hung rank's node leaves the
+  // job for its checks while the standby takes its slot; it passes and rejoins.
+  EXPECT_EQ((*inc)["action"], "replace_node");
   EXPECT_EQ((*inc)["rank"], 1);  // localised to the stopped rank
+  const Json& diag = (*inc)["diagnosis"];
+  EXPECT_EQ(diag["node_id"], "node-1") << diag.dump(2);
+  EXPECT_EQ(diag["verdict"], "healthy") << diag.dump(2);
+  EXPECT_EQ(diag["action"], "rejoined as a warm standby") << diag.dump(2);
+  ASSERT_EQ(diag["checks"].size(), 2u) << diag.dump(2);
+  EXPECT_EQ(diag["checks"][0]["name"], "matmul");
+  EXPECT_EQ(diag["checks"][1]["name"], "disk:" + dir_ + "/ckpt") << diag.dump(2);
+  EXPECT_EQ(diag["charged_s"], 0.0);
   EXPECT_NE((*inc)["detail"].get<std::string>().find("localised: rank 1 was stopped"),
             std::string::npos)
       << (*inc)["detail"];
@@ -251,8 +261,8 @@ TEST_F(E2E, ObjectTierKeepsGoldenCheckpointsAndRestoresAfterDiskLoss) {
   const std::string ckpt = ", objectStore: \"" + url + "\", goldenEvery: 20";
   // 0.1 s steps: a checkpoint every 1 s, so the tiny state's persist and upload (a few
   // ms) finish long before the next one is staged and no step is skipped.
-  auto o = Run(WriteSpec("object", 1, 2, 70, kFastPolicy, ckpt, ", TINY_STEP_TIME: \"0.1\""),
-               creds);
+  auto o =
+      Run(WriteSpec("object", 1, 2, 70, kFastPolicy, ckpt, ", TINY_STEP_TIME: \"0.1\""), creds);
   ASSERT_EQ(o.exit_code, 0) << o.output;
   for (const auto& [k, v] : creds) ::setenv(k.c_str(), v.c_str(), 1);
   auto tier = ckpt::ObjectTier::OpenUrl(url);
@@ -473,8 +483,8 @@ TEST_F(E2E, LogsGetAndCancelOfARunningJob) {
   const std::string bin = build_ + "/bin/bulwark", store = dir_ + "/bulwark.db";
   std::thread user([&] {
     ASSERT_TRUE(WaitForFileText(dir_ + "/run/logs/rank-1.log", "starting at step", 60));
-    auto [lrc, logs] = RunProcess({bin, "logs", "cancelme", "--rank", "1", "--store", store},
-                                  StateEnv(), 30);
+    auto [lrc, logs] =
+        RunProcess({bin, "logs", "cancelme", "--rank", "1", "--store", store}, StateEnv(), 30);
     EXPECT_EQ(lrc, 0) << logs;
     EXPECT_NE(logs.find("starting at step"), std::string::npos) << logs;
     EXPECT_NE(logs.find("rank 1 on node-0"), std::string::npos) << logs;
@@ -507,13 +517,27 @@ TEST_F(E2E, AScriptRunsWithTorchrunFlagsAndNoSpec) {
     env["LD_PRELOAD"] = BW_TEST_PRELOAD;
     env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0";
   }
-  auto [rc, out] = RunProcess(
-      {build_ + "/bin/bulwark", "run", "--nnodes", "2", "--nproc-per-node", "2",
-       src_ + "/tests/trainers/tiny_trainer.py", "--run-dir", dir_ + "/run", "--store",
-       dir_ + "/bulwark.db", "--checkpoint-dir", dir_ + "/ckpt", "--checkpoint-every", "10",
-       "--report",
-       dir_ + "/report.json", "--", "--steps", "30"},
-      env, 240);
+  auto [rc, out] = RunProcess({build_ + "/bin/bulwark",
+                               "run",
+                               "--nnodes",
+                               "2",
+                               "--nproc-per-node",
+                               "2",
+                               src_ + "/tests/trainers/tiny_trainer.py",
+                               "--run-dir",
+                               dir_ + "/run",
+                               "--store",
+                               dir_ + "/bulwark.db",
+                               "--checkpoint-dir",
+                               dir_ + "/ckpt",
+                               "--checkpoint-every",
+                               "10",
+                               "--report",
+                               dir_ + "/report.json",
+                               "--",
+                               "--steps",
+                               "30"},
+                              env, 240);
   ASSERT_EQ(rc, 0) << out;
   std::ifstream in(dir_ + "/report.json");
   const Json report = Json::parse(in, nullptr, false);
@@ -523,9 +547,9 @@ TEST_F(E2E, AScriptRunsWithTorchrunFlagsAndNoSpec) {
   EXPECT_EQ(report.value("last_step", 0L), 30);
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt/step-000000000030/COMMIT"));
   // A flag that does not make a job is a usage error naming it.
-  auto [brc, bad] = RunProcess({build_ + "/bin/bulwark", "run", "--nnodes", "3:1",
-                                src_ + "/tests/trainers/tiny_trainer.py"},
-                               env, 30);
+  auto [brc, bad] = RunProcess(
+      {build_ + "/bin/bulwark", "run", "--nnodes", "3:1", src_ + "/tests/trainers/tiny_trainer.py"},
+      env, 30);
   EXPECT_EQ(brc, 2) << bad;
   EXPECT_NE(bad.find("--nnodes: expected N or MIN:MAX"), std::string::npos) << bad;
   ExpectNoLeftovers();

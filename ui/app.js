@@ -15,6 +15,7 @@
     ['restart', '#e53935'],
     ['reinit', '#8e24aa'],
     ['rework', '#d81b60'],
+    ['diagnosis', '#6d4c41'],
     ['idle', '#9e9e9e'],
   ];
   // Heatmap colours, fast to slow.
@@ -460,13 +461,15 @@
       }
       let cost = '—';
       if (c) {
-        const total = ['restart_s', 'reinit_s', 'rework_s'].reduce(
+        const total = ['restart_s', 'reinit_s', 'rework_s', 'diagnosis_s'].reduce(
           (a, k) => a + (isNum(c[k]) ? c[k] : 0), isNum(c.detection_s) ? c.detection_s : 0);
         cost = h('span', {},
           h('b', {}, fmtDur(total)),
           h('div', { class: 'reason' },
             `detect ${fmtDur(c.detection_s)} · restart ${fmtDur(c.restart_s)} · ` +
             `reinit ${fmtDur(c.reinit_s)} · rework ${fmtDur(c.rework_s)}` +
+            (isNum(c.diagnosis_s) && c.diagnosis_s > 0
+              ? ` · diagnosis ${fmtDur(c.diagnosis_s)}` : '') +
             (isNum(c.rework_steps) ? ` (${fmtInt(c.rework_steps)} steps)` : '') +
             (isNum(c.resumed_from_step) && c.resumed_from_step >= 0
               ? ` · resumed after step ${fmtInt(c.resumed_from_step)}` : '')));

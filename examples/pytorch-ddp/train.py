@@ -86,6 +86,10 @@ def parse_args():
     p.add_argument("--snapshot-every", type=int, default=1,
                    help="with the agent's memory tier: snapshot every N steps (a fault then "
                         "redoes at most N-1 more steps; each snapshot stalls the step)")
+    p.add_argument("--align-every", type=int, default=10,
+                   help="the bitwise alignment check: every N steps each rank reports a "
+                        "digest of its parameters, which must be equal on all ranks "
+                        "(silent data corruption otherwise; 0 = off)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--val-every", type=int, default=100)
     p.add_argument("--snapshot-ab", type=int, default=0,
@@ -351,6 +355,7 @@ def train_bulwark(args, corpus):
         loss_v = loss_sum / len(virtual)
         with metrics.phase("optimizer") if full else nullphase:
             opt.step()
+        bulwark.check_alignment(step, model, every=args.align_every)
         t_end = time.time()
         step_time, prev_end = t_end - prev_end, t_end
         if full:

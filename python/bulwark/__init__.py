@@ -29,7 +29,8 @@ a source checkout's build/lib. Errors from the library raise BulwarkError.
 from __future__ import annotations
 
 import ctypes
-from typing import Optional, Tuple
+import hashlib
+from typing import Any, Optional, Tuple
 
 from bulwark import _lib, _stacks
 from bulwark import metrics as _metrics
@@ -37,7 +38,8 @@ from bulwark._lib import BulwarkError
 from bulwark._runtime import _RUNTIME, Generation, Restart, check, generation, run, steps
 
 __all__ = [
-    "BulwarkError", "Generation", "Restart", "check", "generation", "init", "poll_injected_nan",
+    "BulwarkError", "Generation", "Restart", "check", "check_alignment", "generation", "init",
+    "parameter_digest", "poll_injected_nan", "poll_injected_sdc",
     "rank", "report_step", "resume_step", "run", "should_checkpoint", "should_skip",
     "skip_range", "steps", "world_size",
 ]
@@ -106,6 +108,48 @@ def should_checkpoint(step: int) -> bool:
 def poll_injected_nan() -> bool:
     """True once after the agent injected a NaN (chaos testing)."""
     return bool(_lib.check(_lib.lib().bw_poll_injected_nan(), "poll_injected_nan"))
+
+
+def poll_injected_sdc() -> bool:
+    """True once after the agent injected silent data corruption (chaos `sdc`)."""
+    return bool(_lib.check(_lib.lib().bw_poll_injected_sdc(), "poll_injected_sdc"))
+
+
+def parameter_digest(module: Any) -> int:
+    """A 64-bit digest (BLAKE2b) of the bytes of `module`'s parameters, in order: equal
+    on two ranks exactly when they hold the same parameters bit for bit."""
+    h = hashlib.blake2b(digest_size=8)
+    for p in module.parameters():
+        t = p.detach().cpu().contiguous()
+        h.update(t.view(-1).view(_uint8()).numpy() if t.numel() else b"")
+    return int.from_bytes(h.digest(), "big")
+
+
+def _uint8() -> Any:
+    import torch
+    return torch.uint8
+
+
+def check_alignment(step: int, module: Any, *, every: int = 10,
+                    group: Optional[str] = None) -> None:
+    """The bitwise alignment check (docs/diagnosis.md). Call it after the optimizer step
+    on every rank that must hold the same parameters as the others of `group` (data
+    parallel: every rank, group None): every `every`-th step the parameters' digest goes
+    to the agent, and the controller names a rank whose parameters differ from the rest
+    (silent data corruption) and takes its node out. Chaos `sdc` perturbs one element of
+    this rank's parameters here, by one part in a thousand: no crash, no NaN."""
+    if poll_injected_sdc():
+        import torch
+        with torch.no_grad():
+            for p in module.parameters():
+                if p.numel() and p.is_floating_point():
+                    p.view(-1)[0] += 1e-3 * max(1.0, float(p.view(-1)[0].abs()))
+                    break
+    if every <= 0 or step % every != 0:
+        return
+    _lib.check(_lib.lib().bw_report_digest(int(step), parameter_digest(module),
+                                           group.encode() if group else None),
+               "report_digest")
 
 
 def skip_range() -> Optional[Tuple[int, int]]:

@@ -38,6 +38,8 @@ _SIGNATURES = {
     "bw_skip_from": (_c_long, []),
     "bw_skip_to": (_c_long, []),
     "bw_poll_injected_nan": (_c_int, []),
+    "bw_poll_injected_sdc": (_c_int, []),
+    "bw_report_digest": (_c_int, [ctypes.c_long, ctypes.c_ulonglong, ctypes.c_char_p]),
     "bw_report_step": (_c_int, [_c_long, ctypes.c_double, ctypes.c_longlong]),
     "bw_report_step_ex": (_c_int, [_c_long, ctypes.c_double, ctypes.c_longlong, _vp]),
     "bw_set_model_flops": (_c_int, [ctypes.c_double]),

@@ -68,6 +68,7 @@ Agent::~Agent() {
   KillWarm();
   KillStore();
   if (fetch_thread_.joinable()) fetch_thread_.join();  // bounded by the fetch timeouts
+  if (diag_thread_.joinable()) diag_thread_.join();    // bounded by the checks' budgets
   persister_.reset();
   peer_.reset();
   if (staging_lease_.lock.valid()) {
@@ -94,9 +95,8 @@ Status Agent::Setup() {
   if (::stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode)) {
     const int swept = SweepAbandonedShmDirs("/dev/shm", clock_);
     if (swept > 0) {
-      Warn("removed " + std::to_string(swept) +
-           " memory-tier director" + (swept == 1 ? "y" : "ies") +
-           " of agents gone from this machine from /dev/shm");
+      Warn("removed " + std::to_string(swept) + " memory-tier director" +
+           (swept == 1 ? "y" : "ies") + " of agents gone from this machine from /dev/shm");
     }
     BW_ASSIGN_OR_RETURN(
         staging_lease_,
@@ -393,6 +393,8 @@ void Agent::HandleController(const Json& msg) {
     HandleStop(msg);
   } else if (type == "chaos") {
     HandleChaos(msg);
+  } else if (type == "diagnose") {
+    HandleDiagnose(msg);
   } else if (type == "capture_stacks") {
     HandleCaptureStacks(msg);
   } else if (type == "cadence") {
@@ -596,7 +598,9 @@ void Agent::HandleChaos(const Json& msg) {
   } else if (*action == "hang_rank") {
     IgnoreError(procs_->Signal(r->pid, SIGSTOP), "the process may be gone already");
   } else if (*action == "nan_loss" || *action == "slow_rank" || *action == "slow_data" ||
-             *action == "loss_spike") {
+             *action == "loss_spike" || *action == "sdc") {
+    // sdc: the machine computes wrong results from now on, its compute check too.
+    if (*action == "sdc") sdc_injected_ = true;
     // SDK-cooperative faults: a datagram on the rank socket (docs/protocol.md §2).
     Json m = {{"type", *action == "nan_loss" ? "inject_nan" : "inject_" + *action}};
     auto factor = JNumOr(msg, "factor", 0);
@@ -608,7 +612,7 @@ void Agent::HandleChaos(const Json& msg) {
   } else {
     Warn(
         "controller: dropped chaos: field 'action' must be kill_rank, hang_rank, nan_loss, "
-        "slow_rank, slow_data or loss_spike (got "
+        "slow_rank, slow_data, loss_spike or sdc (got "
         "'" +
         *action + "')");
     return;
@@ -696,6 +700,33 @@ void Agent::HandleDatagram(const std::string& payload) {
     auto rank = JInt(m, "rank");
     Rank* r = rank.ok() ? FindRank(static_cast<int>(*rank)) : nullptr;
     if (r) ForwardModel(m, *r);
+    return;
+  }
+  if (type == "digest") {  // the bitwise alignment check: to the controller, with its rank
+    auto rank = JInt(m, "rank");
+    auto step = JInt(m, "step");
+    auto digest = JStr(m, "digest");
+    auto group = JStrOr(m, "group", "");
+    Status bad = !rank.ok()     ? rank.status()
+                 : !step.ok()   ? step.status()
+                 : !digest.ok() ? digest.status()
+                                : group.status();
+    if (bad.ok() && (*step < 0 || digest->size() != 16 ||
+                     digest->find_first_not_of("0123456789abcdef") != std::string::npos)) {
+      bad = InvalidArgument("digest: 'step' must be >= 0 and 'digest' 16 lowercase hex digits");
+    }
+    if (bad.ok() && group->size() > 64) bad = InvalidArgument("digest: 'group' over 64 bytes");
+    Rank* r = bad.ok() ? FindRank(static_cast<int>(*rank)) : nullptr;
+    if (!bad.ok() || !r) {
+      ++reports_dropped_["malformed"];
+      WarnLimited(
+          "sdk: dropped digest: " +
+          (bad.ok() ? "rank " + std::to_string(*rank) + " is not on this node" : bad.message()));
+      return;
+    }
+    Json out = {{"type", "digest"}, {"rank", *rank}, {"step", *step}, {"digest", *digest}};
+    if (!group->empty()) out["group"] = *group;
+    Send(out);
     return;
   }
   if (type != "step" && type != "ckpt") {
@@ -944,7 +975,9 @@ void Agent::DrainOutbox() {
   }
   for (Json& m : msgs) {
     if (spec_) m["attempt"] = spec_->attempt;
-    if (m.contains("error")) Warn("checkpoint: " + m["error"].get<std::string>());
+    if (m.contains("error") && m["type"] != "diagnosis") {
+      Warn("checkpoint: " + m["error"].get<std::string>());
+    }
     Send(m);
   }
 }

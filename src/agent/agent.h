@@ -20,18 +20,15 @@
 #include <atomic>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "gpu/nvml.h"
-#include "metrics/exposition.h"
-#include "metrics/http_endpoint.h"
 #include "agent/ckpt_ops.h"
 #include "agent/fault_detector.h"
 #include "agent/rank_env.h"
@@ -44,6 +41,9 @@
 #include "common/proc.h"
 #include "common/shm_dir.h"
 #include "common/timers.h"
+#include "gpu/nvml.h"
+#include "metrics/exposition.h"
+#include "metrics/http_endpoint.h"
 
 namespace bulwark {
 
@@ -76,6 +76,9 @@ struct AgentOptions {
   std::string metrics_addr;
   // NVML, loaded at run time for GPU health ("" = do not look for a GPU).
   std::string nvml_library = "libnvidia-ml.so.1";
+  // How this agent runs `bulwark-agent diagnose` (diag::RunOptions::agent_command);
+  // empty = SelfCommand() (common/install_paths.h).
+  std::vector<std::string> self_command;
 };
 
 // Exit codes of Run().
@@ -122,12 +125,12 @@ class Agent {
     // Step reports faster than kMaxStepForwardHz are merged here (ForwardStep).
     Json step_pending;
     double step_forwarded_at = -1;  // mono time of the last step forwarded
-    bool retired = false;     // killed: the new attempt has no place for it
-    std::string how;          // this attempt: "spawned", "warm" (from the pool) or "kept"
-    double launched_mono = 0;  // when it joined the current attempt
-    bool exit_pending = false;  // exited 0; `exited` waits for its last persists
+    bool retired = false;           // killed: the new attempt has no place for it
+    std::string how;                // this attempt: "spawned", "warm" (from the pool) or "kept"
+    double launched_mono = 0;       // when it joined the current attempt
+    bool exit_pending = false;      // exited 0; `exited` waits for its last persists
     double exit_deadline = 0;
-    std::string version;       // the code version it runs (StartSpec::version)
+    std::string version;  // the code version it runs (StartSpec::version)
   };
   // A warm rank: a Python process that imported torch and the SDK and waits on stdin
   // for its assignment ({"argv", "env", "cwd"}, docs/agent.md).
@@ -159,6 +162,9 @@ class Agent {
   void HandleStart(const Json& msg);
   void HandleStop(const Json& msg);
   void HandleChaos(const Json& msg);
+  // `diagnose` (agent_diagnose.cc, docs/protocol.md): runs the node's checks on
+  // diag_thread_, one request at a time; the `diagnosis` reply goes through outbox_.
+  void HandleDiagnose(const Json& msg);
   // Another node reported a hang: capture this node's stacks now and send `stacks`.
   void HandleCaptureStacks(const Json& msg);
   // `cadence`: the controller's new disk interval for the running attempt.
@@ -224,7 +230,8 @@ class Agent {
   void MaybeLaunchAfterZygote();
   void MaybeFillPool();
   std::optional<WarmRank> TakeWarm();
-  Status AssignWarm(WarmRank& w, const StartSpec& spec, const std::map<std::string, std::string>& env);
+  Status AssignWarm(WarmRank& w, const StartSpec& spec,
+                    const std::map<std::string, std::string>& env);
   void PumpWarm();
   void KillWarm();
   // Tells the controller how many warm ranks of which code version are ready, when it
@@ -309,9 +316,9 @@ class Agent {
   double stop_deadline_ = 0;
   long stop_reply_attempt_ = -1;  // `stopped` attempt to send when the stop ends; -1 none
   std::optional<StartSpec> pending_start_;
-  bool parking_ = false;       // the stop in progress parks survivors (BeginPark)
-  bool park_killed_ = false;   // the park deadline passed and stragglers were killed
-  Timers timers_;  // "park", "park_kill", "warm_retry", "zygote_retry", "zygote_wait"
+  bool parking_ = false;      // the stop in progress parks survivors (BeginPark)
+  bool park_killed_ = false;  // the park deadline passed and stragglers were killed
+  Timers timers_;             // "park", "park_kill", "warm_retry", "zygote_retry", "zygote_wait"
   WarmSpec warm_spec_;
   std::vector<WarmRank> warm_;
   int warm_failures_ = 0;      // consecutive warm ranks that died before assignment
@@ -357,13 +364,20 @@ class Agent {
   // Checkpoint catalog requests of a controller without the checkpoint file system;
   // replies go through outbox_. Created on the first request.
   std::unique_ptr<CatalogWorker> catalog_;
+  // Diagnostics in progress (HandleDiagnose); joined by the next request or ~Agent,
+  // bounded by the checks' budgets.
+  std::thread diag_thread_;
+  std::atomic<bool> diag_busy_{false};
+  // Chaos `sdc`: this node's compute is silently wrong from now on; its compute check
+  // fails as such a machine's would (docs/chaos.md).
+  bool sdc_injected_ = false;
   std::map<std::string, double> warned_at_;  // WarnLimited: message kind -> mono time
   // Metrics (agent_metrics.cc). The HTTP threads read only metrics_text_.
   std::mutex metrics_mu_;
   std::string metrics_text_;  // guarded by metrics_mu_
   long long reports_total_ = 0;
-  std::map<std::string, long long> reports_dropped_;   // by reason
-  std::map<std::string, long long> faults_detected_;   // by kind
+  std::map<std::string, long long> reports_dropped_;  // by reason
+  std::map<std::string, long long> faults_detected_;  // by kind
   metrics::Histogram step_hist_ = metrics::Histogram::Exponential(0.001, 2, 17);
   std::unique_ptr<gpu::Nvml> nvml_;
   std::vector<gpu::GpuSample> gpus_;

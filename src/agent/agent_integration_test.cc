@@ -520,3 +520,82 @@ TEST(AgentIntegration, CheckpointCatalogRequestsAreAnsweredOverTheConnection) {
 
 }  // namespace
 }  // namespace bulwark
+
+namespace bulwark {
+namespace {
+
+// A rank that reports digests of its "parameters" (the alignment check), one malformed.
+const char* kPyDigestRank = R"PY(
+import json, os, socket, time
+rank = int(os.environ["RANK"])
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+def report(msg):
+    sock.sendto(json.dumps(msg).encode(), os.environ["BULWARK_AGENT_SOCK"])
+report({"type": "digest", "rank": rank, "step": 10, "digest": "XYZ"})  # malformed
+report({"type": "digest", "rank": 9, "step": 10, "digest": "00000000000000aa"})  # not here
+report({"type": "digest", "rank": rank, "step": 10, "digest": "00000000000000aa",
+        "group": "dp0"})
+for i in range(100000):
+    time.sleep(0.05)
+)PY";
+
+TEST(AgentIntegration, DigestsReachTheControllerAndDiagnoseRunsTheChecks) {
+  FakeController fc("node-0");
+  ASSERT_TRUE(fc.WaitFor("hello")) << fc.agent_output();
+  Json start = fc.StartMsg(0, {"/usr/bin/python3", "-c", kPyDigestRank}, 1);
+  start["group_rank"] = 0;
+  fc.Send(start);
+  ASSERT_TRUE(fc.WaitFor("started")) << fc.agent_output();
+  auto digest = fc.WaitFor("digest");
+  ASSERT_TRUE(digest) << fc.agent_output();
+  EXPECT_EQ((*digest)["rank"], 0);
+  EXPECT_EQ((*digest)["step"], 10);
+  EXPECT_EQ((*digest)["digest"], "00000000000000aa");
+  EXPECT_EQ((*digest)["group"], "dp0");
+  EXPECT_NE(fc.agent_output().find("sdk: dropped digest: digest: 'step' must be >= 0 and "
+                                   "'digest' 16 lowercase hex digits"),
+            std::string::npos)
+      << fc.agent_output();
+  EXPECT_FALSE(fc.WaitFor("digest", nullptr, 0.3)) << "rank 9 is not on this node";
+  // Chaos sdc: this machine computes wrong results from now on.
+  fc.Send({{"type", "chaos"}, {"action", "sdc"}, {"rank", 0}});
+  fc.Send({{"type", "stop"}, {"attempt", 0}, {"grace_s", 1.0}});
+  ASSERT_TRUE(fc.WaitFor("stopped")) << fc.agent_output();
+  // Bad requests are answered with the field at fault.
+  fc.Send({{"type", "diagnose"}, {"id", 1}, {"checks", Json::array({"gpu"})}});
+  auto bad = fc.WaitFor("diagnosis");
+  ASSERT_TRUE(bad) << fc.agent_output();
+  EXPECT_EQ((*bad)["id"], 1);
+  EXPECT_EQ((*bad)["error"], "check 'gpu' is unknown; the checks are matmul and disk");
+  fc.Send({{"type", "diagnose"}, {"id", 2}, {"checks", Json::array({"matmul"})}, {"budget_s", 0}});
+  auto zero = fc.WaitFor("diagnosis");
+  ASSERT_TRUE(zero) << fc.agent_output();
+  EXPECT_NE((*zero)["error"].get<std::string>().find("budget_s"), std::string::npos);
+  // The checks themselves, each in its own `bulwark-agent diagnose` process (four disk
+  // checks: long enough that the request right behind finds them running).
+  fc.Send({{"type", "diagnose"},
+           {"id", 3},
+           {"checks", Json::array({"matmul", "disk"})},
+           {"dirs", Json::array({fc.dir(), fc.dir(), fc.dir(), fc.dir()})},
+           {"budget_s", 60}});
+  fc.Send({{"type", "diagnose"}, {"id", 4}, {"checks", Json::array({"matmul"})}});
+  auto busy = fc.WaitFor("diagnosis");
+  ASSERT_TRUE(busy) << fc.agent_output();
+  EXPECT_EQ((*busy)["id"], 4);
+  EXPECT_EQ((*busy)["error"], "diagnostics are already running on this node");
+  auto done = fc.WaitFor("diagnosis", nullptr, 60);
+  ASSERT_TRUE(done) << fc.agent_output();
+  EXPECT_EQ((*done)["id"], 3);
+  ASSERT_EQ((*done)["results"].size(), 5u) << done->dump();
+  const Json& matmul = (*done)["results"][0];
+  EXPECT_EQ(matmul["name"], "matmul");
+  EXPECT_EQ(matmul["ok"], false) << matmul.dump();  // chaos sdc: the machine is bad
+  const Json& disk = (*done)["results"][1];
+  EXPECT_EQ(disk["name"], "disk:" + fc.dir());
+  EXPECT_EQ(disk["ok"], true) << disk.dump();
+  fc.Send({{"type", "shutdown"}});
+  ASSERT_TRUE(fc.WaitAgentExit()) << fc.agent_output();
+}
+
+}  // namespace
+}  // namespace bulwark

@@ -70,6 +70,17 @@ class Backend {
     (void)slot;
     return ready_spares.front();
   }
+  // node_id failed its diagnostics (stop-diagnose, docs/diagnosis.md): keep its machine
+  // out of this and later jobs, with `reason` where people look (Kubernetes: a taint and
+  // an annotation on the node; Slurm: drain with a reason). The controller releases the
+  // node itself. OK names nothing; an error (no rights, no such capability) says why
+  // the machine could not be quarantined, and the controller reports it.
+  virtual Status QuarantineNode(const std::string& node_id, const std::string& reason) {
+    (void)node_id;
+    (void)reason;
+    return FailedPrecondition(std::string("the ") + Name() +
+                              " backend cannot quarantine a machine");
+  }
   // A warm standby was promoted into `slot` (Kubernetes: relabel the pod role=worker).
   virtual void OnSlotAssigned(const std::string& node_id, int slot) {
     (void)node_id;

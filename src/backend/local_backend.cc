@@ -18,8 +18,20 @@ LocalBackend::~LocalBackend() {
       "the end of the job: Teardown kills and reaps what it can, and nothing is left to tell");
 }
 
+Status LocalBackend::QuarantineNode(const std::string& node_id, const std::string& reason) {
+  if (!agents_.count(node_id) && !adopted_.count(node_id)) {
+    return NotFound("node " + node_id + " is not one of this backend's");
+  }
+  quarantined_[node_id] = reason;
+  return Status::Ok();
+}
+
 Status LocalBackend::StartNode(const NodeRequest& req) {
   if (agents_.count(req.node_id)) return InvalidArgument("node " + req.node_id + " already exists");
+  if (quarantined_.count(req.node_id)) {
+    return FailedPrecondition("node " + req.node_id +
+                              " is quarantined: " + quarantined_[req.node_id]);
+  }
   if (opts_.machines > 0) {
     const double now = SystemClock::Get()->NowMono();
     std::string back;  // the machine that comes back first
@@ -35,13 +47,16 @@ Status LocalBackend::StartNode(const NodeRequest& req) {
       }
       ++it;
     }
-    const size_t busy = agents_.size() + adopted_.size() + down_.size();
+    size_t busy = adopted_.size() + down_.size() + quarantined_.size();
+    for (const auto& [id, child] : agents_) busy += quarantined_.count(id) ? 0 : 1;
     if (busy >= static_cast<size_t>(opts_.machines)) {
       // One message per state (the controller logs each new one): no countdown.
       char repair[64];
       std::snprintf(repair, sizeof repair, "%g", opts_.repair_s);
       return Unavailable(
-          "all " + std::to_string(opts_.machines) + " local machines are busy or " + "down" +
+          "all " + std::to_string(opts_.machines) + " local machines are busy, down" +
+          (quarantined_.empty() ? std::string()
+                                : " or quarantined (" + std::to_string(quarantined_.size()) + ")") +
           (back.empty()
                ? std::string()
                : "; " + back + "'s machine is under repair (" + repair + " s from its loss)"));

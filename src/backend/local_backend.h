@@ -28,8 +28,8 @@ struct LocalBackendOptions {
   std::string python_dir;    // Bulwark's python/ directory (SDK module)
   std::string sdk_lib;       // path of libbulwark.so
   double heartbeat_interval_s = 1;
-  int machines = 0;     // 0 = unlimited
-  double repair_s = 0;  // a killed node's machine is down this long
+  int machines = 0;            // 0 = unlimited
+  double repair_s = 0;         // a killed node's machine is down this long
   bool agent_metrics = false;  // each agent serves /metrics on a free port of 127.0.0.1
 };
 
@@ -44,14 +44,20 @@ class LocalBackend : public Backend {
   std::vector<NodeLoss> Poll() override;  // reason "agent exited"
   Status Teardown(double grace_s) override;
   void AdoptNode(const AdoptableNode& n) override;
+  // With `machines` > 0 the node's machine leaves the pool for good (StartNode counts it
+  // busy); either way the node id is never started again.
+  Status QuarantineNode(const std::string& node_id, const std::string& reason) override;
+  // node id -> why it was quarantined.
+  const std::map<std::string, std::string>& quarantined() const { return quarantined_; }
   // pid of a node's agent, or -1.
   int AgentPid(const std::string& node_id) const;
 
  private:
   LocalBackendOptions opts_;
   std::map<std::string, Child> agents_;
-  std::map<std::string, pid_t> adopted_;  // agents of an earlier controller, by node id
-  std::map<std::string, double> down_;    // node id -> when its machine is back (mono)
+  std::map<std::string, pid_t> adopted_;            // agents of an earlier controller, by node id
+  std::map<std::string, double> down_;              // node id -> when its machine is back (mono)
+  std::map<std::string, std::string> quarantined_;  // node id -> reason
   long polls_ = 0;
 };
 

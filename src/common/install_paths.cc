@@ -32,4 +32,15 @@ std::vector<std::string> AgentBundleCommand(const std::string& dir) {
   return {dir + "/lib/ld.so", "--library-path", dir + "/lib", dir + "/bin/bulwark-agent"};
 }
 
+std::vector<std::string> SelfCommand() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return {"/proc/self/exe"};
+  const fs::path bundle = exe.parent_path().parent_path();
+  if (exe.filename() == "ld.so" && fs::exists(bundle / "bin" / "bulwark-agent", ec)) {
+    return AgentBundleCommand(bundle.string());
+  }
+  return {exe.string()};
+}
+
 }  // namespace bulwark

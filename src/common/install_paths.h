@@ -28,4 +28,8 @@ std::string DefaultSdkLib(const std::string& build_default);
 // The agent's own arguments follow.
 std::vector<std::string> AgentBundleCommand(const std::string& dir);
 
+// The command line that runs this executable again: AgentBundleCommand(<bundle>) when it
+// runs from an agent bundle (the process is the bundle's loader), else {its path}.
+std::vector<std::string> SelfCommand();
+
 }  // namespace bulwark

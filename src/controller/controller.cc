@@ -275,6 +275,11 @@ void ControllerImpl::MaybeSucceed() {
   // The last checkpoints' commits may still be in flight (remote catalog): a job is
   // not reported Succeeded before they end (each request has a deadline).
   if (!catalog_->Settled()) return;
+  // A node still being tested gets its verdict (and its quarantine) before the job's
+  // record closes; CheckDiagnostics bounds the wait.
+  for (const auto& [id, n] : nodes_) {
+    if (n->diagnosing) return;
+  }
   Finish(JobPhase::kSucceeded, "all " + std::to_string(spec_.world_size()) +
                                    " ranks exited 0 at step " + std::to_string(last_step_));
 }
@@ -322,6 +327,7 @@ void ControllerImpl::Reconcile() {
     final_message_ = "cancelled by the user";
   }
   RetryCapacityWaits();
+  CheckDiagnostics(now);
   switch (stage_) {
     case Stage::kAdopting:
       if (AdoptionSettled() || now > stage_deadline_) FinishAdoption(now);
@@ -431,6 +437,7 @@ bool ControllerImpl::RunOnce() {
       n->adopt_conn.reset();
     }
     pending_.clear();
+    answered_.clear();
     listen_.Reset();
     Persist();
     PublishStatus(true);

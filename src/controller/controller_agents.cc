@@ -84,11 +84,16 @@ void ControllerImpl::AcceptAndGreet() {
         greeted = true;
         Greet(n, m);
         for (size_t k = i + 1; k < msgs.size(); ++k) HandleAgentMessage(n, msgs[k]);
+      } else if (answered_.count(it->get())) {
+        // One request per connection (docs/protocol.md): a client reads one reply.
+        std::fprintf(stderr, "[bulwark] dropped a second request on one client connection\n");
       } else {
         HandleClientRequest(**it, m);
+        answered_.insert(it->get());
       }
     }
     if (greeted || (*it)->closed()) {
+      answered_.erase(it->get());
       it = pending_.erase(it);
     } else {
       ++it;
@@ -164,11 +169,13 @@ void ControllerImpl::HandleClientRequest(JsonLineConn& c, const Json& m) {
         f.kind = ChaosKind::kNanLoss;
       else if (a == "kill_agent")
         f.kind = ChaosKind::kKillAgent;
+      else if (a == "sdc")
+        f.kind = ChaosKind::kSdc;
       else
         known = false;
       if (!known) {
         reply["message"] =
-            "unknown action '" + a + "'; use kill_rank, hang_rank, nan_loss or kill_agent";
+            "unknown action '" + a + "'; use kill_rank, hang_rank, nan_loss, kill_agent or sdc";
       } else if (f.kind != ChaosKind::kKillAgent && (f.rank < 0 || f.rank >= spec_.world_size())) {
         reply["message"] = "rank " + std::to_string(f.rank) +
                            " out of range; the job has ranks 0.." +
@@ -234,6 +241,14 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       n.warm_version = *version;
       n.warm_ready = static_cast<int>(*ready);
     }
+    return;
+  }
+  if (type == "diagnosis") {  // stop-diagnose: a node's checks (controller_diagnosis.cc)
+    OnDiagnosis(n, m);
+    return;
+  }
+  if (type == "digest") {  // the bitwise alignment check
+    OnDigest(m);
     return;
   }
   if (type == "heartbeat" || type == "hello" || type == "store") return;

@@ -211,6 +211,7 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
   history_.memory_tier = spec_.checkpoint.memory_slots > 0;
   history_.restarts_used = rec_.restarts;
   Decision d = policy_.Decide(inc, history_, now);
+  const Json diagnosis = PlanDiagnosis(inc, &d);  // may turn d into replacing the node
   RegroupInput ri;
   ri.enabled = spec_.fault_policy.in_process_restart;
   ri.world_size = spec_.world_size();
@@ -228,6 +229,7 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
                    {"resume_step_max", d.resume_step_max},
                    {"reason", d.reason}};
   j["detection_s"] = inc.detect_time - inc.fault_time;
+  if (!diagnosis.is_null()) j["diagnosis"] = diagnosis;
   if (d.action != Action::kGiveUp) {
     j["processes"] = {{"in_process", regroup_.in_process},
                       {"keep", regroup_.keep},

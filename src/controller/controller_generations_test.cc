@@ -9,35 +9,10 @@
 #include <filesystem>
 #include <functional>
 
-#include "common/json_util.h"
-#include "controller/controller.h"
-#include "spec/job_spec.h"
-#include "store/store.h"
+#include "controller/controller_fixture.h"
 
 namespace bulwark {
 namespace {
-
-namespace fs = std::filesystem;
-
-class FakeBackend : public Backend {
- public:
-  const char* Name() const override { return "fake"; }
-  Status StartNode(const NodeRequest& req) override {
-    if (!capacity) return Unavailable("no machine free");
-    started.push_back(req);
-    return Status::Ok();
-  }
-  Status KillNode(const std::string& id) override {
-    killed.push_back(id);
-    return Status::Ok();
-  }
-  Status ReleaseNode(const std::string&, double) override { return Status::Ok(); }
-  std::vector<NodeLoss> Poll() override { return {}; }
-  Status Teardown(double) override { return Status::Ok(); }
-  std::vector<NodeRequest> started;
-  std::vector<std::string> killed;
-  bool capacity = true;  // false: StartNode answers UNAVAILABLE
-};
 
 const char* kSpec = R"(
 name: gen
@@ -51,115 +26,8 @@ faultPolicy:
   heartbeat: {intervalSeconds: 1000, misses: 3}
 )";
 
-class ControllerGenerationsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/bw_ctl_gen.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    ctl_.reset();
-    store_.reset();
-    fs::remove_all(dir_);
-  }
-
-  void Begin(const std::string& spec_text) {
-    auto spec = ParseJobSpec(spec_text, "test.yaml", dir_);
-    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    auto st = Store::Open(dir_ + "/bulwark.db");
-    ASSERT_TRUE(st.ok());
-    store_ = std::move(*st);
-    ControllerOptions o;
-    o.run_dir = dir_ + "/run";
-    o.echo_events = false;
-    ctl_ = std::make_unique<Controller>(*spec, o, &backend_, store_.get(), &clock_);
-    ASSERT_TRUE(ctl_->Start().ok());
-    const std::string addr = ctl_->Address();
-    const int port = std::stoi(addr.substr(addr.rfind(':') + 1));
-    for (int i = 0; i < 2; ++i) {
-      auto fd = TcpConnect("127.0.0.1", port, 5);
-      ASSERT_TRUE(fd.ok());
-      agents_.emplace_back(std::move(*fd));
-      Send(i, {{"type", "hello"}, {"node", "node-" + std::to_string(i)}, {"pid", 100 + i},
-               {"peer_host", "127.0.0.1"}, {"peer_port", 7000 + i}, {"free_port", 0}});
-    }
-  }
-
-  void Send(int node, const Json& m) {
-    ASSERT_TRUE(agents_[node].Send(m).ok());
-    ASSERT_TRUE(agents_[node].Flush(1).ok());
-  }
-
-  // Steps the controller until `node` received a message of `type`; returns it.
-  Json Expect(int node, const std::string& type, int turns = 400) {
-    for (int i = 0; i < turns; ++i) {
-      for (const Json& m : agents_[node].Read()) inbox_[node].push_back(m);
-      for (auto it = inbox_[node].begin(); it != inbox_[node].end(); ++it) {
-        if ((*it)["type"] == type) {
-          Json m = *it;
-          inbox_[node].erase(it);
-          return m;
-        }
-      }
-      if (!ctl_->RunOnce()) break;
-    }
-    ADD_FAILURE() << "node " << node << " got no '" << type << "'";
-    return Json();
-  }
-
-  // Both agents start attempt `attempt`: pids 1000 * (attempt + 1) + rank, or `pids`.
-  void Started(int attempt, std::map<int, std::pair<int, std::string>> how = {}) {
-    for (int n = 0; n < 2; ++n) {
-      Json ranks = Json::array();
-      for (int l = 0; l < 2; ++l) {
-        const int r = n * 2 + l;
-        auto it = how.find(r);
-        const int pid = it != how.end() ? it->second.first : 1000 * (attempt + 1) + r;
-        const std::string h = it != how.end() ? it->second.second : "spawned";
-        ranks.push_back({{"rank", r}, {"local_rank", l}, {"pid", pid}, {"pgid", pid},
-                         {"how", h}, {"in_process", h == "kept"}});
-      }
-      Send(n, {{"type", "started"}, {"attempt", attempt}, {"ranks", ranks}});
-    }
-  }
-  // Ranks declare in-process recovery (as their agents report right after they start,
-  // long before a fault); the controller reads every report before the test goes on.
-  void InProcess(int attempt, std::vector<int> ranks) {
-    for (int r : ranks) {
-      Send(r / 2, {{"type", "rank_info"}, {"attempt", attempt}, {"rank", r}, {"pid", 0},
-                   {"in_process", true}});
-    }
-    for (int i = 0; i < 5; ++i) ctl_->RunOnce();
-  }
-  void Step(int attempt, long step) {
-    Send(0, {{"type", "step"}, {"attempt", attempt}, {"rank", 0}, {"step", step},
-             {"loss", 1.0}, {"step_time", 0.1}, {"t", clock_.NowWall()}});
-  }
-  void Crash(int attempt, int rank) {
-    const double t = clock_.NowWall();
-    Send(rank / 2, {{"type", "incident"}, {"attempt", attempt}, {"kind", "crash"},
-                    {"subtype", "SIGKILL"}, {"rank", rank}, {"step", 5}, {"fault_time", t},
-                    {"detect_time", t}, {"detail", "rank crashed"}, {"node", "x"}});
-  }
-  void Stopped(int attempt, std::vector<std::pair<int, int>> parked) {
-    for (int n = 0; n < 2; ++n) {
-      Json p = Json::array();
-      for (auto [rank, pid] : parked) {
-        if (rank / 2 == n) p.push_back({{"rank", rank}, {"pid", pid}});
-      }
-      Send(n, {{"type", "stopped"}, {"attempt", attempt}, {"mem", Json::object()}, {"parked", p}});
-    }
-  }
-
-  std::string dir_;
-  FakeClock clock_{1000};
-  FakeBackend backend_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<Controller> ctl_;
-  std::vector<JsonLineConn> agents_;
-  std::map<int, std::vector<Json>> inbox_;
-};
+using ControllerGenerationsTest = testing::ControllerFixture;
+using testing::FakeBackend;
 
 TEST_F(ControllerGenerationsTest, ACrashParksTheSurvivorsAndReportsKeptAndReplacedProcesses) {
   Begin(kSpec);
@@ -218,8 +86,12 @@ TEST_F(ControllerGenerationsTest, ASupersededPersistIsOneEventPerMinuteNotAShard
   Expect(1, "start");
   Started(0);
   auto skipped = [&](int rank, long step) {
-    Send(rank / 2, {{"type", "ckpt"}, {"attempt", 0}, {"rank", rank}, {"step", step},
-                    {"tier", "disk"}, {"superseded_by", step + 10}});
+    Send(rank / 2, {{"type", "ckpt"},
+                    {"attempt", 0},
+                    {"rank", rank},
+                    {"step", step},
+                    {"tier", "disk"},
+                    {"superseded_by", step + 10}});
   };
   auto events = [&](const std::string& reason) {
     for (int i = 0; i < 20; ++i) ctl_->RunOnce();
@@ -266,7 +138,10 @@ TEST_F(ControllerGenerationsTest, ARankThatParksOnItsOwnBecomesAnIncidentAfterTh
   InProcess(0, {0, 1, 2, 3});
   Step(0, 5);
   const double at = clock_.NowWall();
-  Send(1, {{"type", "parked"}, {"attempt", 0}, {"rank", 2}, {"pid", 1002},
+  Send(1, {{"type", "parked"},
+           {"attempt", 0},
+           {"rank", 2},
+           {"pid", 1002},
            {"error", "RuntimeError: Connection reset by peer"}});
   Json stop = Expect(0, "stop");
   EXPECT_GE(clock_.NowWall() - at, 1.0);  // nothing explained it within the grace
@@ -280,7 +155,10 @@ TEST_F(ControllerGenerationsTest, AnIncidentWithinTheGraceExplainsARankThatParke
   Started(0);
   InProcess(0, {0, 1, 2, 3});
   Step(0, 5);
-  Send(1, {{"type", "parked"}, {"attempt", 0}, {"rank", 2}, {"pid", 1002},
+  Send(1, {{"type", "parked"},
+           {"attempt", 0},
+           {"rank", 2},
+           {"pid", 1002},
            {"error", "RuntimeError: Connection closed by peer"}});
   Crash(0, 1);  // the peer that left, reported by its own agent
   Json stop = Expect(0, "stop");
@@ -315,9 +193,11 @@ TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtA
   const double lost_at = clock_.NowWall();
   Json stop = Expect(1, "stop");
   EXPECT_EQ(stop["park"], true);
-  Send(1, {{"type", "stopped"}, {"attempt", 0}, {"mem", Json::object()},
-           {"parked", Json::array({Json{{"rank", 2}, {"pid", 1002}},
-                                   Json{{"rank", 3}, {"pid", 1003}}})}});
+  Send(1, {{"type", "stopped"},
+           {"attempt", 0},
+           {"mem", Json::object()},
+           {"parked",
+            Json::array({Json{{"rank", 2}, {"pid", 1002}}, Json{{"rank", 3}, {"pid", 1003}}})}});
   // After waiting 5 s for capacity, node-1 alone runs the next generation as slot 0.
   Json start1 = Expect(1, "start", 4000);
   EXPECT_GE(clock_.NowWall() - lost_at, 5.0);
@@ -326,13 +206,27 @@ TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtA
   EXPECT_EQ(start1["nnodes"], 1);
   EXPECT_EQ(start1["world_size"], 2);
   EXPECT_EQ(start1["max_world_size"], 4);
-  Send(1, {{"type", "started"}, {"attempt", 1},
-           {"ranks", Json::array({Json{{"rank", 0}, {"local_rank", 0}, {"pid", 1002},
-                                       {"pgid", 1002}, {"how", "kept"}, {"in_process", true}},
-                                  Json{{"rank", 1}, {"local_rank", 1}, {"pid", 1003},
-                                       {"pgid", 1003}, {"how", "kept"}, {"in_process", true}}})}});
-  Send(1, {{"type", "step"}, {"attempt", 1}, {"rank", 0}, {"step", 6}, {"loss", 1.0},
-           {"step_time", 0.1}, {"t", clock_.NowWall()}});
+  Send(1, {{"type", "started"},
+           {"attempt", 1},
+           {"ranks", Json::array({Json{{"rank", 0},
+                                       {"local_rank", 0},
+                                       {"pid", 1002},
+                                       {"pgid", 1002},
+                                       {"how", "kept"},
+                                       {"in_process", true}},
+                                  Json{{"rank", 1},
+                                       {"local_rank", 1},
+                                       {"pid", 1003},
+                                       {"pgid", 1003},
+                                       {"how", "kept"},
+                                       {"in_process", true}}})}});
+  Send(1, {{"type", "step"},
+           {"attempt", 1},
+           {"rank", 0},
+           {"step", 6},
+           {"loss", 1.0},
+           {"step_time", 0.1},
+           {"t", clock_.NowWall()}});
   for (int i = 0; i < 20; ++i) ctl_->RunOnce();
   // Capacity returns: the waiting node starts as a standby and connects; the job
   // grows back at a step boundary (every rank parks, none is killed).
@@ -344,14 +238,20 @@ TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtA
   auto fd = TcpConnect("127.0.0.1", std::stoi(addr.substr(addr.rfind(':') + 1)), 5);
   ASSERT_TRUE(fd.ok());
   agents_.emplace_back(std::move(*fd));
-  Send(2, {{"type", "hello"}, {"node", fresh}, {"pid", 102}, {"peer_host", "127.0.0.1"},
-           {"peer_port", 7002}, {"free_port", 0}});
+  Send(2, {{"type", "hello"},
+           {"node", fresh},
+           {"pid", 102},
+           {"peer_host", "127.0.0.1"},
+           {"peer_port", 7002},
+           {"free_port", 0}});
   Json grow = Expect(1, "stop");
   EXPECT_EQ(grow["park"], true);
   EXPECT_EQ(grow.value("kill", Json::array()), Json::array());
-  Send(1, {{"type", "stopped"}, {"attempt", 1}, {"mem", Json::object()},
-           {"parked", Json::array({Json{{"rank", 0}, {"pid", 1002}},
-                                   Json{{"rank", 1}, {"pid", 1003}}})}});
+  Send(1, {{"type", "stopped"},
+           {"attempt", 1},
+           {"mem", Json::object()},
+           {"parked",
+            Json::array({Json{{"rank", 0}, {"pid", 1002}}, Json{{"rank", 1}, {"pid", 1003}}})}});
   Json start2 = Expect(1, "start", 4000);
   EXPECT_EQ(start2["group_rank"], 0);
   EXPECT_EQ(start2["world_size"], 4);

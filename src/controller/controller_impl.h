@@ -25,8 +25,9 @@
 #include "controller/ckpt_catalog.h"
 #include "controller/controller.h"
 #include "controller/job_metrics.h"
-#include "policy/metric_faults.h"
 #include "controller/tensorboard_sink.h"
+#include "diag/diag.h"
+#include "policy/metric_faults.h"
 #include "policy/regroup.h"
 
 namespace bulwark {
@@ -78,8 +79,22 @@ struct ControllerNode {
   // Its warm ranks: how many are ready, made for which code version (`warm`).
   std::string warm_version;
   int warm_ready = 0;
+  // Stop-diagnose (controller_diagnosis.cc): to be tested once its ranks are stopped
+  // (diagnose_pending), being tested (diagnosing) for incidents_[diagnose_incident],
+  // answer `diagnosis` with diagnose_id by diagnose_deadline; quarantined = failed.
+  bool diagnose_pending = false;
+  bool diagnosing = false;
+  int diagnose_incident = -1;
+  int diagnose_id = 0;
+  double diagnose_started = 0;
+  double diagnose_deadline = 0;
+  bool quarantined = false;
   bool connected() const { return conn && !conn->closed() && !lost; }
 };
+
+// ControllerNode::slot of a node taken out of the job to be tested (a standby took its
+// slot); healthy, it becomes a standby (-1), else it is quarantined and gone (-2).
+inline constexpr int kSlotTesting = -3;
 
 struct ControllerChaos {
   bool fired = false;
@@ -172,6 +187,29 @@ class ControllerImpl {
   void BeginDiagnosis(const Incident& inc, const Json& extra);
   void MergeDiagnosis(int slot, const Json& msg);
   void FinishDiagnosis();
+  // Stop-diagnose (controller_diagnosis.cc, policy/diagnosis_policy.h). For an incident
+  // whose cause may be the machine, marks its node to be tested and, with a standby
+  // ready, turns *d into replacing it (else the relaunch waits for the verdict); the
+  // incident's `diagnosis` record, or null when nothing is said.
+  Json PlanDiagnosis(const Incident& inc, Decision* d);
+  // Sends n `diagnose` (its ranks are stopped); in its slot unless a standby took it.
+  void StartDiagnostics(Node& n);
+  // n's `diagnosis` reply.
+  void OnDiagnosis(Node& n, const Json& m);
+  // Verdict: healthy -> it rejoins (a standby, or stays in its slot); else quarantined
+  // through the backend and released (its slot is refilled by EnsureSlotsFilled).
+  void FinishDiagnostics(Node& n, const std::vector<diag::CheckResult>& results);
+  // Diagnostics past their deadline, or whose node was lost, fail.
+  void CheckDiagnostics(double now);
+  int next_diagnose_id_ = 0;
+  // The bitwise alignment check (controller_diagnosis.cc): a rank's `digest` of its
+  // parameters after a step. Once every rank of its group reported the step, equal
+  // digests advance aligned_step_; a minority that differs is an sdc incident on its
+  // node (no majority: on no node).
+  void OnDigest(const Json& m);
+  std::map<std::pair<std::string, long>, std::map<int, std::string>> digests_;  // this attempt
+  std::map<std::string, std::set<int>> group_ranks_;  // named groups: the ranks seen in each
+  long aligned_step_ = -1;  // the newest step whose digests agreed (across attempts)
   // Stops the attempt's ranks: all of them, or with `park` only regroup_.replace (the
   // survivors leave their generation alive, docs/protocol.md §1).
   void StopAll(bool park = false);
@@ -266,7 +304,7 @@ class ControllerImpl {
   TensorBoardSink tb_;
   MetricFaultDetector metric_faults_;
   std::vector<Json> observations_;  // faults found from metrics that restarted nothing
-  double metrics_tick_at_ = -1;  // mono time of the last JobMetrics::Tick
+  double metrics_tick_at_ = -1;     // mono time of the last JobMetrics::Tick
   JobRecord rec_;
 
   Fd listen_;
@@ -277,6 +315,7 @@ class ControllerImpl {
   Status start_status_;  // Setup()'s result
   std::map<std::string, std::unique_ptr<Node>> nodes_;
   std::vector<std::unique_ptr<JsonLineConn>> pending_;  // accepted, not yet identified
+  std::set<const JsonLineConn*> answered_;              // of pending_: clients answered
   std::vector<std::string> slots_;
   int next_node_ = 0;
 
@@ -361,7 +400,7 @@ class ControllerImpl {
   int spontaneous_park_rank_ = -1;
   int spontaneous_park_node_ = -1;
   std::string spontaneous_park_error_;
-  Json cadence_log_ = Json::array();             // the intervals announced, for the report
+  Json cadence_log_ = Json::array();  // the intervals announced, for the report
 
   std::atomic<bool> cancel_{false};  // any thread: Cancel()
   std::atomic<bool> detach_{false};  // any thread: Detach()

@@ -89,7 +89,7 @@ std::string ControllerImpl::CapacityExceeded(double now, bool* waiting) const {
 
 int ControllerImpl::SparesReady() const {
   int k = 0;
-  for (const auto& [id, n] : nodes_) k += (n->slot < 0 && n->connected()) ? 1 : 0;
+  for (const auto& [id, n] : nodes_) k += (n->slot == -1 && n->connected()) ? 1 : 0;
   return k;
 }
 
@@ -108,10 +108,18 @@ bool ControllerImpl::EnsureSlotsFilled() {
     auto it = nodes_.find(slots_[s]);
     Node* cur = it == nodes_.end() ? nullptr : it->second.get();
     if (cur && !cur->lost && !cur->retire) {
-      all = all && cur->connected();
+      // Stop-diagnose without a standby: the relaunch waits for the verdict.
+      if (cur->diagnose_pending && cur->connected()) StartDiagnostics(*cur);
+      all = all && cur->connected() && !cur->diagnosing;
       continue;
     }
-    if (cur && cur->retire && !cur->lost) {
+    if (cur && cur->retire && !cur->lost && cur->diagnose_pending && cur->connected()) {
+      // Out of the job to be tested; a standby takes the slot below.
+      cur->retire = false;
+      cur->slot = kSlotTesting;
+      StoreWrote(store_->DeleteAgent(spec_.name, cur->id));
+      StartDiagnostics(*cur);
+    } else if (cur && cur->retire && !cur->lost) {
       if (cur->conn) {
         IgnoreError(cur->conn->Send(Json{{"type", "shutdown"}}),
                     "a failed send closes the connection; the loop handles the peer's loss");
@@ -127,7 +135,7 @@ bool ControllerImpl::EnsureSlotsFilled() {
       if (remote_) remote_->OnAgentLost(cur->id);
       Event("NodeReleased", cur->id + " released from slot " + std::to_string(s));
     }
-    if (cur) cur->slot = -2;  // gone; keep the record for the report
+    if (cur && cur->slot != kSlotTesting) cur->slot = -2;  // gone; kept for the report
     std::vector<std::string> ready;
     for (const auto& [id, n] : nodes_) {
       if (n->slot == -1 && n->connected()) ready.push_back(id);

@@ -89,6 +89,7 @@ Json Incidents(const ControllerStatus& s) {
                      {"restart_s", r.restart_s},
                      {"reinit_s", r.reinit_s},
                      {"rework_s", r.rework_s},
+                     {"diagnosis_s", r.diagnosis_s},
                      {"rework_steps", r.rework_steps},
                      {"resumed_from_step", r.resumed_from_step}});
   }

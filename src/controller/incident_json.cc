@@ -6,11 +6,11 @@ namespace bulwark {
 
 Result<FaultKind> ParseFaultKind(const std::string& s) {
   for (FaultKind k : {FaultKind::kCrash, FaultKind::kHang, FaultKind::kNan, FaultKind::kFatalLog,
-                      FaultKind::kNodeLost}) {
+                      FaultKind::kNodeLost, FaultKind::kSdc}) {
     if (s == FaultKindName(k)) return k;
   }
   return InvalidArgument("incident kind '" + s +
-                         "' is unknown; expected crash, hang, nan, fatal_log or node_lost");
+                         "' is unknown; expected crash, hang, nan, fatal_log, node_lost or sdc");
 }
 
 Result<Incident> IncidentFromJson(const Json& j) {
@@ -24,18 +24,21 @@ Result<Incident> IncidentFromJson(const Json& j) {
   BW_ASSIGN_OR_RETURN(inc.fault_time, JNumOr(j, "fault_time", 0));
   BW_ASSIGN_OR_RETURN(inc.detect_time, JNumOr(j, "detect_time", 0));
   BW_ASSIGN_OR_RETURN(inc.detail, JStrOr(j, "detail", ""));
+  BW_ASSIGN_OR_RETURN(inc.good_step, JIntOr(j, "good_step", -1));
   return inc;
 }
 
 Json IncidentToJson(const Incident& inc) {
-  return Json{{"kind", FaultKindName(inc.kind)},
-              {"subtype", inc.subtype},
-              {"rank", inc.rank},
-              {"node", inc.node},
-              {"step", inc.step},
-              {"fault_time", inc.fault_time},
-              {"detect_time", inc.detect_time},
-              {"detail", inc.detail}};
+  Json j{{"kind", FaultKindName(inc.kind)},
+         {"subtype", inc.subtype},
+         {"rank", inc.rank},
+         {"node", inc.node},
+         {"step", inc.step},
+         {"fault_time", inc.fault_time},
+         {"detect_time", inc.detect_time},
+         {"detail", inc.detail}};
+  if (inc.good_step >= 0) j["good_step"] = inc.good_step;
+  return j;
 }
 
 }  // namespace bulwark

@@ -71,7 +71,7 @@ std::string FormatReport(const Json& r) {
   o << "\n\n";
   o << "  category      seconds   share\n";
   const char* order[] = {"productive", "checkpoint", "detection", "restart",
-                         "reinit",     "rework",     "idle"};
+                         "reinit",     "rework",     "diagnosis",  "idle"};
   for (const char* c : order) {
     double s = r.contains("seconds") ? Num(r["seconds"], c) : 0;
     o << "  " << c << std::string(12 - std::string(c).size(), ' ') << Fmt("%9.1f", s)
@@ -266,6 +266,7 @@ Json ControllerImpl::BuildReport() {
     x["restart_s"] = row.restart_s;
     x["reinit_s"] = row.reinit_s;
     x["rework_s"] = row.rework_s;
+    x["diagnosis_s"] = row.diagnosis_s;
     x["rework_steps"] = row.rework_steps;
     x["resumed_from_step"] = row.resumed_from_step;
     x["lost_s"] = row.total_s();

@@ -213,7 +213,8 @@ std::vector<CheckResult> RunChecks(const std::vector<CheckSpec>& checks, const R
   for (const CheckSpec& c : checks) {
     CheckResult r{c.check == "disk" ? "disk:" + c.dir : c.check, false, 0, ""};
     SpawnOptions so;
-    so.argv = {o.agent_binary, "diagnose", "--check", c.check};
+    so.argv = o.agent_command.empty() ? std::vector<std::string>{o.agent_binary} : o.agent_command;
+    so.argv.insert(so.argv.end(), {"diagnose", "--check", c.check});
     if (c.check == "disk") {
       so.argv.insert(so.argv.end(), {"--dir", c.dir, "--bytes", std::to_string(o.disk_bytes)});
     } else {
@@ -225,7 +226,7 @@ std::vector<CheckResult> RunChecks(const std::vector<CheckSpec>& checks, const R
     auto run = RunToEnd(so, c.budget_s);
     r.seconds = SystemClock::Get()->NowMono() - t0;
     if (!run.ok()) {
-      r.evidence = "could not start " + o.agent_binary + ": " + run.status().message();
+      r.evidence = "could not start " + so.argv[0] + ": " + run.status().message();
       out.push_back(r);
       continue;
     }

@@ -52,6 +52,9 @@ struct CheckSpec {
 
 struct RunOptions {
   std::string agent_binary;  // bulwark-agent
+  // The command that runs bulwark-agent, when it is more than its binary (an agent
+  // bundle: AgentBundleCommand); overrides agent_binary.
+  std::vector<std::string> agent_command;
   int matmul_n = 256;
   size_t disk_bytes = 16 << 20;
 };

@@ -13,7 +13,7 @@ namespace {
 constexpr TimeCategory kAllCategories[] = {
     TimeCategory::kProductive, TimeCategory::kCheckpoint, TimeCategory::kDetection,
     TimeCategory::kRestart,    TimeCategory::kReinit,     TimeCategory::kRework,
-    TimeCategory::kIdle,
+    TimeCategory::kDiagnosis,  TimeCategory::kIdle,
 };
 
 // Clamps a caller-provided duration into [0, limit]; non-finite -> 0.
@@ -38,6 +38,8 @@ const char* TimeCategoryName(TimeCategory c) {
       return "reinit";
     case TimeCategory::kRework:
       return "rework";
+    case TimeCategory::kDiagnosis:
+      return "diagnosis";
     case TimeCategory::kIdle:
       return "idle";
   }
@@ -60,22 +62,8 @@ double EttrLedger::Attribute(double until, TimeCategory c) {
 void EttrLedger::OnAttemptLaunched(double t, long resume_step) {
   if (ended_) return;
   IncidentRow* row = Row();
-  switch (phase_) {
-    case Phase::kRestarting: {
-      const double d = Attribute(t, TimeCategory::kRestart);
-      if (row) row->restart_s += d;
-      break;
-    }
-    case Phase::kStarting: {  // the previous launch never reached a step
-      const double d = Attribute(t, TimeCategory::kReinit);
-      if (row) row->reinit_s += d;
-      break;
-    }
-    case Phase::kIdle:
-    case Phase::kRunning:
-      Attribute(t, TimeCategory::kIdle);
-      break;
-  }
+  CloseOpen(t);  // a launch before the first step of the last one: kReinit
+  diagnosing_ = false;
   if (phase_ == Phase::kRestarting && row) row->resumed_from_step = resume_step;
   phase_ = Phase::kStarting;
   first_step_of_attempt_ = true;
@@ -167,6 +155,11 @@ void EttrLedger::CloseOpen(double t) {
   IncidentRow* row = Row();
   switch (phase_) {
     case Phase::kRestarting: {
+      if (diagnosing_) {
+        const double d = Attribute(t, TimeCategory::kDiagnosis);
+        if (row) row->diagnosis_s += d;
+        break;
+      }
       const double d = Attribute(t, TimeCategory::kRestart);
       if (row) row->restart_s += d;
       break;
@@ -181,6 +174,13 @@ void EttrLedger::CloseOpen(double t) {
       Attribute(t, TimeCategory::kIdle);
       break;
   }
+}
+
+void EttrLedger::OnDiagnosisWait(double t, bool waiting) {
+  if (ended_ || waiting == diagnosing_) return;
+  if (!std::isfinite(t)) t = cursor_;
+  if (phase_ == Phase::kRestarting) CloseOpen(t);
+  diagnosing_ = waiting;
 }
 
 void EttrLedger::OnEnd(double t) {

@@ -23,10 +23,11 @@ enum class TimeCategory {
   kRestart,     // detected -> new ranks launched (stop, backoff, replace)
   kReinit,      // ranks launched -> first step begins (startup, rendezvous, load)
   kRework,      // repeated steps (<= high water) and the partial step lost at a fault
+  kDiagnosis,   // restarting, held until a suspect node's diagnostics end (stop-diagnose)
   kIdle,        // anything else (waiting, after the last step, before the first launch)
 };
-inline constexpr size_t kTimeCategoryCount = 7;  // the enumerators above, 0..6
-const char* TimeCategoryName(TimeCategory c);  // "productive", "checkpoint", ...
+inline constexpr size_t kTimeCategoryCount = 8;  // the enumerators above, 0..7
+const char* TimeCategoryName(TimeCategory c);    // "productive", "checkpoint", ...
 
 struct IncidentRow {
   Incident incident;
@@ -35,9 +36,10 @@ struct IncidentRow {
   double restart_s = 0;
   double reinit_s = 0;
   double rework_s = 0;
+  double diagnosis_s = 0;  // the relaunch waited for diagnostics this long
   long rework_steps = 0;
   long resumed_from_step = -1;  // step the next attempt resumed from (-1 = from scratch)
-  double total_s() const { return detection_s + restart_s + reinit_s + rework_s; }
+  double total_s() const { return detection_s + restart_s + reinit_s + rework_s + diagnosis_s; }
 };
 
 struct LedgerReport {
@@ -83,6 +85,11 @@ class EttrLedger {
   // the job is restarting, with no incident row: the restart and reinit that follow
   // are charged to their categories, not to the last incident.
   void OnPlannedRestart(double t);
+  // While restarting, from t on the relaunch waits (`waiting`) or no longer waits for a
+  // node's diagnostics: that time is kDiagnosis (and the incident row's diagnosis_s)
+  // instead of kRestart. Diagnostics that run beside a relaunch cost the job nothing
+  // and are not reported here.
+  void OnDiagnosisWait(double t, bool waiting);
   // The job reached a terminal state at t: closes [cursor, t] (running -> kIdle,
   // restarting -> kRestart, starting -> kReinit). Later events are ignored.
   void OnEnd(double t);
@@ -111,6 +118,7 @@ class EttrLedger {
   long first_step_ = -1;
   bool first_step_of_attempt_ = false;
   bool ended_ = false;
+  bool diagnosing_ = false;
   int row_ = -1;  // index of the most recent incident row (attribution target), -1: none
   LedgerReport r_;
 };

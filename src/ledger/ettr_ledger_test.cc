@@ -30,12 +30,13 @@ TEST(EttrLedgerTest, CategoryNames) {
   EXPECT_STREQ(TimeCategoryName(C::kProductive), "productive");
   EXPECT_STREQ(TimeCategoryName(C::kReinit), "reinit");
   EXPECT_STREQ(TimeCategoryName(C::kIdle), "idle");
+  EXPECT_STREQ(TimeCategoryName(C::kDiagnosis), "diagnosis");
 }
 
 TEST(EttrLedgerTest, EmptyLedgerHasEveryCategoryAndIsIdle) {
   EttrLedger l(100);
   LedgerReport r = l.Report(105);
-  EXPECT_EQ(r.seconds.size(), 7u);
+  EXPECT_EQ(r.seconds.size(), 8u);
   EXPECT_DOUBLE_EQ(r.wall_s, 5);
   EXPECT_DOUBLE_EQ(r.seconds.at(C::kIdle), 5);
   EXPECT_EQ(r.ettr(), 0);
@@ -118,6 +119,40 @@ TEST(EttrLedgerTest, CrashWithRework) {
   EXPECT_DOUBLE_EQ(row.total_s(), 15);
 }
 
+// Stop-diagnose: the relaunch waits for a node's checks; that wait is kDiagnosis, the
+// rest of the restart kRestart, and both go to the incident's row.
+TEST(EttrLedgerTest, AWaitForDiagnosticsIsItsOwnCategory) {
+  EttrLedger l(0);
+  l.OnAttemptLaunched(0, -1);
+  l.OnStep(4, 0, 4, 0, 1);
+  l.OnFault(Fault(FaultKind::kHang, 0, 4, 6), "restart_in_place");  // detection 2
+  l.OnDiagnosisWait(7, true);                                       // restart 1
+  l.OnDiagnosisWait(7.5, true);                                     // no change
+  l.OnDiagnosisWait(10, false);                                     // diagnosis 3
+  l.OnDiagnosisWait(11, true);                                      // restart 1
+  l.OnAttemptLaunched(12, 0);                                       // diagnosis 1, ends the wait
+  l.OnStep(16, 1, 4, 0, 1);
+  l.OnFault(Fault(FaultKind::kCrash, 1, 16, 16), "restart_in_place");
+  l.OnAttemptLaunched(18, 1);  // restart 2: the last wait ended with its launch
+  l.OnEnd(18);
+  LedgerReport r = l.Report(18);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kDiagnosis), 4);
+  EXPECT_DOUBLE_EQ(r.seconds.at(C::kRestart), 4);
+  EXPECT_DOUBLE_EQ(Sum(r), 18);
+  ASSERT_EQ(r.incidents.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.incidents[0].diagnosis_s, 4);
+  EXPECT_DOUBLE_EQ(r.incidents[0].restart_s, 2);
+  EXPECT_DOUBLE_EQ(r.incidents[0].total_s(), 8);  // detection 2 + restart 2 + diagnosis 4
+  EXPECT_DOUBLE_EQ(r.incidents[1].diagnosis_s, 0);
+  // Outside a restart the flag charges nothing: running time stays what it is.
+  EttrLedger m(0);
+  m.OnAttemptLaunched(0, -1);
+  m.OnDiagnosisWait(1, true);
+  m.OnStep(4, 0, 4, 0, 1);
+  m.OnEnd(4);
+  EXPECT_DOUBLE_EQ(m.Report(4).seconds.at(C::kDiagnosis), 0);
+}
+
 TEST(EttrLedgerTest, APlannedRestartIsChargedToNoIncident) {
   EttrLedger l(0);
   l.OnAttemptLaunched(0, -1);
@@ -125,7 +160,7 @@ TEST(EttrLedgerTest, APlannedRestartIsChargedToNoIncident) {
   l.OnFault(Fault(FaultKind::kCrash, 0, 12, 12), "restart_in_place");  // rework 2
   l.OnAttemptLaunched(13, 0);                                          // restart 1
   l.OnStep(20, 1, 4, 0, 1);                                            // reinit 3
-  l.OnPlannedRestart(20);  // an update between two steps: nothing cut short
+  l.OnPlannedRestart(20);      // an update between two steps: nothing cut short
   l.OnAttemptLaunched(22, 1);  // restart 2
   l.OnStep(27, 2, 4, 0, 1);    // reinit 1
   l.OnEnd(27);
@@ -275,7 +310,7 @@ TEST(EttrLedgerTest, SumInvariantUnderRandomSequences) {
     long step = -1;
     for (int e = 0; e < 60; ++e) {
       t += uniform(-0.5, 5);  // occasionally earlier than the previous event
-      switch (rng() % 6) {
+      switch (rng() % 7) {
         case 0:
           l.OnAttemptLaunched(t, step);
           break;
@@ -289,6 +324,9 @@ TEST(EttrLedgerTest, SumInvariantUnderRandomSequences) {
           l.OnFault(Fault(FaultKind::kCrash, step, t - uniform(-1, 3), t + uniform(-1, 4)),
                     "restart_in_place");
           break;
+        case 6:
+          l.OnDiagnosisWait(t, rng() % 2 == 0);
+          break;
         case 5: {
           LedgerReport snap = l.Report(t + uniform(-1, 2));
           EXPECT_NEAR(Sum(snap), snap.wall_s, 1e-9 * std::max(1.0, snap.wall_s));
@@ -301,10 +339,11 @@ TEST(EttrLedgerTest, SumInvariantUnderRandomSequences) {
     const double tol = 1e-9 * std::max(1.0, r.wall_s);
     EXPECT_NEAR(Sum(r), r.wall_s, tol) << "trial " << trial;
     EXPECT_GE(r.wall_s, 0);
-    double det = 0, restart = 0, reinit = 0, rework = 0;
+    double det = 0, restart = 0, reinit = 0, rework = 0, diagnosis = 0;
     for (const IncidentRow& row : r.incidents) {
       det += row.detection_s;
       restart += row.restart_s;
+      diagnosis += row.diagnosis_s;
       reinit += row.reinit_s;
       rework += row.rework_s;
       EXPECT_GE(row.total_s(), 0);
@@ -312,6 +351,7 @@ TEST(EttrLedgerTest, SumInvariantUnderRandomSequences) {
     for (const auto& [c, v] : r.seconds) EXPECT_GE(v, 0) << TimeCategoryName(c);
     EXPECT_NEAR(det, r.seconds.at(C::kDetection), tol);
     EXPECT_NEAR(restart, r.seconds.at(C::kRestart), tol);
+    EXPECT_NEAR(diagnosis, r.seconds.at(C::kDiagnosis), tol);
     EXPECT_LE(reinit, r.seconds.at(C::kReinit) + tol);
     EXPECT_LE(rework, r.seconds.at(C::kRework) + tol);
     EXPECT_LE(r.ettr(), 1.0);

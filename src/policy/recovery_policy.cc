@@ -58,6 +58,9 @@ std::string Describe(const Incident& in) {
     case FaultKind::kNodeLost:
       return (in.node >= 0 ? Fmt("node %d", in.node) : who) + " was lost" +
              Paren(in.subtype.empty() ? "missed heartbeats" : in.subtype) + AtStep(in.step);
+    case FaultKind::kSdc:
+      return who + "'s parameters differ bit for bit from the other ranks'" + AtStep(in.step) +
+             " (silent data corruption)";
   }
   return who + " failed";
 }
@@ -92,6 +95,10 @@ std::string Hint(const Incident& in) {
       return "look at " + who + "'s log for the fatal line and what preceded it";
     case FaultKind::kNodeLost:
       return "look at the node's agent log and the host's health (network, power, kernel log)";
+    case FaultKind::kSdc:
+      return (in.node >= 0 ? Fmt("node %d", in.node) : who) +
+             " computes wrong results without failing: keep it out of training until its "
+             "diagnostics pass (docs/diagnosis.md)";
   }
   return "look at the job's logs";
 }
@@ -143,6 +150,8 @@ const char* FaultKindName(FaultKind k) {
       return "fatal_log";
     case FaultKind::kNodeLost:
       return "node_lost";
+    case FaultKind::kSdc:
+      return "sdc";
   }
   return "unknown";
 }
@@ -251,9 +260,10 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
       // The snapshot of the step before the NaN was taken before the poisoned update;
       // the launch takes the newest step <= this on any tier (memory first).
       d.resume_step_max = nan_step - 1;
-      target = Fmt("to step %ld (the step before the NaN), or the newest snapshot before "
-                   "it (memory tier, else the newest committed step)",
-                   d.resume_step_max);
+      target =
+          Fmt("to step %ld (the step before the NaN), or the newest snapshot before "
+              "it (memory tier, else the newest committed step)",
+              d.resume_step_max);
     } else if (below.empty()) {
       d.resume_step_max = -1;
       d.resume_from_scratch = true;
@@ -277,23 +287,35 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
     return d;
   }
 
-  const bool follows_node = incident.kind == FaultKind::kNodeLost || IsHardwareFault(incident);
+  // Silent corruption: every step after the last verified one may carry it, on every
+  // tier, so the resume goes back to that step at most.
+  std::string resume = ResumeNewest(history);
+  if (incident.kind == FaultKind::kSdc) {
+    d.resume_step_max = incident.good_step;
+    d.resume_from_scratch = incident.good_step < 0;
+    resume = incident.good_step >= 0
+                 ? Fmt("from step %ld (the last whose parameters were verified) or the newest "
+                       "checkpoint before it",
+                       incident.good_step)
+                 : std::string("from scratch (no step was verified before the corruption)");
+  }
+  const bool follows_node = incident.kind == FaultKind::kNodeLost ||
+                            incident.kind == FaultKind::kSdc || IsHardwareFault(incident);
   if (follows_node && incident.node >= 0 && history.spares_available > 0) {
     d.action = Action::kReplaceNode;
     d.replace_node = incident.node;
     d.reason = Fmt("%s; replacing node %d with a standby and restarting %s%s", what.c_str(),
-                   incident.node, ResumeNewest(history).c_str(), tail.c_str());
+                   incident.node, resume.c_str(), tail.c_str());
     return d;
   }
   d.action = Action::kRestartInPlace;
   if (follows_node && history.spares_available > 0) {
-    d.reason =
-        what + "; the node slot is unknown, so restarting in place " + ResumeNewest(history) + tail;
+    d.reason = what + "; the node slot is unknown, so restarting in place " + resume + tail;
   } else if (follows_node) {
     d.reason = what + "; no spare node is available, so restarting in place (the backend " +
-               "re-provisions the node) " + ResumeNewest(history) + tail;
+               "re-provisions the node) " + resume + tail;
   } else {
-    d.reason = what + "; restarting in place " + ResumeNewest(history) + tail;
+    d.reason = what + "; restarting in place " + resume + tail;
   }
   return d;
 }

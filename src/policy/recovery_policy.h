@@ -19,8 +19,13 @@ enum class FaultKind {
   kNan,       // NaN/Inf loss reported
   kFatalLog,  // a known fatal log line (CUDA error, NCCL timeout, OOM, ECC/Xid)
   kNodeLost,  // agent missed heartbeats
+  // Silent data corruption: a rank's parameters differ bit for bit from those of the
+  // ranks that should hold the same ones (the bitwise alignment check), with no crash
+  // and no NaN.
+  kSdc,
 };
-const char* FaultKindName(FaultKind k);  // "crash", "hang", "nan", "fatal_log", "node_lost"
+// "crash", "hang", "nan", "fatal_log", "node_lost", "sdc"
+const char* FaultKindName(FaultKind k);
 
 struct Incident {
   FaultKind kind = FaultKind::kCrash;
@@ -31,6 +36,9 @@ struct Incident {
   double fault_time = 0;   // wall time the fault began (best estimate)
   double detect_time = 0;  // wall time it was detected
   std::string detail;      // human-readable
+  // kSdc: the newest step whose parameters were verified aligned on every rank (the
+  // corruption came after it); -1 = none verified.
+  long good_step = -1;
 };
 
 // True when `a` and `b` are "the same fault" for the recurrence rule: same kind, and

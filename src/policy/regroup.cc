@@ -57,7 +57,12 @@ RegroupPlan PlanRegroup(const Incident& inc, const Decision& d, const RegroupInp
       located = inc.node >= 0;
       break;
     case FaultKind::kNan:
-      break;  // nobody is broken: every rank restores the step before the NaN
+      break;               // nobody is broken: every rank restores the step before the NaN
+    case FaultKind::kSdc:  // the node computes wrong results; every rank restores
+      AddNode(inc.node, in.procs_per_node, in.world_size, &culprits);
+      if (inc.rank >= 0) culprits.insert(inc.rank);
+      located = inc.rank >= 0 || inc.node >= 0;
+      break;
   }
   if (d.action == Action::kReplaceNode) {
     AddNode(d.replace_node, in.procs_per_node, in.world_size, &culprits);

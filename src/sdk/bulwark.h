@@ -159,6 +159,13 @@ class Client {
   static int TierNumber(const std::string& tier);
   // True once per `inject_nan` datagram received on the rank socket.
   bool PollInjectedNan();
+  // True once per `inject_sdc` datagram (chaos sdc): the trainer then perturbs this
+  // rank's parameters by a small amount, silently (bulwark.check_alignment does).
+  bool PollInjectedSdc();
+  // The bitwise alignment check (docs/diagnosis.md): a 64-bit digest of the parameters
+  // this rank holds after `step`, which every rank of a data-parallel replica set must
+  // hold bit for bit alike; `group` names the set ("" = every rank of the job).
+  Status ReportDigest(long step, uint64_t digest, const std::string& group = "");
   // Seconds the data iterator should wait more per batch (chaos slow_data; 0 = none).
   double DataDelay();
 
@@ -201,19 +208,20 @@ class Client {
   int fd_ = -1;  // owned: bound to rank_sock, or unbound for sending, or -1
   double last_mark_ = 0.0;
   double stall_s_ = 0.0;
-  double last_cpu_ = -1;        // process CPU time at the previous report (busy)
+  double last_cpu_ = -1;  // process CPU time at the previous report (busy)
   // Chaos injected through the rank socket (docs/protocol.md §2): slow_rank's factor,
   // slow_data's extra wait per batch, loss_spike's factor for the next report.
   double slow_factor_ = 0;
   double data_delay_s_ = 0;
   double loss_spike_factor_ = 0;
-  double last_spin_s_ = 0;  // slow_rank's spin after the previous report
+  double last_spin_s_ = 0;      // slow_rank's spin after the previous report
   double flops_per_token_ = 0;  // SetModelFlops (0 = not declared), re-sent in hello
   bool nan_pending_ = false;
-  bool in_process_ = false;       // DeclareInProcess was called
-  bool process_group_ = false;    // ... for generations that form a process group
-  bool abort_pending_ = false;    // an abort for this attempt arrived
-  std::optional<Json> next_gen_;  // the newest `generation` not yet taken
+  bool sdc_pending_ = false;
+  bool in_process_ = false;               // DeclareInProcess was called
+  bool process_group_ = false;            // ... for generations that form a process group
+  bool abort_pending_ = false;            // an abort for this attempt arrived
+  std::optional<Json> next_gen_;          // the newest `generation` not yet taken
   std::unique_ptr<ckpt::Stager> stager_;  // lazily opened memory tier
   long skipped_ = 0;                      // snapshots skipped: ring full
   double next_skip_warning_ = 0;

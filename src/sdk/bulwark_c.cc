@@ -77,10 +77,9 @@ bulwark::Result<bulwark::ckpt::TensorMeta> MetaFromC(const char* fn, const char*
 }
 
 // bw_ckpt_save[_sharded]: `fn` names the entry point in errors.
-int SaveC(const char* fn, long step, size_t n, const char* const* names,
-          const char* const* dtypes, const int* ndims, const long long* shapes,
-          const long long* global_shapes, const long long* offsets, const void* const* data,
-          const int* flags) {
+int SaveC(const char* fn, long step, size_t n, const char* const* names, const char* const* dtypes,
+          const int* ndims, const long long* shapes, const long long* global_shapes,
+          const long long* offsets, const void* const* data, const int* flags) {
   if (int rc = Ensure(); rc != BW_OK) return rc;
   if (n > 0 && (names == nullptr || dtypes == nullptr || ndims == nullptr || data == nullptr ||
                 flags == nullptr)) {
@@ -96,8 +95,8 @@ int SaveC(const char* fn, long step, size_t n, const char* const* names,
                                            " has a null name or dtype"));
     }
     auto at = [&](const long long* a) { return a != nullptr ? a + dim : a; };
-    auto m = MetaFromC(fn, names[i], dtypes[i], ndims[i], at(shapes), at(global_shapes),
-                       at(offsets));
+    auto m =
+        MetaFromC(fn, names[i], dtypes[i], ndims[i], at(shapes), at(global_shapes), at(offsets));
     if (!m.ok()) return Fail(m.status());
     dim += static_cast<size_t>(ndims[i]);
     bulwark::ckpt::TensorMeta& meta = ts[i].meta = std::move(*m);
@@ -170,6 +169,17 @@ int bw_poll_injected_nan(void) {
   return TheClient().PollInjectedNan() ? 1 : 0;
 }
 
+int bw_poll_injected_sdc(void) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  return TheClient().PollInjectedSdc() ? 1 : 0;
+}
+
+int bw_report_digest(long step, unsigned long long digest, const char* group) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  Status st = TheClient().ReportDigest(step, digest, group ? group : "");
+  return st.ok() ? BW_OK : Fail(st);
+}
+
 int bw_mark_step_start(void) {
   if (int rc = Ensure(); rc != BW_OK) return rc;
   TheClient().MarkStepStart();
@@ -230,8 +240,9 @@ int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_me
   bulwark::sdk::StepMetrics sm;
   if (m != nullptr) {
     if (m->size < offsetof(bw_step_metrics, samples)) {
-      return Fail(bulwark::InvalidArgument("bw_report_step_ex: bw_step_metrics.size must be "
-                                           "sizeof(bw_step_metrics)"));
+      return Fail(
+          bulwark::InvalidArgument("bw_report_step_ex: bw_step_metrics.size must be "
+                                   "sizeof(bw_step_metrics)"));
     }
     bw_step_metrics c{};
     std::memcpy(&c, m, std::min<size_t>(m->size, sizeof c));
@@ -320,10 +331,9 @@ int bw_ckpt_save(long step, size_t n, const char* const* names, const char* cons
                flags);
 }
 
-int bw_ckpt_save_sharded(long step, size_t n, const char* const* names,
-                         const char* const* dtypes, const int* ndims, const long long* shapes,
-                         const long long* global_shapes, const long long* offsets,
-                         const void* const* data, const int* flags) {
+int bw_ckpt_save_sharded(long step, size_t n, const char* const* names, const char* const* dtypes,
+                         const int* ndims, const long long* shapes, const long long* global_shapes,
+                         const long long* offsets, const void* const* data, const int* flags) {
   return SaveC("bw_ckpt_save_sharded", step, n, names, dtypes, ndims, shapes, global_shapes,
                offsets, data, flags);
 }
@@ -392,15 +402,15 @@ int bw_load_read(bw_reader* l, size_t i, void* dst, size_t nbytes) {
   return st.ok() ? BW_OK : Fail(st);
 }
 int bw_load_piece(bw_reader* l, const char* name, const char* dtype, int ndim,
-                  const long long* shape, const long long* global_shape,
-                  const long long* offsets, void* dst, size_t nbytes) {
+                  const long long* shape, const long long* global_shape, const long long* offsets,
+                  void* dst, size_t nbytes) {
   if (l == nullptr) return Fail(bulwark::InvalidArgument("bw_load_piece: the reader is null"));
   auto m = MetaFromC("bw_load_piece", name, dtype, ndim, shape, global_shape, offsets);
   if (!m.ok()) return Fail(m.status());
   if (nbytes != m->nbytes() || (nbytes > 0 && dst == nullptr)) {
     return Fail(bulwark::InvalidArgument(
-        "bw_load_piece: tensor '" + m->name + "': the piece " + m->PieceString() + " of " +
-        dtype + " has " + std::to_string(m->nbytes()) + " bytes, the destination " +
+        "bw_load_piece: tensor '" + m->name + "': the piece " + m->PieceString() + " of " + dtype +
+        " has " + std::to_string(m->nbytes()) + " bytes, the destination " +
         (dst == nullptr ? std::string("is null") : "has " + std::to_string(nbytes))));
   }
   Status st = l->session->Load(*m, dst);

@@ -44,6 +44,11 @@ long bw_skip_from(void);
 long bw_skip_to(void);
 /* 1 once per inject_nan datagram. */
 int bw_poll_injected_nan(void);
+/* 1 once per inject_sdc datagram (chaos sdc). */
+int bw_poll_injected_sdc(void);
+/* The bitwise alignment check: a digest of this rank's parameters after `step`; ranks
+ * of one replica set `group` (NULL or "" = the whole job) must report equal ones. */
+int bw_report_digest(long step, unsigned long long digest, const char* group);
 
 int bw_report_step(long step, double loss, long long tokens);
 /* Optional measurements of a step (docs/monitoring.md); NaN = not measured. `size` is
@@ -52,7 +57,7 @@ int bw_report_step(long step, double loss, long long tokens);
 typedef struct bw_step_metrics {
   unsigned size;
   double samples, lr, grad_norm, data_wait_s, compute_s, optimizer_s;
-  int inferred; /* the step was inferred by instrumentation (an optimizer step) */
+  int inferred;  /* the step was inferred by instrumentation (an optimizer step) */
   double busy_s; /* the rank's own work in the step; NaN = its CPU time */
 } bw_step_metrics;
 int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_metrics* m);
@@ -69,11 +74,11 @@ int bw_mark_step_start(void);
 
 /* In-process recovery (python bulwark.run). bw_declare_in_process: this rank runs
  * its training function in generations (process_group != 0: each generation forms a
- * torch.distributed process group, which wants the job's long-lived store). bw_abort_requested: 1 once the agent asked
- * this rank to abandon its generation (drains the rank socket). bw_park: the rank
- * left its generation (`error`: why, "" after an abort). bw_wait_generation: waits up
- * to timeout_s for the next generation and copies its JSON ({"attempt", "env"}) into
- * buf (NUL-terminated); returns its length, BW_ERR_DEADLINE_EXCEEDED on timeout, or
+ * torch.distributed process group, which wants the job's long-lived store). bw_abort_requested: 1
+ * once the agent asked this rank to abandon its generation (drains the rank socket). bw_park: the
+ * rank left its generation (`error`: why, "" after an abort). bw_wait_generation: waits up to
+ * timeout_s for the next generation and copies its JSON ({"attempt", "env"}) into buf
+ * (NUL-terminated); returns its length, BW_ERR_DEADLINE_EXCEEDED on timeout, or
  * BW_ERR_INVALID_ARGUMENT if buf is too small (the message is kept for the next call
  * with a larger buffer). After applying env, call bw_init. bw_finished: the training
  * function returned; the agent stops watching the rank for progress while it exits. */
@@ -115,10 +120,9 @@ int bw_ckpt_save(long step, size_t n, const char* const* names, const char* cons
  * shape is its shape at offsets 0 is stored whole. A piece smaller than its global
  * tensor must not be flagged replicated. global_shapes and offsets NULL: every
  * tensor whole (= bw_ckpt_save). */
-int bw_ckpt_save_sharded(long step, size_t n, const char* const* names,
-                         const char* const* dtypes, const int* ndims, const long long* shapes,
-                         const long long* global_shapes, const long long* offsets,
-                         const void* const* data, const int* flags);
+int bw_ckpt_save_sharded(long step, size_t n, const char* const* names, const char* const* dtypes,
+                         const int* ndims, const long long* shapes, const long long* global_shapes,
+                         const long long* offsets, const void* const* data, const int* flags);
 
 /* An open checkpoint step on one tier (see bulwark::sdk::Client::OpenLoad). */
 typedef struct bw_reader bw_reader;
@@ -147,8 +151,8 @@ int bw_load_read(bw_reader* l, size_t i, void* dst, size_t nbytes);
  * than saved, BW_ERR_NOT_FOUND if no tier holds the region; the message names the
  * tensor and the shapes. */
 int bw_load_piece(bw_reader* l, const char* name, const char* dtype, int ndim,
-                  const long long* shape, const long long* global_shape,
-                  const long long* offsets, void* dst, size_t nbytes);
+                  const long long* shape, const long long* global_shape, const long long* offsets,
+                  void* dst, size_t nbytes);
 void bw_load_close(bw_reader* l);
 
 #ifdef __cplusplus

@@ -559,6 +559,8 @@ void Client::DrainLocked() {
         j.contains("factor") && j["factor"].is_number() ? j["factor"].get<double>() : 0;
     if (type == "inject_nan") {
       nan_pending_ = true;
+    } else if (type == "inject_sdc") {
+      sdc_pending_ = true;
     } else if (type == "inject_slow_rank") {
       slow_factor_ = std::clamp(factor, 1.0, 100.0);
     } else if (type == "inject_slow_data") {
@@ -584,6 +586,26 @@ bool Client::PollInjectedNan() {
   bool r = nan_pending_;
   nan_pending_ = false;
   return r;
+}
+
+bool Client::PollInjectedSdc() {
+  std::lock_guard<std::mutex> l(mu_);
+  DrainLocked();
+  bool r = sdc_pending_;
+  sdc_pending_ = false;
+  return r;
+}
+
+Status Client::ReportDigest(long step, uint64_t digest, const std::string& group) {
+  if (step < 0) return InvalidArgument("report_digest: step must be >= 0");
+  std::lock_guard<std::mutex> l(mu_);
+  if (!initialized_) return FailedPrecondition("report_digest called before init()");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  Json msg = {{"type", "digest"}, {"rank", cfg_.rank}, {"step", step}, {"digest", hex}};
+  if (!group.empty()) msg["group"] = group;
+  SendLocked(msg.dump());
+  return Status::Ok();
 }
 
 Status Client::DeclareInProcess(bool process_group) {

@@ -259,6 +259,31 @@ TEST_F(SdkTest, InjectNanArrivesOnceAndGarbageIsIgnored) {
   EXPECT_FALSE(c.PollInjectedNan());
 }
 
+TEST_F(SdkTest, InjectSdcArrivesOnceAndDigestsAreReportedAsHex) {
+  BindAgent();
+  Client c;
+  ASSERT_TRUE(c.Init(ManagedEnv()).ok());
+  EXPECT_EQ(Recv()["type"], "hello");
+  EXPECT_FALSE(c.PollInjectedSdc());
+  const std::string rank_sock = dir_ + "/rank0.sock";
+  ASSERT_TRUE(UnixDgramSend(agent_.get(), rank_sock, R"({"type":"inject_sdc"})").ok());
+  EXPECT_TRUE(c.PollInjectedSdc());
+  EXPECT_FALSE(c.PollInjectedSdc());
+  ASSERT_TRUE(c.ReportDigest(40, 0xab, "dp1").ok());
+  Json d = Recv();
+  EXPECT_EQ(d["type"], "digest");
+  EXPECT_EQ(d["rank"], 0);
+  EXPECT_EQ(d["step"], 40);
+  EXPECT_EQ(d["digest"], "00000000000000ab");
+  EXPECT_EQ(d["group"], "dp1");
+  ASSERT_TRUE(c.ReportDigest(41, 0xffffffffffffffffULL).ok());
+  d = Recv();
+  EXPECT_EQ(d["digest"], "ffffffffffffffff");
+  EXPECT_FALSE(d.contains("group"));
+  Status bad = c.ReportDigest(-1, 1);
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument);
+}
+
 TEST_F(SdkTest, MissingAgentNeverFails) {
   Client c;
   ASSERT_TRUE(c.Init(ManagedEnv()).ok());  // nobody bound agent.sock

@@ -320,6 +320,7 @@ class Parser {
     ReadNumberField(f, "stopGraceSeconds", &p.stop_grace_seconds);
     ReadIntField(f, "maxSameFaultWithoutProgress", &p.max_same_fault_without_progress);
     ReadBoolField(f, "inProcessRestart", &p.in_process_restart);
+    ReadBoolField(f, "diagnoseSuspectNodes", &p.diagnose_suspect_nodes);
     ReadNumberField(f, "parkTimeoutSeconds", &p.park_timeout_seconds);
     if (auto it = f.find("warmRanks"); it != f.end()) {
       long v = 0;
@@ -430,8 +431,8 @@ class Parser {
       const bool wants_factor =
           fault.kind == ChaosKind::kSlowRank || fault.kind == ChaosKind::kLossSpike;
       const bool wants_delay = fault.kind == ChaosKind::kSlowData;
-      for (const auto& [key, wanted] : {std::pair<const char*, bool>{"factor", wants_factor},
-                                        {"delaySeconds", wants_delay}}) {
+      for (const auto& [key, wanted] :
+           {std::pair<const char*, bool>{"factor", wants_factor}, {"delaySeconds", wants_delay}}) {
         auto it = f.find(key);
         if (it != f.end() && !wanted) {
           r_.Error(it->second.line, it->second.path,
@@ -581,6 +582,8 @@ const char* ChaosKindName(ChaosKind k) {
       return "slow_data";
     case ChaosKind::kLossSpike:
       return "loss_spike";
+    case ChaosKind::kSdc:
+      return "sdc";
   }
   return "unknown";
 }

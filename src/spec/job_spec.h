@@ -24,18 +24,22 @@ enum class ChaosKind {
   kSlowRank,   // the rank works `factor` times as long per step from then on (a straggler)
   kSlowData,   // the rank's data loader waits `delaySeconds` more per batch (starvation)
   kLossSpike,  // the rank's next reported loss is `factor` times as large (a loss spike)
+  // Silent data corruption: the rank's parameters are perturbed slightly, once, with no
+  // crash and no NaN, and its node's compute self-test fails from then on (bad hardware).
+  kSdc,
 };
-// "kill_rank", "hang_rank", "nan_loss", "kill_agent", "slow_rank", "slow_data", "loss_spike"
+// "kill_rank", "hang_rank", "nan_loss", "kill_agent", "slow_rank", "slow_data",
+// "loss_spike", "sdc"
 const char* ChaosKindName(ChaosKind k);
 
 // One fault to inject. Exactly one of at_seconds / at_step is set (>= 0).
 struct ChaosFault {
   ChaosKind kind = ChaosKind::kKillRank;
-  double at_seconds = -1;  // seconds since the job started
-  long at_step = -1;       // when global rank 0 first reports this step
-  int rank = 0;            // global rank (kill_rank, hang_rank, nan_loss)
-  int node = 0;            // node index (kill_agent)
-  double factor = 0;        // slow_rank (default 3), loss_spike (default 20)
+  double at_seconds = -1;    // seconds since the job started
+  long at_step = -1;         // when global rank 0 first reports this step
+  int rank = 0;              // global rank (kill_rank, hang_rank, nan_loss)
+  int node = 0;              // node index (kill_agent)
+  double factor = 0;         // slow_rank (default 3), loss_spike (default 20)
   double delay_seconds = 0;  // slow_data (default 0.2)
   bool operator==(const ChaosFault&) const = default;
 };
@@ -81,6 +85,10 @@ struct FaultPolicySpec {
   // run under bulwark.run survive a fault elsewhere and re-form their process group;
   // only the culprits get new processes. false = every fault restarts every rank.
   bool in_process_restart = true;
+  // Stop-diagnose (docs/diagnosis.md): a node whose fault may be the machine's leaves
+  // the job for its checks (a standby takes its slot, else the relaunch waits) and is
+  // quarantined when one fails. false = every node stays where it is.
+  bool diagnose_suspect_nodes = true;
   // How long survivors may take to leave their generation before they are killed and
   // replaced too.
   double park_timeout_seconds = 5;
@@ -95,8 +103,8 @@ struct FaultPolicySpec {
 // one and gets no replacement within wait_seconds continues on fewer, down to
 // min_nodes, and grows back when capacity returns.
 struct ElasticSpec {
-  int min_nodes = 0;          // 0: not elastic (the job always runs on `nodes`)
-  double wait_seconds = 0;    // how long a lost node's replacement is waited for first
+  int min_nodes = 0;        // 0: not elastic (the job always runs on `nodes`)
+  double wait_seconds = 0;  // how long a lost node's replacement is waited for first
   bool enabled() const { return min_nodes > 0; }
   bool operator==(const ElasticSpec&) const = default;
 };
@@ -104,10 +112,10 @@ struct ElasticSpec {
 // What the job's metrics are judged against (docs/monitoring.md): MFU's peak, cost,
 // and the thresholds of the faults found from metrics.
 struct MonitoringSpec {
-  double peak_flops = 0;         // per device; 0 = from the GPU's name and dtype (table)
-  std::string dtype = "bf16";    // bf16, fp16, fp8, tf32, fp32: the table's column
-  double price_per_gpu_hour = 0;  // dollars; 0 = no cost metrics
-  double ettr_target = 0.9;       // the EttrBelowTarget alert's threshold
+  double peak_flops = 0;              // per device; 0 = from the GPU's name and dtype (table)
+  std::string dtype = "bf16";         // bf16, fp16, fp8, tf32, fp32: the table's column
+  double price_per_gpu_hour = 0;      // dollars; 0 = no cost metrics
+  double ettr_target = 0.9;           // the EttrBelowTarget alert's threshold
   double straggler_threshold = 0.75;  // a rank slower than this × the fastest's speed
   double data_wait_threshold = 0.3;   // data wait above this share of step time
   double loss_spike_factor = 10;      // loss ≥ factor × the running reference

@@ -198,6 +198,10 @@ inline constexpr FieldDef kFaultFields[] = {
      .hint = "set faultPolicy.inProcessRestart to true (ranks under bulwark.run survive a fault "
              "elsewhere; only the culprits restart) or false (every fault restarts every rank)",
      .type = FieldType::kBool},
+    {.key = "diagnoseSuspectNodes",
+     .hint = "set faultPolicy.diagnoseSuspectNodes to true (a node whose fault may be the "
+             "machine's is tested and quarantined if it fails; docs/diagnosis.md) or false",
+     .type = FieldType::kBool},
     {.key = "parkTimeoutSeconds",
      .hint = "set faultPolicy.parkTimeoutSeconds to the seconds surviving ranks get to leave "
              "their generation before they are replaced too, > 0",
@@ -301,7 +305,7 @@ inline constexpr CelRule kChaosRules[] = {
 inline constexpr FieldDef kChaosFields[] = {
     {.key = "kind",
      .hint = "set kind to one of: kill_rank, hang_rank, nan_loss, kill_agent, slow_rank, "
-             "slow_data, loss_spike",
+             "slow_data, loss_spike, sdc",
      .type = FieldType::kString,
      .required = true,
      .values = kChaosKindNames},
@@ -395,7 +399,7 @@ inline constexpr FieldDef kJobFields[] = {
      .hint = "set faultPolicy to a mapping with any of: restartBudget, backoff, hangTimeout, "
              "spareNodes, failureRatePerNodeDay, replacementLeadSeconds, heartbeat, "
              "stopGraceSeconds, maxSameFaultWithoutProgress, inProcessRestart, "
-             "parkTimeoutSeconds, warmRanks",
+             "diagnoseSuspectNodes, parkTimeoutSeconds, warmRanks",
      .type = FieldType::kObject,
      .children = kFaultFields},
     {.key = "elastic",
@@ -437,10 +441,9 @@ inline std::span<const FieldDef> TopFields() {
   return fields;
 }
 
-inline constexpr ChaosKind kAllKinds[] = {ChaosKind::kKillRank,  ChaosKind::kHangRank,
-                                          ChaosKind::kNanLoss,   ChaosKind::kKillAgent,
-                                          ChaosKind::kSlowRank,  ChaosKind::kSlowData,
-                                          ChaosKind::kLossSpike};
+inline constexpr ChaosKind kAllKinds[] = {
+    ChaosKind::kKillRank, ChaosKind::kHangRank, ChaosKind::kNanLoss,   ChaosKind::kKillAgent,
+    ChaosKind::kSlowRank, ChaosKind::kSlowData, ChaosKind::kLossSpike, ChaosKind::kSdc};
 
 // Set by the agent for every rank (docs/protocol.md section 3); a spec may not
 // override them.

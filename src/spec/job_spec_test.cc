@@ -411,7 +411,7 @@ const BadCase kBadCases[] = {
      "chaos[0].node", "must be <= 1 (got 2)", "nodes - 1"},
     {"chaos_kind", "chaos:\n  - {kind: explode, atStep: 1, rank: 0}\n", 4, "chaos[0].kind",
      "unknown chaos kind (got explode)",
-     "kill_rank, hang_rank, nan_loss, kill_agent, slow_rank, slow_data, loss_spike"},
+     "kill_rank, hang_rank, nan_loss, kill_agent, slow_rank, slow_data, loss_spike, sdc"},
     {"chaos_both", "chaos:\n  - {kind: nan_loss, atStep: 1, atSeconds: 2, rank: 0}\n", 4,
      "chaos[0]", "both atSeconds and atStep", "exactly one"},
     {"chaos_neither", "chaos:\n  - {kind: nan_loss, rank: 0}\n", 4, "chaos[0]", "needs a trigger",

@@ -175,6 +175,7 @@ Json StatusSchema() {
                  {"reinit", Num("re-initialisation until the first step")},
                  {"rework", Num("steps recomputed since the last checkpoint")},
                  {"checkpoint", Num("training stalled by checkpoints")},
+                 {"diagnosis", Num("the relaunch waiting for a suspect node's diagnostics")},
                  {"idle", Num("waiting: backoff, nodes, admission")}}}};
   return {{"type", "object"},
           {"description", "Written by the Bulwark operator."},

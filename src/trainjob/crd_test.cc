@@ -118,7 +118,7 @@ TEST(CrdTest, NamesVersionsAndColumns) {
   }
   EXPECT_EQ(status["conditions"]["items"]["properties"]["type"]["enum"],
             Json({"Admitted", "Running", "Restarting", "Succeeded", "Failed"}));
-  EXPECT_EQ(status["ettr"]["properties"]["lostSeconds"]["properties"].size(), 6u);
+  EXPECT_EQ(status["ettr"]["properties"]["lostSeconds"]["properties"].size(), 7u);
 }
 
 // The spec schema is generated from the same tables the parser reads: every field of

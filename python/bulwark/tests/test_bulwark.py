@@ -110,6 +110,37 @@ class BulwarkTest(unittest.TestCase):
         self.assertTrue(bulwark.poll_injected_nan())
         self.assertFalse(bulwark.poll_injected_nan())
 
+    def test_check_alignment_reports_digests_and_sdc_perturbs_once(self):
+        import torch
+        self.bind_agent()
+        os.environ["RANK"] = "0"
+        os.environ["WORLD_SIZE"] = "2"
+        bulwark.init()
+        self.recv()  # hello
+        torch.manual_seed(7)
+        model = torch.nn.Linear(4, 3)
+        torch.manual_seed(7)
+        twin = torch.nn.Linear(4, 3)
+        clean = bulwark.parameter_digest(model)
+        self.assertEqual(clean, bulwark.parameter_digest(twin))
+        bulwark.check_alignment(5, model, every=10)  # not due: nothing is sent
+        bulwark.check_alignment(10, model, every=10, group="dp0")
+        m = self.recv()
+        self.assertEqual(m, {"type": "digest", "rank": 0, "step": 10,
+                             "digest": format(clean, "016x"), "group": "dp0"})
+        # Chaos sdc: one element moves by a part in a thousand, once; no NaN.
+        self.agent.sendto(b'{"type":"inject_sdc"}', os.environ["BULWARK_RANK_SOCK"])
+        bulwark.check_alignment(11, model, every=10)
+        bad = bulwark.parameter_digest(model)
+        self.assertNotEqual(bad, clean)
+        self.assertTrue(all(torch.isfinite(p).all() for p in model.parameters()))
+        delta = (model.weight - twin.weight).abs().max().item()
+        self.assertGreater(delta, 0)
+        self.assertLess(delta, 0.01)
+        bulwark.check_alignment(20, model, every=10)
+        self.assertEqual(self.recv()["digest"], format(bad, "016x"))
+        self.assertEqual(bulwark.parameter_digest(model), bad)  # perturbed once only
+
     def test_step_metrics_and_model_flops(self):
         from bulwark import metrics
         self.bind_agent()

@@ -1,0 +1,200 @@
+// Test fixture (not product code): a real Controller on a FakeClock with a fake
+// backend; the test plays every agent over loopback TCP and steps the controller with
+// RunOnce (controller_generations_test.cc, controller_diagnosis_test.cc).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/json_util.h"
+#include "controller/controller.h"
+#include "spec/job_spec.h"
+#include "store/store.h"
+
+namespace bulwark::testing {
+
+namespace fs = std::filesystem;
+
+class FakeBackend : public Backend {
+ public:
+  const char* Name() const override { return "fake"; }
+  Status StartNode(const NodeRequest& req) override {
+    if (!capacity) return Unavailable("no machine free");
+    started.push_back(req);
+    return Status::Ok();
+  }
+  Status KillNode(const std::string& id) override {
+    killed.push_back(id);
+    return Status::Ok();
+  }
+  Status ReleaseNode(const std::string&, double) override { return Status::Ok(); }
+  std::vector<NodeLoss> Poll() override { return {}; }
+  Status QuarantineNode(const std::string& id, const std::string& reason) override {
+    quarantined.push_back(id + ": " + reason);
+    return Status::Ok();
+  }
+  Status Teardown(double) override { return Status::Ok(); }
+  std::vector<NodeRequest> started;
+  std::vector<std::string> killed;
+  std::vector<std::string> quarantined;  // "node-1: <reason>"
+  bool capacity = true;                  // false: StartNode answers UNAVAILABLE
+};
+
+class ControllerFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/bw_ctl_gen.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    ctl_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void Begin(const std::string& spec_text) {
+    auto spec = ParseJobSpec(spec_text, "test.yaml", dir_);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto st = Store::Open(dir_ + "/bulwark.db");
+    ASSERT_TRUE(st.ok());
+    store_ = std::move(*st);
+    ControllerOptions o;
+    o.run_dir = dir_ + "/run";
+    o.echo_events = false;
+    ctl_ = std::make_unique<Controller>(*spec, o, &backend_, store_.get(), &clock_);
+    ASSERT_TRUE(ctl_->Start().ok());
+    const std::string addr = ctl_->Address();
+    const int port = std::stoi(addr.substr(addr.rfind(':') + 1));
+    for (int i = 0; i < 2; ++i) {
+      auto fd = TcpConnect("127.0.0.1", port, 5);
+      ASSERT_TRUE(fd.ok());
+      agents_.emplace_back(std::move(*fd));
+      Send(i, {{"type", "hello"},
+               {"node", "node-" + std::to_string(i)},
+               {"pid", 100 + i},
+               {"peer_host", "127.0.0.1"},
+               {"peer_port", 7000 + i},
+               {"free_port", 0}});
+    }
+  }
+
+  // Another agent (a standby the controller started) connects as `node_id`; it is
+  // agents_[returned index].
+  int Connect(const std::string& node_id, int pid) {
+    const std::string addr = ctl_->Address();
+    auto fd = TcpConnect("127.0.0.1", std::stoi(addr.substr(addr.rfind(':') + 1)), 5);
+    EXPECT_TRUE(fd.ok());
+    if (!fd.ok()) return -1;
+    agents_.emplace_back(std::move(*fd));
+    const int i = static_cast<int>(agents_.size()) - 1;
+    Send(i, {{"type", "hello"},
+             {"node", node_id},
+             {"pid", pid},
+             {"peer_host", "127.0.0.1"},
+             {"peer_port", 7000 + i},
+             {"free_port", 0}});
+    return i;
+  }
+
+  void Send(int node, const Json& m) {
+    ASSERT_TRUE(agents_[node].Send(m).ok());
+    ASSERT_TRUE(agents_[node].Flush(1).ok());
+  }
+
+  // Steps the controller until `node` received a message of `type`; returns it.
+  Json Expect(int node, const std::string& type, int turns = 400) {
+    for (int i = 0; i < turns; ++i) {
+      for (const Json& m : agents_[node].Read()) inbox_[node].push_back(m);
+      for (auto it = inbox_[node].begin(); it != inbox_[node].end(); ++it) {
+        if ((*it)["type"] == type) {
+          Json m = *it;
+          inbox_[node].erase(it);
+          return m;
+        }
+      }
+      if (!ctl_->RunOnce()) break;
+    }
+    ADD_FAILURE() << "node " << node << " got no '" << type << "'";
+    return Json();
+  }
+
+  // Both agents start attempt `attempt`: pids 1000 * (attempt + 1) + rank, or `pids`.
+  void Started(int attempt, std::map<int, std::pair<int, std::string>> how = {}) {
+    for (int n = 0; n < 2; ++n) {
+      Json ranks = Json::array();
+      for (int l = 0; l < 2; ++l) {
+        const int r = n * 2 + l;
+        auto it = how.find(r);
+        const int pid = it != how.end() ? it->second.first : 1000 * (attempt + 1) + r;
+        const std::string h = it != how.end() ? it->second.second : "spawned";
+        ranks.push_back({{"rank", r},
+                         {"local_rank", l},
+                         {"pid", pid},
+                         {"pgid", pid},
+                         {"how", h},
+                         {"in_process", h == "kept"}});
+      }
+      Send(n, {{"type", "started"}, {"attempt", attempt}, {"ranks", ranks}});
+    }
+  }
+  // Ranks declare in-process recovery (as their agents report right after they start,
+  // long before a fault); the controller reads every report before the test goes on.
+  void InProcess(int attempt, std::vector<int> ranks) {
+    for (int r : ranks) {
+      Send(r / 2, {{"type", "rank_info"},
+                   {"attempt", attempt},
+                   {"rank", r},
+                   {"pid", 0},
+                   {"in_process", true}});
+    }
+    for (int i = 0; i < 5; ++i) ctl_->RunOnce();
+  }
+  void Step(int attempt, long step) {
+    Send(0, {{"type", "step"},
+             {"attempt", attempt},
+             {"rank", 0},
+             {"step", step},
+             {"loss", 1.0},
+             {"step_time", 0.1},
+             {"t", clock_.NowWall()}});
+  }
+  void Crash(int attempt, int rank) {
+    const double t = clock_.NowWall();
+    Send(rank / 2, {{"type", "incident"},
+                    {"attempt", attempt},
+                    {"kind", "crash"},
+                    {"subtype", "SIGKILL"},
+                    {"rank", rank},
+                    {"step", 5},
+                    {"fault_time", t},
+                    {"detect_time", t},
+                    {"detail", "rank crashed"},
+                    {"node", "x"}});
+  }
+  void Stopped(int attempt, std::vector<std::pair<int, int>> parked) {
+    for (int n = 0; n < 2; ++n) {
+      Json p = Json::array();
+      for (auto [rank, pid] : parked) {
+        if (rank / 2 == n) p.push_back({{"rank", rank}, {"pid", pid}});
+      }
+      Send(n, {{"type", "stopped"}, {"attempt", attempt}, {"mem", Json::object()}, {"parked", p}});
+    }
+  }
+
+  std::string dir_;
+  FakeClock clock_{1000};
+  FakeBackend backend_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Controller> ctl_;
+  std::vector<JsonLineConn> agents_;
+  std::map<int, std::vector<Json>> inbox_;
+};
+
+}  // namespace bulwark::testing
