@@ -249,8 +249,15 @@ Status SlurmBackend::LaunchOn(const SlurmHost& host, const NodeRequest& req) {
   std::fprintf(stderr, "[bulwark] slurm: %s on %s (step %s, srun pid %d)%s\n", req.node_id.c_str(),
                s.host.c_str(), s.step_id.empty() ? "pending" : s.step_id.c_str(),
                static_cast<int>(s.srun.pid), s.started ? "" : ": the step has not started yet");
+  placed_[req.node_id] = s.host;
   steps_.emplace(req.node_id, std::move(s));
   return Status::Ok();
+}
+
+Status SlurmBackend::QuarantineNode(const std::string& node_id, const std::string& reason) {
+  auto it = placed_.find(node_id);
+  if (it == placed_.end()) return NotFound("node " + node_id + " is not one of this backend's");
+  return DrainNode(it->second, reason);
 }
 
 bool SlurmBackend::MarkIfUnreachable(const Step& s) {

@@ -109,6 +109,11 @@ class SlurmBackend : public Backend {
   Status ReleaseNode(const std::string& node_id, double grace_s) override;
   std::vector<NodeLoss> Poll() override;
   Status Teardown(double grace_s) override;
+  // Drains the host node_id runs (or ran) on, with `reason` (DrainNode): the machine
+  // failed its diagnostics. NOT_FOUND for a node this backend never placed; DrainNode's
+  // errors (PERMISSION_DENIED without operator rights: the host is then excluded from
+  // this job only).
+  Status QuarantineNode(const std::string& node_id, const std::string& reason) override;
 
   // Marks `host` drained in Slurm (`scontrol update nodename=HOST state=drain
   // reason=REASON`, bounded) so no job gets it, and excludes it from this backend's
@@ -178,6 +183,7 @@ class SlurmBackend : public Backend {
   // that started later.
   std::map<std::string, std::pair<std::string, double>> blocked_;
   std::map<std::string, std::string> drained_;  // by DrainNode: host -> reason (kept)
+  std::map<std::string, std::string> placed_;   // every node ever started -> its host
   // Hosts whose slurmd did not answer srun: srun's words, and whether Slurm has shown the
   // host unusable since (it is free again once Slurm shows it healthy after that).
   std::map<std::string, std::pair<std::string, bool>> suspect_;

@@ -383,7 +383,31 @@ TEST_F(SlurmBackendTest, DrainNodeDrainsAndExcludesOrIsPermissionDenied) {
       10));
   EXPECT_NE(b->HostOf("node-1"), host) << "a drained host is not placed on";
   EXPECT_EQ(b->DrainNode("node9", "x").code(), Code::kNotFound);
+  // The controller's stop-diagnose quarantines a node: its host is drained with the reason.
+  const std::string second = b->HostOf("node-1");
+  ASSERT_TRUE(b->QuarantineNode("node-1", "bulwark: failed diagnostics: matmul mismatch").ok());
+  EXPECT_NE(Or(cluster_->NodeState(second)).find("DRAIN"), std::string::npos);
+  auto show = cluster_->Run({"scontrol", "--oneliner", "show", "node", second});
+  ASSERT_TRUE(show.ok());
+  EXPECT_NE(show->output.find("Reason=bulwark: failed diagnostics: matmul mismatch"),
+            std::string::npos)
+      << show->output;
+  EXPECT_EQ(b->QuarantineNode("node-7", "x").code(), Code::kNotFound);
   EXPECT_TRUE(b->Teardown(1).ok());
+  ASSERT_TRUE(
+      cluster_->Run({"scontrol", "update", "nodename=" + host + "," + second, "state=resume"})
+          .ok());
+  // Resumed nodes are NOT_RESPONDING until their slurmd answers slurmctld again.
+  for (const std::string& h : {host, second}) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          const std::string st = Or(cluster_->NodeState(h));
+          return st.find("NOT_RESPONDING") == std::string::npos &&
+                 st.find("DRAIN") == std::string::npos;
+        },
+        30))
+        << h << ": " << Or(cluster_->NodeState(h));
+  }
 
   // A user without Slurm operator rights: scontrol as nobody (who needs a slurm.conf it
   // can read: the cluster's directory is private).
@@ -408,6 +432,11 @@ TEST_F(SlurmBackendTest, DrainNodeDrainsAndExcludesOrIsPermissionDenied) {
   ASSERT_TRUE(nobody.ok()) << nobody.status().ToString();
   const std::string other =
       cluster_->node_names()[0] == host ? cluster_->node_names()[1] : cluster_->node_names()[0];
+  Status placed = (*nobody)->StartNode(Req("node-8", 0));
+  ASSERT_TRUE(placed.ok()) << placed.ToString();
+  Status quarantine = (*nobody)->QuarantineNode("node-8", "x");
+  EXPECT_EQ(quarantine.code(), Code::kPermissionDenied) << quarantine.ToString();
+  EXPECT_TRUE((*nobody)->Teardown(1).ok());
   Status denied = (*nobody)->DrainNode(other, "x");
   EXPECT_EQ(denied.code(), Code::kPermissionDenied) << denied.ToString();
   EXPECT_NE(denied.message().find("operator or administrator rights"), std::string::npos)
