@@ -162,28 +162,31 @@ Side Bench::Bulwark() {
   const double t0 = Now();
   const std::string job = Submit(script->output, dir);
   const std::string log = dir + "/bulwark-demo-" + job + ".out";
-  std::smatch m;
-  std::string text;
-  if (!WaitFor(
-          [&] {
-            text = ReadFile(log);
-            return std::regex_search(text, m,
-                                     std::regex("\\[bulwark\\] slurm: node-1 on (node[0-9]+)"));
-          },
-          120)) {
-    Die("Bulwark: node-1 was never placed:\n" + text);
-  }
-  const std::string host = m[1];
   const std::regex step_re("\\[node-0/0\\] step +([0-9]+) loss");
   if (!WaitFor([&] { return HighestMatch(ReadFile(log), step_re) >= crash_step_; }, 600)) {
     Die("Bulwark: never reached step " + std::to_string(crash_step_));
   }
+  // The node serving slot 1 now: node-1, or the standby stop-diagnose promoted after the
+  // hang.
+  std::string text = ReadFile(log), slot1 = "node-1";
+  const std::regex promoted("StandbyPromoted: (node-[0-9]+) takes slot 1 ");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), promoted);
+       it != std::sregex_iterator(); ++it) {
+    slot1 = (*it)[1];
+  }
+  std::smatch m;
+  if (!std::regex_search(text, m,
+                         std::regex("\\[bulwark\\] slurm: " + slot1 + " on (node[0-9]+)"))) {
+    Die("Bulwark: " + slot1 + " was never placed:\n" + text);
+  }
+  const std::string host = m[1];
+  if (host == "node1") Die("Bulwark: slot 1 runs on the batch host");
   const double crashed = Now();
   if (Status st = c_->CrashNode(host); !st.ok()) Die(st.ToString());
-  std::printf("bulwark: crashed %s at step %ld\n", host.c_str(),
+  std::printf("bulwark: crashed %s (%s, slot 1) at step %ld\n", host.c_str(), slot1.c_str(),
               HighestMatch(ReadFile(log), step_re));
   Side s;
-  if (WaitFor([&] { return ReadFile(log).find("NodeLost: node-1") != std::string::npos; }, 120,
+  if (WaitFor([&] { return ReadFile(log).find("NodeLost: " + slot1) != std::string::npos; }, 120,
               0.05)) {
     s.crash_to_lost_s = Now() - crashed;
   }
