@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "backend/agent_command.h"
 #include "common/clock.h"
 
 namespace bulwark {
@@ -65,27 +66,13 @@ Status LocalBackend::StartNode(const NodeRequest& req) {
   std::filesystem::create_directories(req.run_dir + "/" + req.node_id, ec);
   if (ec) return Internal("create " + req.run_dir + "/" + req.node_id + ": " + ec.message());
   SpawnOptions o;
-  o.argv = {opts_.agent_binary,
-            "--controller",
-            req.controller_addr,
-            "--node",
-            req.node_id,
-            "--run-dir",
-            req.run_dir,
-            "--heartbeat-interval",
-            std::to_string(opts_.heartbeat_interval_s)};
-  if (!opts_.python_dir.empty()) {
-    o.argv.push_back("--python-dir");
-    o.argv.push_back(opts_.python_dir);
-  }
-  if (!opts_.sdk_lib.empty()) {
-    o.argv.push_back("--lib");
-    o.argv.push_back(opts_.sdk_lib);
-  }
-  if (opts_.agent_metrics) {
-    o.argv.push_back("--metrics-addr");
-    o.argv.push_back("127.0.0.1:0");
-  }
+  AgentCommand cmd;
+  cmd.agent_binary = opts_.agent_binary;
+  cmd.python_dir = opts_.python_dir;
+  cmd.sdk_lib = opts_.sdk_lib;
+  cmd.heartbeat_interval_s = opts_.heartbeat_interval_s;
+  cmd.agent_metrics = opts_.agent_metrics;
+  o.argv = AgentArgv(cmd, req);
   o.env = CurrentEnv();
   o.capture_output = false;
   o.new_process_group = true;

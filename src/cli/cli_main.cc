@@ -1,5 +1,6 @@
 // `bulwark`: the command-line entry point. Subcommands:
-//   run SPEC        run a job on the local backend with the embedded controller
+//   run SPEC        run a job with the embedded controller, on the local backend or,
+//                   inside a Slurm allocation, on Slurm (slurm_cmd.h)
 //                   (SPEC: a job spec, a TrainJob or a Kubeflow PyTorchJob)
 //   validate SPEC   parse and validate a job spec, TrainJob or PyTorchJob
 //   render SPEC     the Kubernetes objects the operator would create (render_cmd.h)
@@ -10,6 +11,7 @@
 //   ckpt ls|inspect|verify|gc   inspect and maintain a checkpoint dir (ckpt_cmd.h)
 //   operator        run the Kubernetes operator; submit SPEC: create its TrainJob on a
 //                   cluster (kube_cmd.h, docs/kubernetes.md)
+//   slurm script SPEC   an sbatch script that runs SPEC on Slurm (slurm_cmd.h)
 //   sim CONFIG      simulate a cluster through faults with the real scheduler and
 //                   recovery policy (sim_cmd.h, docs/simulator.md)
 #include "cli/cli_main.h"
@@ -41,6 +43,7 @@
 #include "cli/progress.h"
 #include "cli/render_cmd.h"
 #include "cli/sim_cmd.h"
+#include "cli/slurm_cmd.h"
 #include "cli/stores.h"
 #include "common/install_paths.h"
 #include "common/proc.h"
@@ -104,6 +107,14 @@ struct RunFlags {
   bool no_tensorboard = false;
   std::string metrics_sd_file;  // Prometheus file_sd target list
   double metrics_linger_s = 0;  // after the end, wait this long for a last scrape
+  // auto (Slurm inside an allocation), local or slurm
+  std::string backend = "auto";
+  // slurm: the address agents dial ("" = chosen by PrepareSlurmRun)
+  std::string advertise_host;
+  // --allocate: outside an allocation, run this command again under salloc
+  bool allocate = false;
+  cli::SlurmRequest slurm_request;  // --partition, --account, --time, --constraint
+  std::vector<std::string> argv;    // this process's command line, for --allocate
 };
 
 // `bulwark run`'s progress (docs/monitoring.md, "Terminal"): on a TTY a status line on
@@ -318,6 +329,18 @@ int CmdRun(const RunFlags& f) {
     PrintNotes({*line});
   }
   JobSpec* spec = &manifest->job.job;
+  const bool in_allocation = cli::UseSlurm("auto", CurrentEnv());
+  const cli::SlurmRequest& req = f.slurm_request;
+  if (!f.allocate && !(req.partition.empty() && req.account.empty() && req.time.empty() &&
+                       req.constraint.empty())) {
+    return Fail(InvalidArgument(
+        "--partition, --account, --time and --constraint describe the allocation --allocate "
+        "requests: add --allocate (or give them to salloc/sbatch yourself)"));
+  }
+  if (f.allocate && f.backend == "local") {
+    return Fail(InvalidArgument("--allocate asks Slurm for nodes; drop --backend local"));
+  }
+  if (f.allocate && !in_allocation) return Fail(cli::ExecUnderSalloc(*spec, req, f.argv));
   std::string root = EnvOr("BULWARK_HOME", spec->workdir + "/.bulwark");
   std::string run_dir = f.run_dir.empty() ? root + "/" + spec->name : f.run_dir;
   std::string store_path = f.store.empty() ? root + "/bulwark.db" : f.store;
@@ -374,8 +397,33 @@ int CmdRun(const RunFlags& f) {
         bo.agent_binary.c_str());
     return 1;
   }
-  LocalBackend backend(bo);
   ControllerOptions co;
+  std::unique_ptr<Backend> backend;
+  std::string slurm_job;  // the allocation the job runs in ("" = not on Slurm)
+  if (cli::UseSlurm(f.allocate ? "slurm" : f.backend, CurrentEnv())) {
+    if (f.machines > 0) {
+      return Fail(InvalidArgument(
+          "--machines models local machines; on Slurm the allocation's hosts are the "
+          "machines (drop --machines, or use --backend local)"));
+    }
+    AgentCommand agent;
+    agent.agent_binary = bo.agent_binary;
+    agent.python_dir = bo.python_dir;
+    agent.sdk_lib = bo.sdk_lib;
+    agent.heartbeat_interval_s = bo.heartbeat_interval_s;
+    agent.agent_metrics = bo.agent_metrics;
+    auto slurm = cli::PrepareSlurmRun(*spec, agent, CurrentEnv(), f.advertise_host);
+    if (!slurm.ok()) return Fail(slurm.status());
+    std::fprintf(stderr, "[bulwark] %s\n", slurm->summary.c_str());
+    co.bind_host = slurm->bind_host;
+    co.advertise_host = slurm->advertise_host;
+    // The ranks of a node run on its host: their rendezvous is on the slot-0 agent's.
+    co.rendezvous_on_agent = true;
+    slurm_job = slurm->backend->job_id();
+    backend = std::move(slurm->backend);
+  } else {
+    backend = std::make_unique<LocalBackend>(bo);
+  }
   co.run_dir = run_dir;
   co.seed = f.seed;
   co.echo_events = !f.quiet;
@@ -412,11 +460,40 @@ int CmdRun(const RunFlags& f) {
     argv.insert(argv.end(), spec->args.begin(), spec->args.end());
     co.total_steps = cli::TotalStepsFromArgs(argv);
   }
-  Controller c(*spec, co, &backend, store->get(), SystemClock::Get());
+  Controller c(*spec, co, backend.get(), store->get(), SystemClock::Get());
   if (port) port->Serve(&c);
   auto progress = std::make_unique<ProgressPrinter>(&c, co.total_steps, f.progress_s);
+  // On Slurm, the job's progress in its Comment (squeue -o %k): every 30 s, and at the end.
+  std::unique_ptr<cli::SlurmJobComment> comment;
+  if (!slurm_job.empty()) {
+    const long total = co.total_steps;
+    comment = std::make_unique<cli::SlurmJobComment>(
+        slurm_job, CurrentEnv(),
+        [&c, total] {
+          const ControllerStatus s = c.Status();
+          if (s.stage.empty() || s.stage == "Done") return std::string();
+          cli::Progress p;
+          p.phase = s.stage == "Running" ? JobPhaseName(s.phase) : s.stage;
+          p.step = s.current_step;
+          p.total = total;
+          p.ettr = s.ledger.ettr();
+          p.restarts = s.restarts;
+          return "bulwark: " + cli::FormatProgress(p);
+        },
+        30);
+  }
   auto r = c.Run();
   progress.reset();
+  if (comment) {
+    char last[160] = "bulwark: failed to run";
+    if (r.ok()) {
+      std::snprintf(last, sizeof last, "bulwark: %s  step %ld  ETTR %.3f  restarts %d",
+                    JobPhaseName(r->phase), r->report.value("last_step", -1L),
+                    r->report.value("ettr", 0.0), r->report.value("restarts", 0));
+    }
+    comment->Finish(last);
+    comment.reset();
+  }
   if (port && f.metrics_linger_s > 0) {  // let Prometheus read the final values
     const double until = SystemClock::Get()->NowMono() + f.metrics_linger_s;
     while (port->final_scrapes() == 0 && SystemClock::Get()->NowMono() < until) {
@@ -425,7 +502,7 @@ int CmdRun(const RunFlags& f) {
   }
   port.reset();  // its threads read `c`: stopped before `c` goes
   IgnoreError(
-      backend.Teardown(2),
+      backend->Teardown(2),
       "the end of the job: Teardown kills and reaps what it can, and nothing is left to tell");
   int leftovers = KillAndReapAllChildren();
   if (leftovers > 0) std::fprintf(stderr, "[bulwark] reaped %d leftover processes\n", leftovers);
@@ -667,8 +744,8 @@ int Main(int argc, char** argv) {
   RunFlags rf;
   auto* run = app.add_subcommand(
       "run",
-      "run a job spec, or a script with torchrun's flags, on the local backend and "
-      "print its ETTR report");
+      "run a job spec, or a script with torchrun's flags, on the local backend (or on "
+      "Slurm inside an allocation) and print its ETTR report");
   run->add_option("spec", rf.spec,
                   "job spec, TrainJob or Kubeflow PyTorchJob (YAML; - reads standard input), "
                   "or a script: train.py (or a module with -m)");
@@ -737,6 +814,22 @@ int Main(int argc, char** argv) {
                   "after the job ends, keep /metrics (and the --ui dashboard) up until /metrics "
                   "is scraped once more, at most this many seconds")
       ->check(CLI::Range(0.0, 3600.0));
+  run->add_option("--backend", rf.backend,
+                  "auto: Slurm inside an allocation (SLURM_JOB_ID set), else local; local: "
+                  "agents on this machine; slurm: one agent per allocated node via srun "
+                  "(docs/slurm.md)")
+      ->check(CLI::IsMember({"auto", "local", "slurm"}));
+  run->add_option("--advertise-host", rf.advertise_host,
+                  "slurm: the address of this machine the agents dial (default: 127.0.0.1 "
+                  "when every allocated node's NodeAddr is loopback, else the host name)");
+  run->add_flag("--allocate", rf.allocate,
+                "outside a Slurm allocation: request one (salloc --no-kill --exclusive, nodes + "
+                "spare nodes) and run the job in it");
+  run->add_option("--partition", rf.slurm_request.partition, "--allocate: the Slurm partition");
+  run->add_option("--account", rf.slurm_request.account, "--allocate: the Slurm account");
+  run->add_option("--time", rf.slurm_request.time, "--allocate: the time limit, e.g. 2:00:00");
+  run->add_option("--constraint", rf.slurm_request.constraint,
+                  "--allocate: node features, e.g. a100");
   run->add_option("--repair-seconds", rf.repair_s,
                   "with --machines: how long a node lost to chaos keeps its machine down")
       ->check(CLI::NonNegativeNumber);
@@ -821,7 +914,13 @@ int Main(int argc, char** argv) {
   const std::vector<CLI::App*> kube_cmds = cli::AddKubeCommands(app, &kube_rc);
   int diagnose_rc = 2;
   auto* diagnose_cmd = cli::AddDiagnoseCommand(app, &diagnose_rc);
+  int slurm_rc = 2;
+  auto* slurm_cmd = cli::AddSlurmCommand(app, &slurm_rc);
 
+  rf.argv.assign(argv, argv + argc);
+  if (!rf.argv.empty()) {  // salloc runs it from the same directory, maybe not on PATH
+    rf.argv[0] = ExeDir() + "/" + fs::path(rf.argv[0]).filename().string();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -831,6 +930,7 @@ int Main(int argc, char** argv) {
   if (*sim_cmd) return sim_rc;
   if (*render_cmd) return render_rc;
   if (*diagnose_cmd) return diagnose_rc;
+  if (*slurm_cmd) return slurm_rc;
   for (CLI::App* c : kube_cmds) {
     if (*c) return kube_rc;
   }

@@ -192,7 +192,8 @@ Status SlurmCluster::WriteConfig() {
        << "ReturnToService=2\n"
        << "SlurmdTimeout=" << opts_.slurmd_timeout_s << "\n"
        << "MessageTimeout=" << opts_.message_timeout_s << "\n"
-       << "InactiveLimit=0\nKillWait=2\nMinJobAge=300\nPropagateResourceLimits=NONE\n";
+       << "InactiveLimit=0\nKillWait=2\nMinJobAge=300\nPropagateResourceLimits=NONE\n"
+       << opts_.extra_config;
   std::string nodes;
   for (int i = 1; i <= opts_.nodes; ++i) {
     const std::string name = opts_.node_prefix + std::to_string(i);

@@ -55,6 +55,8 @@ struct SlurmClusterOptions {
   std::string sbin_dir = "/usr/sbin";  // slurmctld, slurmd
   std::string bin_dir = "/usr/bin";    // srun, sbatch, scontrol, sinfo, scancel, squeue
   std::string work_dir;                // "" = a fresh directory under $TMPDIR (or /tmp)
+  // Lines added to slurm.conf before the nodes (e.g. "MaxStepCount=1\n").
+  std::string extra_config;
 };
 
 // A finished command: how it exited and its stdout and stderr, interleaved.
