@@ -90,6 +90,34 @@ TEST(JobSpecTest, FullSpecRoundTrips) {
   EXPECT_EQ(s.source_path, "");
 }
 
+// Found by fuzz_trainjob: valid UTF-8 text whose escape "\N" yaml-cpp decodes to the
+// single byte 0x85, which made every JSON of the spec throw (render, submit, the store).
+TEST(JobSpecTest, EscapesThatDecodeToBytesOtherThanUtf8AreRefused) {
+  for (const char* esc : {"\\N", "\\_"}) {
+    const std::string text = std::string("name: a\nnodes: 1\ncommand: [\"x\"]\n") +
+                             "env: {NCCL_DEBUG: \"WA" + esc + "\"}\n";
+    auto r = ParseJobSpec(text, "job.yaml", "/jobs/a");
+    ASSERT_FALSE(r.ok()) << esc;
+    EXPECT_EQ(r.status().message(),
+              "job.yaml:4: (encoding): this string decodes to bytes that are not UTF-8 (the "
+              "YAML escapes \\N and \\_); write the character itself, or as \\u0085 or "
+              "\\u00a0")
+        << esc;
+  }
+  // The same characters written as \u escapes are UTF-8 (and yaml-cpp encodes \L and \P
+  // right); an alias bomb is walked once per node, not per expansion.
+  EXPECT_TRUE(
+      ParseJobSpec("name: a\nnodes: 1\ncommand: [\"\\u0085\\u00a0\\L\\P\"]\n", "j", "/").ok());
+  std::string bomb = "name: a\nnodes: 1\ncommand: [x]\nlabels: {a: &a [\"x\", \"x\"]";
+  for (int i = 0; i < 30; ++i) {
+    bomb += ", " + std::string(1, 'b' + i % 20) + std::to_string(i) + ": &n" + std::to_string(i) +
+            " [*" + (i == 0 ? std::string("a") : "n" + std::to_string(i - 1)) + ", *" +
+            (i == 0 ? std::string("a") : "n" + std::to_string(i - 1)) + "]";
+  }
+  bomb += "}\n";
+  EXPECT_FALSE(ParseJobSpec(bomb, "j", "/").ok());  // returns: `labels` is no job field
+}
+
 TEST(JobSpecTest, InvalidUtf8IsRefusedWithTheLineAndColumn) {
   // Raw bytes, not an escape: once parsed they would make every JSON written from the
   // spec (render, submit, the store) throw.

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <new>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -107,8 +108,8 @@ Status CheckUtf8(const std::string& text, const std::string& source) {
     if (n == 0) {
       char byte[8];
       std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(text[i]));
-      return InvalidArgument(source + ":" + std::to_string(line) + ": (encoding): byte " +
-                             byte + " at column " + std::to_string(i - line_start + 1) +
+      return InvalidArgument(source + ":" + std::to_string(line) + ": (encoding): byte " + byte +
+                             " at column " + std::to_string(i - line_start + 1) +
                              " is not valid UTF-8; save the file as UTF-8 text (YAML, JSON "
                              "and Kubernetes manifests are UTF-8), or write the character "
                              "as an escape in a double-quoted string (\"\\u00ff\")");
@@ -122,6 +123,45 @@ Status CheckUtf8(const std::string& text, const std::string& source) {
   return Status::Ok();
 }
 
+namespace {
+
+// The first scalar (or key) under `n` whose decoded bytes are not UTF-8, as an error.
+// yaml-cpp 0.7 decodes the escapes \N and \_ of a double-quoted string to single Latin-1
+// bytes (0x85, 0xa0), so valid UTF-8 text can yield them. Aliased nodes share their mark:
+// each is visited once, so an alias bomb costs its size, not its expansion.
+Status CheckScalarsUtf8(const YAML::Node& n, const std::string& source, std::set<int>* seen,
+                        int depth) {
+  if (!n.IsDefined() || depth > 256) return Status::Ok();
+  const int pos = n.Mark().pos;
+  if (pos >= 0 && !seen->insert(pos).second) return Status::Ok();
+  if (n.IsScalar()) {
+    const std::string& s = n.Scalar();
+    for (size_t i = 0; i < s.size();) {
+      const size_t k = Utf8SequenceAt(s, i);
+      if (k == 0) {
+        return InvalidArgument(
+            source + ":" + std::to_string(n.Mark().line + 1) +
+            ": (encoding): this string decodes to bytes that are not UTF-8 (the YAML "
+            "escapes \\N and \\_); write the character itself, or as \\u0085 or "
+            "\\u00a0");
+      }
+      i += k;
+    }
+    return Status::Ok();
+  }
+  if (n.IsSequence()) {
+    for (const YAML::Node& c : n) BW_RETURN_IF_ERROR(CheckScalarsUtf8(c, source, seen, depth + 1));
+  } else if (n.IsMap()) {
+    for (const auto& kv : n) {
+      BW_RETURN_IF_ERROR(CheckScalarsUtf8(kv.first, source, seen, depth + 1));
+      BW_RETURN_IF_ERROR(CheckScalarsUtf8(kv.second, source, seen, depth + 1));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string& source) {
   BW_RETURN_IF_ERROR(CheckUtf8(text, source));
   try {
@@ -134,7 +174,10 @@ Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string
                              "them into separate files");
     }
     if (count == 0) return YAML::Node(YAML::NodeType::Null);
-    return YAML::Load(text);
+    YAML::Node root = YAML::Load(text);
+    std::set<int> seen;
+    BW_RETURN_IF_ERROR(CheckScalarsUtf8(root, source, &seen, 0));
+    return root;
   } catch (const YAML::Exception& e) {
     return InvalidArgument(SyntaxError(source, e.mark, e.msg));
   } catch (const std::bad_alloc&) {
