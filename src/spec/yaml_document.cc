@@ -162,6 +162,11 @@ Status CheckScalarsUtf8(const YAML::Node& n, const std::string& source, std::set
 
 }  // namespace
 
+Status CheckDecodedUtf8(const YAML::Node& root, const std::string& source) {
+  std::set<int> seen;
+  return CheckScalarsUtf8(root, source, &seen, 0);
+}
+
 Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string& source) {
   BW_RETURN_IF_ERROR(CheckUtf8(text, source));
   try {
@@ -175,8 +180,7 @@ Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string
     }
     if (count == 0) return YAML::Node(YAML::NodeType::Null);
     YAML::Node root = YAML::Load(text);
-    std::set<int> seen;
-    BW_RETURN_IF_ERROR(CheckScalarsUtf8(root, source, &seen, 0));
+    BW_RETURN_IF_ERROR(CheckDecodedUtf8(root, source));
     return root;
   } catch (const YAML::Exception& e) {
     return InvalidArgument(SyntaxError(source, e.mark, e.msg));

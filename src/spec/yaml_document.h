@@ -23,4 +23,10 @@ Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string
 // column C is not valid UTF-8; ...". LoadSingleDocument checks it first.
 Status CheckUtf8(const std::string& text, const std::string& source);
 
+// OK if every scalar and key of a loaded document decoded to valid UTF-8 (yaml-cpp
+// writes the escapes \N and \_ as single Latin-1 bytes); else InvalidArgument
+// "<source>:<line>: (encoding): ...". Aliased nodes are visited once.
+// LoadSingleDocument checks it.
+Status CheckDecodedUtf8(const YAML::Node& root, const std::string& source);
+
 }  // namespace bulwark::spec_internal

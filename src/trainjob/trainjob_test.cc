@@ -376,8 +376,8 @@ TEST(TrainJobTest, AnAliasBombInThePodSectionIsAnErrorNotGigabytes) {
   const std::string text =
       "apiVersion: bulwark.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: t}\nspec:\n"
       "  command: [python3, t.py]\n  pod:\n    image: img\n    dataVolume:\n"
-      "      emptyDir: {}\n" + bomb +
-      "    tolerations:\n      - {key: a, operator: Exists, extra: *l8}\n";
+      "      emptyDir: {}\n" +
+      bomb + "    tolerations:\n      - {key: a, operator: Exists, extra: *l8}\n";
   auto r = ParseManifest(text, "tj.yaml", "/j", Target::kKubernetes);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(),
@@ -385,9 +385,11 @@ TEST(TrainJobTest, AnAliasBombInThePodSectionIsAnErrorNotGigabytes) {
                               "values"),
                     HasSubstr("write the value out without YAML aliases")));
   // Depth too: 200 nested lists.
-  const std::string deep = "apiVersion: bulwark.dev/v1alpha1\nkind: TrainJob\nmetadata: "
-                           "{name: t}\nspec:\n  command: [x]\n  pod: {image: i, dataVolume: "
-                           "{emptyDir: " + std::string(200, '[') + std::string(200, ']') + "}}\n";
+  const std::string deep =
+      "apiVersion: bulwark.dev/v1alpha1\nkind: TrainJob\nmetadata: "
+      "{name: t}\nspec:\n  command: [x]\n  pod: {image: i, dataVolume: "
+      "{emptyDir: " +
+      std::string(200, '[') + std::string(200, ']') + "}}\n";
   auto d = ParseManifest(deep, "deep.yaml", "/j", Target::kKubernetes);
   ASSERT_FALSE(d.ok());
   EXPECT_THAT(d.status().message(), HasSubstr("nests deeper than 100 levels"));
@@ -462,6 +464,17 @@ TEST(YamlJsonTest, TypesFollowTheCoreSchemaAndEmitRoundTrips) {
   ASSERT_EQ(back->size(), 2u);
   EXPECT_EQ((*back)[0], strs);
   EXPECT_EQ((*back)[1], j);
+}
+
+// Every document of a manifest is checked as a single spec is: an escape yaml-cpp
+// decodes to a byte other than UTF-8 is refused with its line (found by fuzz_trainjob).
+TEST(YamlJsonTest, AnEscapeThatDecodesToBytesOtherThanUtf8IsRefused) {
+  auto r = ParseYamlDocuments("a: 1\n---\nb: \"x\\_y\"\n", "m.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("m.yaml:3: (encoding): this string decodes to bytes"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(ParseYamlDocuments("b: \"x\\u00a0y\"\n", "m.yaml").ok());
 }
 
 }  // namespace

@@ -121,7 +121,8 @@ Json YamlToJsonBounded(const YAML::Node& n, int depth, size_t* budget, int top_l
   }
   if (n.IsSequence()) {
     Json a = Json::array();
-    for (const YAML::Node& item : n) a.push_back(YamlToJsonBounded(item, depth + 1, budget, top_line));
+    for (const YAML::Node& item : n)
+      a.push_back(YamlToJsonBounded(item, depth + 1, budget, top_line));
     return a;
   }
   const std::string& s = n.Scalar();
@@ -186,6 +187,7 @@ Result<std::vector<Json>> ParseYamlDocuments(const std::string& text, const std:
   try {
     std::vector<Json> out;
     for (const YAML::Node& doc : YAML::LoadAll(text)) {
+      BW_RETURN_IF_ERROR(spec_internal::CheckDecodedUtf8(doc, source));
       if (doc.IsDefined() && !doc.IsNull()) out.push_back(YamlToJson(doc));
     }
     return out;
