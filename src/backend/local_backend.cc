@@ -66,13 +66,7 @@ Status LocalBackend::StartNode(const NodeRequest& req) {
   std::filesystem::create_directories(req.run_dir + "/" + req.node_id, ec);
   if (ec) return Internal("create " + req.run_dir + "/" + req.node_id + ": " + ec.message());
   SpawnOptions o;
-  AgentCommand cmd;
-  cmd.agent_binary = opts_.agent_binary;
-  cmd.python_dir = opts_.python_dir;
-  cmd.sdk_lib = opts_.sdk_lib;
-  cmd.heartbeat_interval_s = opts_.heartbeat_interval_s;
-  cmd.agent_metrics = opts_.agent_metrics;
-  o.argv = AgentArgv(cmd, req);
+  o.argv = AgentArgv(opts_.Agent(), req);
   o.env = CurrentEnv();
   o.capture_output = false;
   o.new_process_group = true;

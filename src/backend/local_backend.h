@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 
+#include "backend/agent_command.h"
 #include "backend/backend.h"
 #include "common/proc.h"
 
@@ -31,6 +32,17 @@ struct LocalBackendOptions {
   int machines = 0;            // 0 = unlimited
   double repair_s = 0;         // a killed node's machine is down this long
   bool agent_metrics = false;  // each agent serves /metrics on a free port of 127.0.0.1
+  // The agent command line these options give (what StartNode runs; the Slurm backend
+  // runs the same agent).
+  AgentCommand Agent() const {
+    AgentCommand a;
+    a.agent_binary = agent_binary;
+    a.python_dir = python_dir;
+    a.sdk_lib = sdk_lib;
+    a.heartbeat_interval_s = heartbeat_interval_s;
+    a.agent_metrics = agent_metrics;
+    return a;
+  }
 };
 
 class LocalBackend : public Backend {

@@ -406,13 +406,7 @@ int CmdRun(const RunFlags& f) {
           "--machines models local machines; on Slurm the allocation's hosts are the "
           "machines (drop --machines, or use --backend local)"));
     }
-    AgentCommand agent;
-    agent.agent_binary = bo.agent_binary;
-    agent.python_dir = bo.python_dir;
-    agent.sdk_lib = bo.sdk_lib;
-    agent.heartbeat_interval_s = bo.heartbeat_interval_s;
-    agent.agent_metrics = bo.agent_metrics;
-    auto slurm = cli::PrepareSlurmRun(*spec, agent, CurrentEnv(), f.advertise_host);
+    auto slurm = cli::PrepareSlurmRun(*spec, bo.Agent(), CurrentEnv(), f.advertise_host);
     if (!slurm.ok()) return Fail(slurm.status());
     std::fprintf(stderr, "[bulwark] %s\n", slurm->summary.c_str());
     co.bind_host = slurm->bind_host;
