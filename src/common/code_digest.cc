@@ -20,9 +20,9 @@ std::string Hex(uint64_t v) {
 }
 
 bool IsCode(const fs::path& p) {
-  static const char* const kExt[] = {".py",  ".pyx", ".c",    ".cc",  ".cpp",  ".cu",   ".h",
-                                     ".hpp", ".sh",  ".yaml", ".yml", ".json", ".toml", ".cfg",
-                                     ".ini", ".txt", ".lua",  ".jl",  ".rs",   ".go"};
+  static const char* const kExt[] = {".py",  ".pyx", ".c",   ".cc",   ".cpp", ".cu",
+                                     ".h",   ".hpp", ".sh",  ".yaml", ".yml", ".toml",
+                                     ".cfg", ".ini", ".lua", ".jl",   ".rs",  ".go"};
   const std::string name = p.filename().string();
   if (name == "Dockerfile" || name == "Makefile") return true;
   const std::string ext = p.extension().string();

@@ -18,8 +18,9 @@ struct CodeDigest {
 };
 
 // Reads the code files under `dir` in path order: sources, scripts and configuration by
-// their extension (.py .pyx .c .cc .cpp .cu .h .hpp .sh .yaml .yml .json .toml .cfg .ini
-// .txt .lua .jl .rs .go; Dockerfile, Makefile), not outputs (checkpoints, logs, data).
+// their extension (.py .pyx .c .cc .cpp .cu .h .hpp .sh .yaml .yml .toml .cfg .ini .lua
+// .jl .rs .go; Dockerfile, Makefile), not outputs (checkpoints, logs, data, reports:
+// JSON and text files are left out, as runs write them).
 // Skips the directories `.git`, `.bulwark`, `__pycache__` and any in `exclude`
 // (absolute paths, e.g. the checkpoint directory), files over `max_file_bytes`, and
 // everything past `max_files`.

@@ -147,26 +147,7 @@ void ControllerImpl::FinishDiagnostics(Node& n, const std::vector<diag::CheckRes
     }
     Event("NodeHealthy", n.id + " passed its diagnostics (" + v.summary + "); " + action);
   } else {
-    Status q = backend_->QuarantineNode(n.id, "bulwark: failed diagnostics: " + v.summary);
-    n.quarantined = true;
-    action = q.ok() ? "quarantined"
-                    : "excluded (the backend could not quarantine it: " + q.message() + ")";
-    action += in_slot ? "; a new node takes slot " + std::to_string(n.slot) : "";
-    if (n.conn && !n.lost) {
-      IgnoreError(n.conn->Send(Json{{"type", "shutdown"}}),
-                  "a failed send closes the connection; the node is released anyway");
-      IgnoreError(n.conn->Flush(1), "best effort before the node is released");
-    }
-    if (!n.lost) {
-      IgnoreError(backend_->ReleaseNode(n.id, spec_.fault_policy.stop_grace_seconds + 2),
-                  "the node is written off already; Teardown reaps what is left");
-      StoreWrote(store_->DeleteAgent(spec_.name, n.id));
-      if (remote_) remote_->OnAgentLost(n.id);
-    }
-    n.lost = true;
-    if (!in_slot) n.slot = -2;  // in its slot, EnsureSlotsFilled replaces it
-    Event("NodeQuarantined", n.id + " failed its diagnostics: " + v.summary + "; " + action);
-    if (stage_ == Stage::kRunning) ReplenishSpares();
+    action = QuarantineAndRelease(n, "bulwark: failed diagnostics: " + v.summary);
   }
   if (n.diagnose_incident >= 0 && n.diagnose_incident < static_cast<int>(incidents_.size())) {
     Json& rec = incidents_[n.diagnose_incident]["diagnosis"];
@@ -181,6 +162,32 @@ void ControllerImpl::FinishDiagnostics(Node& n, const std::vector<diag::CheckRes
     rec["charged_s"] = in_slot ? now - n.diagnose_started : 0.0;
   }
   n.diagnose_incident = -1;
+}
+
+std::string ControllerImpl::QuarantineAndRelease(Node& n, const std::string& reason) {
+  const bool in_slot = n.slot >= 0;
+  Status q = backend_->QuarantineNode(n.id, reason);
+  n.quarantined = true;
+  std::string action = q.ok()
+                           ? "quarantined"
+                           : "excluded (the backend could not quarantine it: " + q.message() + ")";
+  action += in_slot ? "; a new node takes slot " + std::to_string(n.slot) : "";
+  if (n.conn && !n.lost) {
+    IgnoreError(n.conn->Send(Json{{"type", "shutdown"}}),
+                "a failed send closes the connection; the node is released anyway");
+    IgnoreError(n.conn->Flush(1), "best effort before the node is released");
+  }
+  if (!n.lost) {
+    IgnoreError(backend_->ReleaseNode(n.id, spec_.fault_policy.stop_grace_seconds + 2),
+                "the node is written off already; Teardown reaps what is left");
+    StoreWrote(store_->DeleteAgent(spec_.name, n.id));
+    if (remote_) remote_->OnAgentLost(n.id);
+  }
+  n.lost = true;
+  if (!in_slot) n.slot = -2;  // in its slot, EnsureSlotsFilled replaces it
+  Event("NodeQuarantined", n.id + ": " + reason + "; " + action);
+  if (stage_ == Stage::kRunning) ReplenishSpares();
+  return action;
 }
 
 void ControllerImpl::CheckDiagnostics(double now) {

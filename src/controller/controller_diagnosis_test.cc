@@ -58,16 +58,6 @@ class ControllerDiagnosisTest : public testing::ControllerFixture {
     Stopped(0, {});
     return Expect(rank / 2, "diagnose");
   }
-  Json Finish() {
-    ctl_->Cancel();
-    for (int i = 0; i < 50; ++i) ctl_->RunOnce();
-    agents_.clear();
-    while (ctl_->RunOnce()) {
-    }
-    auto result = ctl_->Run();
-    EXPECT_TRUE(result.ok());
-    return result.ok() ? result->report : Json();
-  }
   static Json Failed(const std::string& evidence) {
     return {{"type", "diagnosis"},
             {"results",

@@ -188,6 +188,18 @@ class ControllerFixture : public ::testing::Test {
     }
   }
 
+  // Cancels the job, lets the agents go and runs the controller to its end: the report.
+  Json Finish() {
+    ctl_->Cancel();
+    for (int i = 0; i < 50; ++i) ctl_->RunOnce();
+    agents_.clear();
+    while (ctl_->RunOnce()) {
+    }
+    auto result = ctl_->Run();
+    EXPECT_TRUE(result.ok());
+    return result.ok() ? result->report : Json();
+  }
+
   std::string dir_;
   FakeClock clock_{1000};
   FakeBackend backend_;
