@@ -418,13 +418,31 @@
     return at < 0 ? '' : detail.slice(at + 'localised: '.length).trim();
   }
 
+  // What stop-diagnose tested and found for an incident (docs/diagnosis.md), or null.
+  function diagnosisLine(dg) {
+    if (!dg || !dg.run) return null;
+    const checks = (dg.checks || []).map((c) => `${c.name} ${c.ok ? 'ok' : 'FAILED'}`);
+    const verdict = dg.verdict ? `${dg.verdict} (${checks.join(', ')})` : 'testing…';
+    return h('div', { class: 'reason', dataset: { testid: 'diagnosis' },
+      title: dg.summary || dg.reason || '' },
+    h('b', {}, 'tested '), `${dg.node_id}: ${verdict}` + (dg.action ? `; ${dg.action}` : ''));
+  }
+
+  // What a replay showed the incident's cause to be (data, code, hardware), or null.
+  function causeLine(c) {
+    if (!c || !c.cause) return null;
+    return h('div', { class: 'reason', dataset: { testid: 'cause' }, title: c.evidence || '' },
+      h('b', {}, 'cause '), `${c.cause}` + (c.action ? `; ${c.action}` : ''));
+  }
+
   function renderIncidents(data) {
     const list = data.incidents || [];
     const costs = data.costs || [];
     const observations = data.observations || [];
     // Re-render only on change, so an open stacks view survives the next poll.
     const key = JSON.stringify([list.length, costs, observations.length,
-      list.map((i) => [i.kind, i.detect_time, i.decision && i.decision.action, i.has_stacks])]);
+      list.map((i) => [i.kind, i.detect_time, i.decision && i.decision.action, i.has_stacks,
+        i.diagnosis && i.diagnosis.verdict, i.classification && i.classification.cause])]);
     state.incidents = list;
     setText('incident-count', list.length ? `${list.length}` : '');
     if (key === state.incidentsKey) return;
@@ -450,7 +468,8 @@
         h('b', { dataset: { testid: 'decision-action' } }, d.action || '—'),
         d.reason ? h('div', { class: 'reason' }, d.reason) : null,
         isNum(d.backoff_s) && d.backoff_s > 0 ? h('div', { class: 'reason' },
-          `backoff ${fmtDur(d.backoff_s)}`) : null);
+          `backoff ${fmtDur(d.backoff_s)}`) : null,
+        diagnosisLine(inc.diagnosis), causeLine(inc.classification));
       let procs = '—';
       if (p) {
         const keep = (p.keep || []).length, repl = (p.replace || []).length;

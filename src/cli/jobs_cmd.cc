@@ -325,7 +325,26 @@ int DescribeJob(const DescribeFlags& f, std::ostream& out, std::ostream& err, Cl
     out << buf << e.message << "\n";
   }
   const Json rep = ReportOf(j);
-  if (!rep.is_null()) out << FormatReport(rep);
+  if (!rep.is_null()) {
+    out << FormatReport(rep);
+    return 0;
+  }
+  // Still running: the incidents so far, as the store holds them.
+  int n = 0;
+  for (const std::string& text : fj->incidents) {
+    const Json x = Json::parse(text, nullptr, false);
+    if (!x.is_object() || x.value("secondary", false)) continue;
+    if (n == 0) out << "Incidents:\n";
+    ++n;
+    out << "  " << n << " " << x.value("kind", std::string("?"))
+        << (x.value("rank", -1) >= 0 ? " on rank " + std::to_string(x.value("rank", -1)) : "")
+        << " at step " << x.value("step", -1L) << ": " << x.value("detail", std::string()) << "\n";
+    if (x.contains("decision") && x["decision"].is_object()) {
+      out << "    " << x["decision"].value("action", std::string()) << ": "
+          << x["decision"].value("reason", std::string()) << "\n";
+    }
+    out << FormatIncidentDiagnosis(x, j.name, n, "    ");
+  }
   return 0;
 }
 

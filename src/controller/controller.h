@@ -206,5 +206,10 @@ Result<Json> SendStatusRequest(const std::string& addr, double timeout_s);
 
 // Renders the ETTR report as the table printed at the end of `bulwark run`.
 std::string FormatReport(const Json& report);
+// The lines (each starting with `indent`) that say of report incident `x` (number
+// `number` of job `job`, from 1) what was tested and found (stop-diagnose), what a replay
+// showed its cause to be, and how to replay it; "" when there is nothing to say.
+std::string FormatIncidentDiagnosis(const Json& x, const std::string& job, int number,
+                                    const std::string& indent);
 
 }  // namespace bulwark

@@ -98,6 +98,10 @@ Json Incidents(const ControllerStatus& s) {
     if (i.contains("stacks_file") || i.contains("stacks")) i["has_stacks"] = true;
     i.erase("stacks");
     i.erase("log_tail");
+    if (i.contains("replay") && i["replay"].is_object()) {  // its losses and spec: not per poll
+      i["replay"].erase("losses");
+      i["replay"].erase("spec_yaml");
+    }
   }
   return {{"incidents", incidents}, {"costs", costs}, {"observations", s.observations}};
 }

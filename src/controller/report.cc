@@ -20,6 +20,48 @@ double Num(const Json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
 }
 
+std::string Str(const Json& j, const char* k) {
+  return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "";
+}
+
+}  // namespace
+
+std::string FormatIncidentDiagnosis(const Json& x, const std::string& job, int number,
+                                    const std::string& indent) {
+  std::string o;
+  const Json d = x.value("diagnosis", Json());
+  if (d.is_object() && d.value("run", false)) {
+    std::string checks;
+    if (d.contains("checks") && d["checks"].is_array()) {
+      for (const Json& c : d["checks"]) {
+        checks += (checks.empty() ? "" : "; ") + Str(c, "name") +
+                  (c.value("ok", false) ? " ok" : " FAILED") + " (" + Str(c, "evidence") + ")";
+      }
+    }
+    o += indent + "tested: " + Str(d, "node_id") + " (" + Str(d, "reason") + "; " +
+         Str(d, "while") +
+         "): " + (Str(d, "verdict").empty() ? "still running" : Str(d, "verdict") + ": " + checks) +
+         (Str(d, "action").empty() ? "" : "; " + Str(d, "action")) + "\n";
+  } else if (d.is_object() && !Str(d, "reason").empty()) {
+    o += indent + "not tested: " + Str(d, "reason") + "\n";
+  }
+  const Json c = x.value("classification", Json());
+  if (c.is_object()) {
+    o += indent + "cause: " + Str(c, "cause") + ": " + Str(c, "evidence") +
+         (Str(c, "action").empty() ? "" : "; " + Str(c, "action")) + "\n";
+  }
+  const Json b = x.value("replay", Json());
+  if (b.is_object() && b.value("checkpoint_step", -1L) >= 0 && !job.empty()) {
+    o += indent + "replay: `bulwark replay " + job + " " + std::to_string(number) +
+         "` re-runs steps " + std::to_string(b.value("checkpoint_step", -1L) + 1) + "-" +
+         std::to_string(b.value("fault_step", -1L)) + " from checkpoint step " +
+         std::to_string(b.value("checkpoint_step", -1L)) + "\n";
+  }
+  return o;
+}
+
+namespace {
+
 // "in process: kept ranks 0 (pid 11), 2 (pid 13); replaced rank 1 (pid 12 -> 40, warm)".
 std::string ProcessesLine(const Json& p) {
   auto pids = [&](const char* key, bool replaced) {
@@ -98,6 +140,7 @@ std::string FormatReport(const Json& r) {
       if (x.contains("processes") && x["processes"].is_object()) {
         o << "      " << ProcessesLine(x["processes"]) << "\n";
       }
+      o << FormatIncidentDiagnosis(x, r.value("job", std::string()), i, "      ");
     }
   }
   if (r.contains("resizes") && r["resizes"].is_array()) {

@@ -882,6 +882,10 @@ Observed Operator::Impl::ObserveRunner(const std::string& key, JobState& j) cons
   }
   o.start_time = j.start_time;
   o.message = s.message;
+  if (s.incidents.is_array() && !s.incidents.empty()) {
+    o.last_incident = s.incidents.back();
+    o.incidents = static_cast<int>(s.incidents.size());
+  }
   if (auto nodes = placement_.Nodes(key)) {
     o.nodes = nodes->gang;
     o.standby = nodes->standby;

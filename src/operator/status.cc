@@ -81,6 +81,47 @@ const char* PhaseName(Phase p) {
   return "Unknown";
 }
 
+namespace {
+
+// status.lastIncident from the controller's record `x` (the report's incident row):
+// strings only, each a sentence, so `kubectl describe` reads it.
+Json LastIncident(const Json& x, int number) {
+  auto str = [](const Json& j, const char* k) {
+    return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>()
+                                                              : std::string();
+  };
+  Json out = {{"number", number},
+              {"kind", str(x, "kind")},
+              {"step", x.value("step", -1L)},
+              {"rank", x.value("rank", -1)},
+              {"detail", str(x, "detail")}};
+  if (!str(x, "node_id").empty()) out["node"] = str(x, "node_id");
+  const Json d = x.value("decision", Json());
+  if (d.is_object()) {
+    out["action"] = str(d, "action");
+    out["reason"] = str(d, "reason");
+  }
+  const Json dg = x.value("diagnosis", Json());
+  if (dg.is_object() && dg.value("run", false)) {
+    out["diagnosis"] =
+        str(dg, "node_id") + ": " +
+        (str(dg, "verdict").empty() ? "being tested"
+                                    : str(dg, "verdict") + " (" + str(dg, "summary") + ")") +
+        (str(dg, "action").empty() ? "" : "; " + str(dg, "action"));
+  } else if (dg.is_object() && !str(dg, "reason").empty()) {
+    out["diagnosis"] = "not tested: " + str(dg, "reason");
+  }
+  const Json c = x.value("classification", Json());
+  if (c.is_object() && !str(c, "cause").empty()) {
+    out["cause"] = str(c, "cause");
+    out["causeEvidence"] =
+        str(c, "evidence") + (str(c, "action").empty() ? "" : "; " + str(c, "action"));
+  }
+  return out;
+}
+
+}  // namespace
+
 Json BuildStatus(const Json& old_status, const Observed& o, long generation, double now) {
   Json s = Json::object();
   s["phase"] = PhaseName(o.phase);
@@ -115,6 +156,7 @@ Json BuildStatus(const Json& old_status, const Observed& o, long generation, dou
   if (!o.nodes.empty()) {
     s["admission"] = {{"nodes", o.nodes}, {"standby", o.standby}, {"reason", o.admission_reason}};
   }
+  if (o.last_incident.is_object()) s["lastIncident"] = LastIncident(o.last_incident, o.incidents);
   if (o.has_ledger && o.ledger.wall_s > 0) {
     Json lost = Json::object();
     for (const auto& [cat, sec] : o.ledger.seconds) {

@@ -31,6 +31,9 @@ struct Observed {
   bool has_ledger = false;
   LedgerReport ledger;
   std::string metrics_text;  // the job's Prometheus series (RenderJobMetrics)
+  // The newest incident as the controller records it (null: none): status.lastIncident.
+  Json last_incident;
+  int incidents = 0;           // how many so far (its number)
   double start_time = 0;       // first admission (0: not yet)
   double completion_time = 0;  // terminal (0: not yet)
 };

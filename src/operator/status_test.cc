@@ -130,6 +130,42 @@ TEST(BuildStatusTest, TerminalWithCheckpointAndEttr) {
   EXPECT_FALSE(s["ettr"]["lostSeconds"].contains("productive"));
   EXPECT_TRUE(s.contains("completionTime"));
   EXPECT_TRUE(s.contains("startTime"));
+  EXPECT_FALSE(s.contains("lastIncident")) << "no incident, no lastIncident";
+}
+
+TEST(BuildStatusTest, LastIncidentSaysWhatHappenedWhatWasTestedAndTheCause) {
+  Observed o;
+  o.phase = Phase::kRunning;
+  o.incidents = 2;
+  o.last_incident = {
+      {"kind", "nan"},
+      {"step", 37},
+      {"rank", 0},
+      {"node_id", "node-0"},
+      {"detail", "rank 0 reported a NaN/Inf loss at step 37"},
+      {"decision", {{"action", "replace_node"}, {"reason", "rolling back to step 36"}}},
+      {"diagnosis",
+       {{"run", true},
+        {"node_id", "node-0"},
+        {"verdict", "healthy"},
+        {"summary", "healthy: matmul; disk:/ck passed"},
+        {"action", "rejoined as a warm standby"}}},
+      {"classification",
+       {{"cause", "hardware"},
+        {"evidence", "the NaN did not come back on another node"},
+        {"action", "quarantined"}}},
+      {"replay", {{"losses", {{"36", {{"0", 2.5}}}}}}}};
+  const Json s = BuildStatus(Json(), o, 1, kT0);
+  const Json& li = s["lastIncident"];
+  EXPECT_EQ(li["number"], 2);
+  EXPECT_EQ(li["kind"], "nan");
+  EXPECT_EQ(li["node"], "node-0");
+  EXPECT_EQ(li["action"], "replace_node");
+  EXPECT_EQ(li["diagnosis"],
+            "node-0: healthy (healthy: matmul; disk:/ck passed); rejoined as a warm standby");
+  EXPECT_EQ(li["cause"], "hardware");
+  EXPECT_EQ(li["causeEvidence"], "the NaN did not come back on another node; quarantined");
+  EXPECT_FALSE(li.contains("replay")) << "the bundle stays in the report, not the status";
 }
 
 }  // namespace

@@ -274,7 +274,8 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
       d.resume_step_max = below[idx];
       target = Fmt("to step %ld", d.resume_step_max);
     }
-    if (repeats == 0 && incident.node >= 0 && history.spares_available > 0) {
+    if (repeats == 0 && incident.node >= 0 && history.spares_available > 0 &&
+        spec_.diagnose_suspect_nodes) {
       // The re-run of the steps before the NaN goes to other hardware: if the NaN does
       // not come back there, it was the node's (policy/replay_check.h).
       d.action = Action::kReplaceNode;

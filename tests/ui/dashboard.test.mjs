@@ -169,6 +169,12 @@ try {
   assert.ok(hangAt >= 0, 'no hang incident (the job injects one)');
   const hang = incidents[hangAt];
   const hangRow = page.locator(`#incident-${hangAt}`);
+  // A hang sends its node to its self-tests (stop-diagnose): the row says so.
+  assert.ok(hang.diagnosis && hang.diagnosis.run, `the hang was not diagnosed: ${JSON.stringify(hang.diagnosis)}`);
+  const tested = (await hangRow.locator('[data-testid="diagnosis"]').textContent()).trim();
+  assert.ok(tested.startsWith(`tested ${hang.diagnosis.node_id}:`), `diagnosis shown: ${tested}`);
+  if (hang.diagnosis.verdict) assert.ok(tested.includes(hang.diagnosis.verdict), tested);
+  ok(`finished: the hang row shows its diagnosis "${tested}"`);
   const marker = 'localised: ';
   if (hang.detail.includes(marker)) {
     const culprit = hang.detail.slice(hang.detail.indexOf(marker) + marker.length).trim();
