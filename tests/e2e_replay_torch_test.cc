@@ -56,7 +56,7 @@ TEST_F(ReplayE2E, NanOnOneNodeIsHardware) {
   EXPECT_EQ(inc["action"], "replace_node") << inc.dump(2);
   EXPECT_EQ(inc["classification"]["cause"], "hardware") << inc.dump(2);
   EXPECT_EQ(inc["classification"]["action"], "quarantined") << inc.dump(2);
-  EXPECT_NE(out.find("NodeQuarantined: node-0: bulwark: a replay found the node computed wrong"),
+  EXPECT_NE(out.find("NodeQuarantined: node-0 computed wrong, a replay found: the NaN of rank 0"),
             std::string::npos)
       << out;
   const long fault_step = inc["replay"]["fault_step"].get<long>();

@@ -147,7 +147,8 @@ void ControllerImpl::FinishDiagnostics(Node& n, const std::vector<diag::CheckRes
     }
     Event("NodeHealthy", n.id + " passed its diagnostics (" + v.summary + "); " + action);
   } else {
-    action = QuarantineAndRelease(n, "bulwark: failed diagnostics: " + v.summary);
+    action = QuarantineAndRelease(n, "bulwark: failed diagnostics: " + v.summary,
+                                  "failed its diagnostics: " + v.summary);
   }
   if (n.diagnose_incident >= 0 && n.diagnose_incident < static_cast<int>(incidents_.size())) {
     Json& rec = incidents_[n.diagnose_incident]["diagnosis"];
@@ -164,7 +165,8 @@ void ControllerImpl::FinishDiagnostics(Node& n, const std::vector<diag::CheckRes
   n.diagnose_incident = -1;
 }
 
-std::string ControllerImpl::QuarantineAndRelease(Node& n, const std::string& reason) {
+std::string ControllerImpl::QuarantineAndRelease(Node& n, const std::string& reason,
+                                                 const std::string& why) {
   const bool in_slot = n.slot >= 0;
   Status q = backend_->QuarantineNode(n.id, reason);
   n.quarantined = true;
@@ -185,7 +187,7 @@ std::string ControllerImpl::QuarantineAndRelease(Node& n, const std::string& rea
   }
   n.lost = true;
   if (!in_slot) n.slot = -2;  // in its slot, EnsureSlotsFilled replaces it
-  Event("NodeQuarantined", n.id + ": " + reason + "; " + action);
+  Event("NodeQuarantined", n.id + " " + why + "; " + action);
   if (stage_ == Stage::kRunning) ReplenishSpares();
   return action;
 }

@@ -203,8 +203,9 @@ class ControllerImpl {
   // Diagnostics past their deadline, or whose node was lost, fail.
   void CheckDiagnostics(double now);
   // Quarantines n through the backend (`reason` goes with it), shuts its agent down and
-  // releases it; a slot it served is refilled by EnsureSlotsFilled. The action taken.
-  std::string QuarantineAndRelease(Node& n, const std::string& reason);
+  // releases it; a slot it served is refilled by EnsureSlotsFilled. The event says "<id>
+  // <why>; <action>". The action taken.
+  std::string QuarantineAndRelease(Node& n, const std::string& reason, const std::string& why);
   // Replay (controller_replay.cc, policy/replay_check.h).
   // The incident's replay bundle (pins its checkpoint against retention).
   Json ReplayBundle(const Incident& inc);

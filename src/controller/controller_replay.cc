@@ -209,7 +209,8 @@ std::string ControllerImpl::QuarantineForReplay(const std::string& node_id,
       incidents_[n.diagnose_incident]["diagnosis"]["state"] = "superseded by the replay";
     }
   }
-  return QuarantineAndRelease(n, "bulwark: a replay found the node computed wrong: " + evidence);
+  return QuarantineAndRelease(n, "bulwark: a replay found the node computed wrong: " + evidence,
+                              "computed wrong, a replay found: " + evidence);
 }
 
 void ControllerImpl::BeginReplayCheck(const Incident& inc, const Decision& d, int index) {
