@@ -38,7 +38,8 @@ from bulwark._lib import BulwarkError
 from bulwark._runtime import _RUNTIME, Generation, Restart, check, generation, run, steps
 
 __all__ = [
-    "BulwarkError", "Generation", "Restart", "check", "check_alignment", "deterministic",
+    "BulwarkError", "Generation", "Restart", "batch_indices", "check", "check_alignment",
+    "deterministic",
     "generation", "init", "ordered_allreduce_hook",
     "parameter_digest", "poll_injected_nan", "poll_injected_sdc",
     "rank", "report_step", "resume_step", "run", "seed_step", "should_checkpoint", "should_skip",
@@ -238,6 +239,32 @@ def seed_step(seed: int, step: int) -> None:
     run resumed from a checkpoint draws what the first run drew without saving the
     generators' state. Call it at the start of every step."""
     _seed_all((seed * 1000003 + step) * 1000033 + max(0, _rank_or_zero()))
+
+
+def batch_indices(step: int, batch_size: int, dataset_len: int, *, seed: int,
+                  rank: int = 0, world_size: int = 1) -> List[int]:
+    """The dataset indices of this rank's batch at `step`: the data position as a pure
+    function of the step, so a run resumed from any checkpoint (and a replay) reads the
+    batches the first run read, with no sampler state to save. Step s covers global
+    samples [s * batch_size * world_size, (s + 1) * batch_size * world_size) of an endless
+    sequence of epochs, each a permutation of range(dataset_len) drawn from (seed, epoch);
+    this rank takes its batch_size of them. Skipping data after a NaN (skip_range) is the
+    trainer's: use another seed, or the next step's indices, for skipped steps."""
+    if batch_size < 1 or dataset_len < 1 or world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError("batch_indices: want batch_size >= 1, dataset_len >= 1 and "
+                         "0 <= rank < world_size")
+    import random
+    out: List[int] = []
+    first = (step * world_size + rank) * batch_size
+    perms: dict = {}
+    for g in range(first, first + batch_size):
+        epoch, at = divmod(g, dataset_len)
+        if epoch not in perms:
+            p = list(range(dataset_len))
+            random.Random(seed * 1000003 + epoch).shuffle(p)
+            perms[epoch] = p
+        out.append(perms[epoch][at])
+    return out
 
 
 def _seed_all(seed: int) -> bool:

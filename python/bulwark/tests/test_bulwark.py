@@ -141,6 +141,33 @@ class BulwarkTest(unittest.TestCase):
         self.assertEqual(self.recv()["digest"], format(bad, "016x"))
         self.assertEqual(bulwark.parameter_digest(model), bad)  # perturbed once only
 
+    def test_batch_indices_are_a_function_of_the_step(self):
+        # Every sample of an epoch exactly once across the ranks' batches, and the same
+        # indices whenever a step is asked for again (a resumed run, a replay).
+        n, b, w = 10, 2, 2
+        epoch0 = [i for s in range(0, 3) for r in range(w)
+                  for i in bulwark.batch_indices(s, b, n, seed=7, rank=r, world_size=w)][:n]
+        self.assertEqual(sorted(epoch0), list(range(n)))
+        self.assertEqual(bulwark.batch_indices(5, b, n, seed=7, rank=1, world_size=w),
+                         bulwark.batch_indices(5, b, n, seed=7, rank=1, world_size=w))
+        self.assertNotEqual(bulwark.batch_indices(0, 5, 100, seed=7),
+                            bulwark.batch_indices(0, 5, 100, seed=8))
+        with self.assertRaises(ValueError):
+            bulwark.batch_indices(0, 2, 10, seed=1, rank=2, world_size=2)
+
+    def test_seed_step_repeats_a_steps_random_numbers(self):
+        import random
+        bulwark.seed_step(3, 40)
+        a = [random.random() for _ in range(3)]
+        random.random()
+        bulwark.seed_step(3, 40)
+        self.assertEqual([random.random() for _ in range(3)], a)
+        bulwark.seed_step(3, 41)
+        self.assertNotEqual([random.random() for _ in range(3)], a)
+        gaps = bulwark.deterministic(3)
+        self.assertIsInstance(gaps, list)
+        self.assertTrue(all(isinstance(g, str) and g for g in gaps))
+
     def test_check_alignment_of_plain_buffers(self):
         self.bind_agent()
         os.environ["RANK"] = "1"
