@@ -34,8 +34,21 @@ std::vector<std::string> AgentBundleCommand(const std::string& dir) {
 
 std::vector<std::string> SelfCommand() {
   std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return {"/proc/self/exe"};
+  // The binary was replaced while this process ran (an upgrade, a rebuild): the kernel
+  // names the old file "<path> (deleted)". The new file at <path> is the program now.
+  const std::string kDeleted = " (deleted)";
+  std::string s = exe.string();
+  if (s.size() > kDeleted.size() &&
+      s.compare(s.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0) {
+    s.resize(s.size() - kDeleted.size());
+    if (fs::exists(s, ec)) {
+      exe = s;
+    } else {
+      return {"/proc/self/exe"};  // gone altogether: this process's own image still runs
+    }
+  }
   const fs::path bundle = exe.parent_path().parent_path();
   if (exe.filename() == "ld.so" && fs::exists(bundle / "bin" / "bulwark-agent", ec)) {
     return AgentBundleCommand(bundle.string());

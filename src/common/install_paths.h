@@ -29,7 +29,9 @@ std::string DefaultSdkLib(const std::string& build_default);
 std::vector<std::string> AgentBundleCommand(const std::string& dir);
 
 // The command line that runs this executable again: AgentBundleCommand(<bundle>) when it
-// runs from an agent bundle (the process is the bundle's loader), else {its path}.
+// runs from an agent bundle (the process is the bundle's loader), else {its path} — the
+// file at that path now when the binary was replaced while it ran (an upgrade, a
+// rebuild), and {/proc/self/exe} when nothing is there any more.
 std::vector<std::string> SelfCommand();
 
 }  // namespace bulwark
