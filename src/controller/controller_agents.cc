@@ -105,6 +105,8 @@ void ControllerImpl::Greet(Node& n, const Json& m) {
   n.last_heartbeat = clock_->NowWall();
   auto peer_host = JStrOr(m, "peer_host", "");
   n.peer_host = peer_host.ok() ? *peer_host : "";
+  n.link_capable = m.contains("diag_checks") && m["diag_checks"].is_array() &&
+                   std::count(m["diag_checks"].begin(), m["diag_checks"].end(), Json("link")) > 0;
   n.peer_port = PortField(m, "peer_port");
   n.free_port = PortField(m, "free_port");
   n.adopt_port = PortField(m, "adopt_port");
@@ -245,6 +247,10 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
   }
   if (type == "diagnosis") {  // stop-diagnose: a node's checks (controller_diagnosis.cc)
     OnDiagnosis(n, m);
+    return;
+  }
+  if (type == "link_listening") {  // the link check's ring forms (controller_link.cc)
+    OnLinkListening(n, m);
     return;
   }
   if (type == "digest") {  // the bitwise alignment check
