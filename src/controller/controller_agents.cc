@@ -6,6 +6,7 @@
 #include "common/json_util.h"
 #include "controller/controller_impl.h"
 #include "controller/incident_json.h"
+#include "policy/ckpt_fault.h"
 
 namespace bulwark {
 namespace {
@@ -381,6 +382,21 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       Event("CheckpointShardFailed", "rank " + std::to_string(*rank) + " step " +
                                          std::to_string(*step) + " (" + *tier +
                                          "): " + m["error"].dump());
+      const std::string error = m["error"].is_string() ? m["error"].get<std::string>() : "";
+      const CkptWriteVerdict v = ClassifyCheckpointWriteError(*tier, error);
+      if (v.node_fault && stage_ == Stage::kRunning && n.slot >= 0) {  // its disk: tested
+        Incident inc;
+        inc.kind = FaultKind::kFatalLog;
+        inc.subtype = v.subtype;
+        inc.rank = static_cast<int>(*rank);
+        inc.node = n.slot;
+        inc.step = last_step_;
+        inc.fault_time = inc.detect_time = now;
+        inc.detail = "rank " + std::to_string(*rank) + "'s checkpoint of step " +
+                     std::to_string(*step) + " could not be written to " + n.id +
+                     "'s disk: " + error;
+        OnFault(inc, Json::object());
+      }
       return;
     }
     if (cadence_ && *tier == "disk") {

@@ -227,8 +227,9 @@ class ControllerImpl {
     std::map<std::string, std::vector<diag::CheckResult>> results;  // their link results
     bool peers_sent = false;
     double listen_deadline = 0;
-    double deadline = 0;
-    std::string off;  // why the ring was called off ("" = it was not)
+    double ring_deadline = 0;  // link_peers + the budget: the peers have answered by then
+    double deadline = 0;       // the node under test's
+    std::string off;           // why the ring was called off ("" = it was not)
   };
   std::optional<LinkSession> link_;
   uint64_t next_link_session_ = 0;

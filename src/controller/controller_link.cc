@@ -13,8 +13,10 @@
 //      node under test is one of at least two), each gets `link_peers` {id, index,
 //      peers}; fewer than two, and the ring is called off (`link_peers` with no peers);
 //   4. each runs its part and answers `diagnosis`; the ring's verdict (diag::JudgeLinks,
-//      pure) is taken once every member in the ring answered, or at the deadline of the
-//      node under test (a member that never answers has its links "not reported").
+//      pure) is taken once every member in the ring answered (or is gone), or -- the node
+//      under test having answered -- kLinkBudgetS + kRingReplySlackS after link_peers,
+//      or at the deadline of the node under test (a member that never answers has its
+//      links "not reported").
 // The verdict is one more check of the node under test, "link": failed when the ring
 // names it, with every link's MiB/s as evidence; a reference peer the ring names is
 // reported (event LinkSuspect, the record's link.at_fault) but left alone.
@@ -29,8 +31,9 @@
 namespace bulwark {
 namespace {
 
-constexpr double kListenWaitS = 5;   // for every member's link_listening
-constexpr double kLinkBudgetS = 20;  // the link check's budget on every member
+constexpr double kListenWaitS = 5;      // for every member's link_listening
+constexpr double kLinkBudgetS = 20;     // the link check's budget on every member
+constexpr double kRingReplySlackS = 5;  // beyond it, for a peer's `diagnosis`
 
 }  // namespace
 
@@ -113,6 +116,7 @@ void ControllerImpl::OnLinkListening(Node& n, const Json& m) {
 void ControllerImpl::SendLinkPeers() {
   LinkSession& s = *link_;
   s.peers_sent = true;
+  s.ring_deadline = clock_->NowWall() + kLinkBudgetS + kRingReplySlackS;
   Json peers = Json::array();
   for (const std::string& id : s.members) {
     auto it = nodes_.find(id);
@@ -150,7 +154,10 @@ bool ControllerImpl::HoldForLink(Node& n, const std::vector<diag::CheckResult>& 
   s.results[n.id] = results;
   const bool under_test = s.members.front() == n.id;
   bool all = s.peers_sent;
-  for (const std::string& id : s.ring) all = all && s.results.count(id);
+  for (const std::string& id : s.ring) {  // a member that is gone answers no more
+    auto it = nodes_.find(id);
+    all = all && (s.results.count(id) || it == nodes_.end() || !it->second->connected());
+  }
   if (all || (under_test && s.ring.empty())) FinishLinkSession();
   return under_test;
 }
@@ -158,7 +165,14 @@ bool ControllerImpl::HoldForLink(Node& n, const std::vector<diag::CheckResult>& 
 void ControllerImpl::CheckLinkSession(double now) {
   if (!link_) return;
   if (!link_->peers_sent && now > link_->listen_deadline) SendLinkPeers();
-  if (link_ && link_->deadline > 0 && now > link_->deadline) FinishLinkSession();
+  if (!link_) return;
+  // The peers' reports are late past ring_deadline: the verdict goes on without them
+  // once the node under test answered (their links are "not reported").
+  const bool under_test_in = link_->results.count(link_->members.front()) > 0;
+  if ((under_test_in && link_->peers_sent && now > link_->ring_deadline) ||
+      (link_->deadline > 0 && now > link_->deadline)) {
+    FinishLinkSession();
+  }
 }
 
 void ControllerImpl::FinishLinkSession() {
@@ -182,6 +196,7 @@ void ControllerImpl::FinishLinkSession() {
   auto it = nodes_.find(s.members.front());
   if (it == nodes_.end()) return;
   Node& n = *it->second;
+  const bool answered = s.results.count(n.id) > 0;
   std::vector<diag::CheckResult> own;  // its other checks' results
   double link_s = 0;
   for (const diag::CheckResult& r : s.results[n.id]) {
@@ -197,12 +212,18 @@ void ControllerImpl::FinishLinkSession() {
     Event("LinkCheck", n.id + ": no link check: " + record["reason"].get<std::string>());
   } else {
     std::vector<diag::LinkSample> samples;
-    for (const std::string& id : s.ring) {
-      for (const diag::CheckResult& r : s.results[id]) {
+    std::vector<int> silent;
+    for (size_t i = 0; i < s.ring.size(); ++i) {
+      auto got = s.results.find(s.ring[i]);
+      if (got == s.results.end()) {
+        silent.push_back(static_cast<int>(i));
+        continue;
+      }
+      for (const diag::CheckResult& r : got->second) {
         if (r.name == "link") samples.insert(samples.end(), r.links.begin(), r.links.end());
       }
     }
-    const diag::LinkVerdict v = diag::JudgeLinks(s.ring, samples, {0});
+    const diag::LinkVerdict v = diag::JudgeLinks(s.ring, samples, {0}, silent);
     Json at_fault = Json::array();
     bool named = false;
     for (int i : v.at_fault) {
@@ -225,7 +246,7 @@ void ControllerImpl::FinishLinkSession() {
   }
   if (Json* rec = DiagnosisRecord(n)) (*rec)["link"] = record;
   if (!n.diagnosing) return;  // finished already (lost, or past its deadline)
-  if (!s.results.count(n.id)) {
+  if (!answered) {
     own.push_back({"diagnostics", false, 0, "the node's checks did not answer"});
   }
   FinishDiagnostics(n, own);

@@ -154,6 +154,77 @@ TEST_F(ControllerLinkTest, APeerThatNeverListensCallsTheRingOffNotTheNode) {
       << d.dump();
 }
 
+TEST_F(ControllerLinkTest, APeerThatNeverReportsIsNamedNotTheNodeUnderTest) {
+  Json diagnose = CollectiveFault("crash", "collective_error", 2);
+  Json ref = Expect(0, "diagnose");
+  Listen({{1, diagnose}, {0, ref}});
+  Send(1, {{"type", "diagnosis"},
+           {"id", diagnose["id"]},
+           {"results", {LinkResult(1, 0, 900.0), Passed("matmul"), Passed("disk:/ck")}}});
+  for (int i = 0; i < 20; ++i) ctl_->RunOnce();
+  EXPECT_TRUE(backend_.quarantined.empty());
+  clock_.Advance(26);               // past the ring's deadline: node-0 never reported
+  Json start = Expect(1, "start");  // node-1 passed: kept in its slot
+  EXPECT_EQ(start["attempt"], 1);
+  EXPECT_TRUE(backend_.quarantined.empty());
+  Json report = Finish();
+  const Json& d = report["incidents"][0]["diagnosis"];
+  EXPECT_EQ(d["verdict"], "healthy") << d.dump();
+  EXPECT_EQ(d["link"]["at_fault"], Json::array({"node-0"})) << d.dump();
+  EXPECT_NE(d["link"]["summary"].get<std::string>().find("not reported"), std::string::npos);
+}
+
+TEST_F(ControllerLinkTest, ACheckpointWriteThatFindsTheDiskFullTestsTheNode) {
+  Begin(LinkSpec(1));
+  Expect(0, "start");
+  Expect(1, "start");
+  const int standby = Connect(backend_.started[2].node_id, 102);
+  Started(0);
+  Step(0, 10);
+  // A full shared volume is not one node's: an event, nothing stops.
+  Send(1, {{"type", "ckpt"},
+           {"attempt", 0},
+           {"rank", 2},
+           {"step", 10},
+           {"tier", "shared"},
+           {"error", "write /shared/x: No space left on device"}});
+  for (int i = 0; i < 20; ++i) ctl_->RunOnce();
+  for (const Json& m : agents_[0].Read()) EXPECT_NE(m["type"], "stop") << m.dump();
+  // node-1's own disk is full: it leaves its slot for the standby and is tested.
+  Send(1, {{"type", "ckpt"},
+           {"attempt", 0},
+           {"rank", 3},
+           {"step", 10},
+           {"tier", "disk"},
+           {"error", "write /ck/step-000000000010/shard-3: No space left on device"}});
+  Expect(0, "stop");
+  Stopped(0, {});
+  Json diagnose = Expect(1, "diagnose");
+  EXPECT_EQ(diagnose["checks"], Json::array({"matmul", "disk"}));  // no link check
+  Json start = Expect(standby, "start");
+  EXPECT_EQ(start["group_rank"], 1);
+  Send(1, {{"type", "diagnosis"},
+           {"id", diagnose["id"]},
+           {"results",
+            {Passed("matmul"), Json{{"name", "disk:/ck"},
+                                    {"ok", false},
+                                    {"seconds", 0.01},
+                                    {"evidence",
+                                     "write /ck/.bulwark-diag-7 after 0.0 MiB: No space left on "
+                                     "device"}}}}});
+  Expect(1, "shutdown");
+  ASSERT_EQ(backend_.quarantined.size(), 1u);
+  Json report = Finish();
+  const Json& inc = report["incidents"][0];
+  EXPECT_EQ(inc["kind"], "fatal_log");
+  EXPECT_EQ(inc["subtype"], "disk_full");
+  EXPECT_EQ(inc["rank"], 3);
+  EXPECT_EQ(inc["node_id"], "node-1");
+  EXPECT_EQ(inc["diagnosis"]["verdict"], "unhealthy");
+  EXPECT_EQ(inc["diagnosis"]["reason"],
+            "a checkpoint write found no space: the node's disks are tested");
+}
+
 TEST_F(ControllerLinkTest, AnOldAgentGetsNoLinkCheck) {
   diag_checks_ = Json::array({"matmul", "disk"});  // its hello names no link check
   Json diagnose = CollectiveFault("crash", "collective_error", 3);

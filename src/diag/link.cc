@@ -458,7 +458,8 @@ LinkCheckOutput LinkSelfTest(const LinkOptions& o) {
 }
 
 LinkVerdict JudgeLinks(const std::vector<std::string>& names,
-                       const std::vector<LinkSample>& samples, const std::vector<int>& suspects) {
+                       const std::vector<LinkSample>& samples, const std::vector<int>& suspects,
+                       const std::vector<int>& silent) {
   LinkVerdict v;
   const int n = static_cast<int>(names.size());
   v.link_bad.assign(std::max(n, 0), false);
@@ -473,7 +474,7 @@ LinkVerdict JudgeLinks(const std::vector<std::string>& names,
   for (const LinkSample& s : samples) {
     if (s.to < 0 || s.to >= n || s.from != (s.to + n - 1) % n) continue;  // not a ring link
     LinkSample& l = link[s.to];
-    reported[s.to] = true;
+    reported[s.to] = std::find(silent.begin(), silent.end(), s.to) == silent.end();
     if (s.mib_s >= 0) l.mib_s = s.mib_s;
     if (s.rtt_ms >= 0) l.rtt_ms = s.rtt_ms;
     l.correct = l.correct && s.correct;
@@ -525,7 +526,9 @@ LinkVerdict JudgeLinks(const std::vector<std::string>& names,
     if (!v.link_bad[i]) continue;
     const int a = link[i].from, b = link[i].to;
     std::vector<int> named;
-    if (bad_count[a] != bad_count[b]) {
+    if (!reported[i]) {
+      named = {b};  // the member that did not report its incoming link
+    } else if (bad_count[a] != bad_count[b]) {
       named = {bad_count[a] > bad_count[b] ? a : b};
     } else if (suspect.count(a) != suspect.count(b)) {
       named = {suspect.count(a) ? a : b};

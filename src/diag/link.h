@@ -96,14 +96,18 @@ struct LinkVerdict {
 
 // The verdict over a ring's reports: `names` per ring index, `samples` from every
 // member (merged by (from, to); a link nobody reported counts as failed), `suspects`
-// the ring indices under test (the others are reference peers believed healthy).
+// the ring indices under test (the others are reference peers believed healthy),
+// `silent` the ring indices that sent no report at all (their incoming links count as
+// not reported, whatever their senders said of them).
 // A link is bad when it delivered a wrong byte, carried less than kSlowLinkFraction x
 // the median bandwidth of the measured links, or failed -- but when some link never
 // connected (or was not reported), only those are bad: the others' later failures are
-// their consequences (every member waits for the ring). Each bad link names
+// their consequences (every member waits for the ring). A link not reported names the
+// member that did not report it; each other bad link names
 // one end: the end that is also on another bad link (a node whose links are all slow);
 // else the one under test when exactly one end is; else both ("one of"). Pure.
 LinkVerdict JudgeLinks(const std::vector<std::string>& names,
-                       const std::vector<LinkSample>& samples, const std::vector<int>& suspects);
+                       const std::vector<LinkSample>& samples, const std::vector<int>& suspects,
+                       const std::vector<int>& silent = {});
 
 }  // namespace bulwark::diag
