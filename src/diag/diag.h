@@ -73,7 +73,7 @@ struct RunOptions {
   const std::atomic<bool>* cancel = nullptr;
   int matmul_n = 256;
   size_t disk_bytes = 16 << 20;
-  size_t link_bytes = 32 << 20;
+  size_t link_bytes = size_t{1} << 30;  // link: at most this much per link (diag/link.h)
 };
 
 // Runs each check in its own `bulwark-agent diagnose` process, one after another.

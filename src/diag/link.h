@@ -66,8 +66,11 @@ struct LinkOptions {
   std::vector<LinkPeer> peers;      // every member, in ring order (this one included)
   int listen_fd = -1;               // this member's listening socket (not owned)
   uint64_t session = 0;             // the same on every member: a stray connection is refused
-  size_t bytes = 32 << 20;          // streamed on each link to measure its bandwidth
-  double stream_cap_s = 3;          // the bandwidth phase ends by then
+  // The bandwidth phase streams up to `bytes` on each link for at most stream_cap_s:
+  // by default a time window (1.5 s), long enough that a process descheduled for a
+  // moment does not make a healthy link look 4x slower than its peers.
+  size_t bytes = size_t{1} << 30;
+  double stream_cap_s = 1.5;
   size_t reduce_floats = 64 << 10;  // the all-reduce's buffer, float32 elements
   double budget_s = 20;             // every socket op finishes by then
   // Chaos slow_link: this member's sends are paced to this many MiB/s (a bad NIC's

@@ -116,8 +116,7 @@ std::vector<LinkCheckOutput> RunRing(int n, int throttled = -1, int absent = -1,
     o.peers = peers;
     o.listen_fd = listeners[i].get();
     o.session = 42;
-    o.bytes = 32 << 20;
-    o.stream_cap_s = 1.5;
+    o.stream_cap_s = 1;
     o.budget_s = budget;
     o.throttle_mib_s = i == throttled ? 4 : 0;
     threads.emplace_back([o, &out, i] { out[i] = LinkSelfTest(o); });
