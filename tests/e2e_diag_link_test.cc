@@ -52,8 +52,8 @@ class E2EDiag : public E2EBase {
 TEST_F(E2EDiag, SlowLink) {
   const std::string spec =
       WriteSpec("slowlink", 2, 1, 700,
-                std::string(kFastPolicy) + "chaos: [{kind: slow_link, atStep: 20, rank: 1}]\n",
-                "", ", TINY_STEP_TIME: \"0.05\"");
+                std::string(kFastPolicy) + "chaos: [{kind: slow_link, atStep: 20, rank: 1}]\n", "",
+                ", TINY_STEP_TIME: \"0.05\"");
   auto [rc, out, report] = RunJob(spec);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(report["last_step"], 700);
@@ -97,10 +97,9 @@ TEST_F(E2EDiag, SlowLink) {
 TEST_F(E2EDiag, FullDisk) {
   const std::string ckpt = dir_ + "/ckpt";
   std::filesystem::create_directories(ckpt);
-  auto [probe_rc, probe] =
-      RunProcess({"unshare", "-m", "--propagation", "private", "sh", "-c",
-                  "mount -t tmpfs -o size=64k tmpfs '" + ckpt + "'"},
-                 {}, 30);
+  auto [probe_rc, probe] = RunProcess({"unshare", "-m", "--propagation", "private", "sh", "-c",
+                                       "mount -t tmpfs -o size=64k tmpfs '" + ckpt + "'"},
+                                      {}, 30);
   if (probe_rc != 0) {
     GTEST_SKIP() << "needs a private mount namespace and a tmpfs mount (root, unshare -m): "
                  << probe;
@@ -111,8 +110,8 @@ TEST_F(E2EDiag, FullDisk) {
       << "#!/bin/sh\n"
       << "# node-1's checkpoint disk is full: a private 1 MiB tmpfs, filled.\n"
       << "case \" $* \" in *\" --node node-1 \"*)\n"
-      << "  exec unshare -m --propagation private sh -c 'mount -t tmpfs -o size=1m tmpfs \""
-      << ckpt << "\" && (dd if=/dev/zero of=\"" << ckpt
+      << "  exec unshare -m --propagation private sh -c 'mount -t tmpfs -o size=1m tmpfs \"" << ckpt
+      << "\" && (dd if=/dev/zero of=\"" << ckpt
       << "/fill\" bs=64k 2>/dev/null; true) && exec \"$0\" \"$@\"' " << agent << " \"$@\";;\n"
       << "esac\n"
       << "exec " << agent << " \"$@\"\n";

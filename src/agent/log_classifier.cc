@@ -35,8 +35,8 @@ const std::vector<Rule>& Rules() {
 // Cheap substring prefilter: a line containing none of these cannot match any rule.
 bool MayMatch(std::string_view line) {
   static constexpr std::array<std::string_view, 10> kHints = {
-      "NCCL", "Watchdog", "memory", "OutOfMemory", "ECC", "Xid", "CU", "No space", "Errno 28",
-      "ENOSPC"};
+      "NCCL", "Watchdog", "memory",   "OutOfMemory", "ECC",
+      "Xid",  "CU",       "No space", "Errno 28",    "ENOSPC"};
   for (auto h : kHints) {
     if (line.find(h) != std::string_view::npos) return true;
   }

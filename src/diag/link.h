@@ -62,10 +62,10 @@ struct LinkPeer {
 };
 
 struct LinkOptions {
-  int index = 0;                    // this member's place in the ring
-  std::vector<LinkPeer> peers;      // every member, in ring order (this one included)
-  int listen_fd = -1;               // this member's listening socket (not owned)
-  uint64_t session = 0;             // the same on every member: a stray connection is refused
+  int index = 0;                // this member's place in the ring
+  std::vector<LinkPeer> peers;  // every member, in ring order (this one included)
+  int listen_fd = -1;           // this member's listening socket (not owned)
+  uint64_t session = 0;         // the same on every member: a stray connection is refused
   // The bandwidth phase streams up to `bytes` on each link for at most stream_cap_s:
   // by default a time window (1.5 s), long enough that a process descheduled for a
   // moment does not make a healthy link look 4x slower than its peers.

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <thread>
 
+#include "diag/diag.h"
+
 namespace bulwark::diag {
 namespace {
 
@@ -82,6 +84,24 @@ TEST(DiagLinkJudge, SamplesRoundTripThroughJson) {
   bad = LinkSampleFromJson(Json{{"from", 1}, {"to", 2}, {"mib_s", -3}});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("\"mib_s\""), std::string::npos);
+}
+
+TEST(DiagLinkJudge, ACheckResultCarriesItsLinks) {
+  CheckResult r{"link", true, 2.5, "member 0 of 2", {{1, 0, 800, -1, true, true, ""}}};
+  auto back = CheckResultFromJson(ToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->links.size(), 1u);
+  EXPECT_EQ(back->links[0], r.links[0]);
+  EXPECT_FALSE(ToJson(CheckResult{"matmul", true, 1, "fine"}).contains("links"));
+  Json bad = ToJson(r);
+  bad["links"] = "fast";
+  auto err = CheckResultFromJson(bad);
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(err.status().message().find("\"links\""), std::string::npos);
+  bad["links"] = Json::array({Json{{"from", 0}, {"to", 1}, {"correct", "yes"}}});
+  err = CheckResultFromJson(bad);
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(err.status().message().find("\"correct\""), std::string::npos);
 }
 
 TEST(DiagLinkJudge, ParsesPeers) {
