@@ -83,8 +83,8 @@ Result<CheckResult> CheckResultFromJson(const Json& j) {
   r.seconds = j["seconds"];
   r.evidence = j["evidence"];
   if (j.contains("links")) {
-    if (!j["links"].is_array() || j["links"].size() > 2) {
-      return InvalidArgument("check result: \"links\" must be an array of at most 2 samples");
+    if (!j["links"].is_array() || j["links"].size() > 3) {
+      return InvalidArgument("check result: \"links\" must be an array of at most 3 samples");
     }
     for (const Json& s : j["links"]) {
       BW_ASSIGN_OR_RETURN(LinkSample sample, LinkSampleFromJson(s));

@@ -36,7 +36,7 @@ struct CheckResult {
   bool ok = false;
   double seconds = 0;                  // how long it ran
   std::string evidence;                // what was measured or what went wrong, one line
-  std::vector<LinkSample> links = {};  // link: this member's incoming and outgoing link
+  std::vector<LinkSample> links = {};  // link: this member's incoming links, its outgoing one
 };
 Json ToJson(const CheckResult& r);
 // InvalidArgument naming the field for a malformed result line.

@@ -237,13 +237,16 @@ LinkCheckOutput LinkSelfTest(const LinkOptions& o) {
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   LinkSample in{prev, me, -1, -1, true, true, ""};
   LinkSample out{me, next, -1, -1, true, true, ""};
+  LinkSample back{next, me, -1, -1, true, true, ""};  // a ring of 3+: the reverse link
   const double start = NowS();
   // Leave a second of the budget for the report; never less than half of it.
   const double deadline = start + std::max(o.budget_s * 0.5, o.budget_s - 1.0);
   const double bps = o.throttle_mib_s * 1048576.0;
   auto finish = [&](const std::string& what) {
     r.links = {in, out};
-    r.ok = in.error.empty() && out.error.empty() && in.correct;
+    if (n >= 3) r.links.push_back(back);
+    r.ok =
+        in.error.empty() && out.error.empty() && back.error.empty() && in.correct && back.correct;
     r.evidence = what;
     return r;
   };
@@ -364,95 +367,162 @@ LinkCheckOutput LinkSelfTest(const LinkOptions& o) {
     }
   }
   if (!wrong.empty()) in.correct = false;
-  // 3. Bandwidth: every member streams to its successor at once, in stamped chunks; the
-  // sending and the receiving side move on independently, so one slow link does not
+  // 3. Bandwidth: every member streams to its successor at once, in stamped chunks, and
+  // -- in a ring of three or more -- back to its predecessor too (a ring of two has both
+  // directions already), so every directed link between neighbours is measured. Each
+  // stream's sending and receiving move on independently, so one slow link does not
   // pace the others.
   const size_t kChunk = 1 << 20;
-  std::vector<unsigned char> send(kChunk), want(kChunk), recv(kChunk);
-  for (size_t i = 0; i < kChunk; ++i) {
-    send[i] = PatternByte(me, i);
-    want[i] = PatternByte(prev, i);
+  struct Stream {
+    int fd = -1;
+    int from = -1;  // the member this stream's incoming bytes come from
+    bool send_open = true, recv_open = true;
+    size_t sent = 0, got = 0;
+    double last_in = 0;
+    bool correct = true;
+    std::vector<unsigned char> send, want, recv;
+  };
+  const bool both_ways = n >= 3;
+  std::vector<Stream> streams(both_ways ? 2 : 1);
+  streams[0].fd = in_fd.get();  // receives from the predecessor, sends back if both_ways
+  streams[0].from = prev;
+  streams[0].send_open = both_ways;  // a ring of two: each direction has its connection
+  if (both_ways) {
+    streams[1].fd = out_fd.get();  // sends to the successor, receives from it
+    streams[1].from = next;
   }
   const double phase = NowS();
-  const double cap = std::min(deadline, phase + o.stream_cap_s);
-  size_t sent = 0, got = 0;
-  double last_in = phase;
-  bool in_open = true, out_open = true;
-  auto stamp = [](std::vector<unsigned char>* buf, size_t offset) {
+  auto stamp = [&](std::vector<unsigned char>* buf, size_t offset) {
     const uint64_t k = offset / kChunk;
     std::memcpy(buf->data(), &k, sizeof k);
   };
-  stamp(&send, 0);
-  while ((out_open && sent < o.bytes) || (in_open && got < o.bytes)) {
+  for (Stream& st : streams) {
+    st.send.resize(kChunk);
+    st.want.resize(kChunk);
+    st.recv.resize(kChunk);
+    st.last_in = phase;
+    for (size_t i = 0; i < kChunk; ++i) {
+      st.send[i] = PatternByte(me, i);
+      st.want[i] = PatternByte(st.from, i);
+    }
+    stamp(&st.send, 0);
+  }
+  // Forward sending rides on the stream of out_fd; in a ring of two it is a send-only
+  // stream of its own.
+  Stream fwd;
+  Stream* sender = both_ways ? &streams[1] : &fwd;
+  if (!both_ways) {
+    fwd.fd = out_fd.get();
+    fwd.recv_open = false;
+    fwd.send.resize(kChunk);
+    for (size_t i = 0; i < kChunk; ++i) fwd.send[i] = PatternByte(me, i);
+    stamp(&fwd.send, 0);
+  }
+  std::vector<Stream*> all;
+  for (Stream& st : streams) all.push_back(&st);
+  if (!both_ways) all.push_back(sender);
+  const double cap = std::min(deadline, phase + o.stream_cap_s);
+  auto busy = [&] {
+    for (const Stream* st : all) {
+      if ((st->send_open && st->sent < o.bytes) || (st->recv_open && st->got < o.bytes)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  while (busy()) {
     const double now = NowS();
     if (now >= cap) break;  // what came in by the cap is the measurement
     const size_t allowed =
         bps > 0 ? std::min(o.bytes, static_cast<size_t>(bps * (now - phase)) + 16384) : o.bytes;
-    pollfd pf[2];
-    nfds_t np = 0;
-    int oi = -1, ii = -1;
-    if (out_open && sent < allowed) {
-      oi = static_cast<int>(np);
-      pf[np++] = {out_fd.get(), POLLOUT, 0};
+    std::vector<pollfd> pf;
+    std::vector<Stream*> who;
+    bool paced = false;
+    for (Stream* st : all) {
+      short events = 0;
+      if (st->send_open && st->sent < allowed) events |= POLLOUT;
+      if (st->send_open && st->sent >= allowed && st->sent < o.bytes) paced = true;
+      if (st->recv_open && st->got < o.bytes) events |= POLLIN;
+      if (events == 0) continue;
+      pf.push_back({st->fd, events, 0});
+      who.push_back(st);
     }
-    if (in_open && got < o.bytes) {
-      ii = static_cast<int>(np);
-      pf[np++] = {in_fd.get(), POLLIN, 0};
-    }
-    const int ms = oi < 0 && out_open && sent < o.bytes ? 2 : 50;
-    if (::poll(pf, np, ms) <= 0) continue;
-    if (oi >= 0 && pf[oi].revents) {
-      const size_t at = sent % kChunk;
-      const size_t len = std::min({kChunk - at, allowed - sent, o.bytes - sent});
-      const ssize_t n = ::send(out_fd.get(), send.data() + at, len, MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-        if (sent % kChunk == 0) stamp(&send, sent);
-      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-        out_open = false;  // the successor is gone or done: its own report says which
-      }
-    }
-    if (ii >= 0 && pf[ii].revents) {
-      const size_t at = got % kChunk;
-      const size_t len = std::min(kChunk - at, o.bytes - got);
-      const ssize_t n = ::recv(in_fd.get(), recv.data() + at, len, 0);
-      if (n > 0) {
-        got += static_cast<size_t>(n);
-        last_in = NowS();
-        if (got % kChunk == 0 || got == o.bytes) {
-          const size_t have = (got - 1) % kChunk + 1;
-          stamp(&want, got - have);
-          if (std::memcmp(recv.data(), want.data(), have) != 0 && in.correct) {
-            in.correct = false;
-            if (wrong.empty())
-              wrong = "streamed chunk " + std::to_string((got - 1) / kChunk) + " was wrong";
-          }
+    if (::poll(pf.data(), pf.size(), paced ? 2 : 50) <= 0) continue;
+    for (size_t k = 0; k < pf.size(); ++k) {
+      Stream& st = *who[k];
+      if ((pf[k].events & POLLOUT) && (pf[k].revents & (POLLOUT | POLLERR | POLLHUP))) {
+        const size_t at = st.sent % kChunk;
+        const size_t len = std::min({kChunk - at, allowed - st.sent, o.bytes - st.sent});
+        const ssize_t got = ::send(st.fd, st.send.data() + at, len, MSG_NOSIGNAL);
+        if (got > 0) {
+          st.sent += static_cast<size_t>(got);
+          if (st.sent % kChunk == 0) stamp(&st.send, st.sent);
+        } else if (got < 0 && errno != EAGAIN && errno != EINTR) {
+          st.send_open = false;  // the peer is gone or done: its own report says which
         }
-      } else if (n == 0) {
-        in_open = false;  // the predecessor reached its cap first
-      } else if (errno != EAGAIN && errno != EINTR) {
-        in.error = "bandwidth stream: recv: " + std::string(std::strerror(errno));
-        return finish("the bandwidth stream failed: " + in.error);
+      }
+      if ((pf[k].events & POLLIN) && (pf[k].revents & (POLLIN | POLLERR | POLLHUP))) {
+        const size_t at = st.got % kChunk;
+        const size_t len = std::min(kChunk - at, o.bytes - st.got);
+        const ssize_t got = ::recv(st.fd, st.recv.data() + at, len, 0);
+        if (got > 0) {
+          st.got += static_cast<size_t>(got);
+          st.last_in = NowS();
+          if (st.got % kChunk == 0 || st.got == o.bytes) {
+            const size_t have = (st.got - 1) % kChunk + 1;
+            stamp(&st.want, st.got - have);
+            if (std::memcmp(st.recv.data(), st.want.data(), have) != 0 && st.correct) {
+              st.correct = false;
+              if (wrong.empty()) {
+                wrong = "chunk " + std::to_string((st.got - 1) / kChunk) +
+                        " streamed from member " + std::to_string(st.from) + " was wrong";
+              }
+            }
+          }
+        } else if (got == 0) {
+          st.recv_open = false;  // the peer reached its cap first
+        } else if (errno != EAGAIN && errno != EINTR) {
+          LinkSample& l = &st == &streams[0] ? in : back;
+          l.error = "bandwidth stream: recv: " + std::string(std::strerror(errno));
+          return finish("the bandwidth stream failed: " + l.error);
+        }
       }
     }
   }
-  in.mib_s = static_cast<double>(got) / 1048576.0 / std::max(last_in - phase, 1e-6);
-  // End in order: no more sends; drain the predecessor until it ends too (bounded), so
+  auto rate = [&](const Stream& st) {
+    return static_cast<double>(st.got) / 1048576.0 / std::max(st.last_in - phase, 1e-6);
+  };
+  in.mib_s = rate(streams[0]);
+  in.correct = in.correct && streams[0].correct;
+  if (both_ways) {
+    back.mib_s = rate(streams[1]);
+    back.correct = streams[1].correct;
+  }
+  // End in order: no more sends; drain the neighbours until they end too (bounded), so
   // no member closes a connection a neighbour still writes to.
   ::shutdown(out_fd.get(), SHUT_WR);
+  if (both_ways) ::shutdown(in_fd.get(), SHUT_WR);
   const double drain_until = std::min(deadline, NowS() + 2);
-  while (NowS() < drain_until) {
-    pollfd pf{in_fd.get(), POLLIN, 0};
-    if (::poll(&pf, 1, std::max(1, static_cast<int>((drain_until - NowS()) * 1000))) <= 0) {
+  bool in_eof = false, out_eof = !both_ways;
+  std::vector<unsigned char> sink(kChunk);
+  while ((!in_eof || !out_eof) && NowS() < drain_until) {
+    pollfd pf[2] = {{in_fd.get(), static_cast<short>(in_eof ? 0 : POLLIN), 0},
+                    {out_fd.get(), static_cast<short>(out_eof ? 0 : POLLIN), 0}};
+    if (::poll(pf, 2, std::max(1, static_cast<int>((drain_until - NowS()) * 1000))) <= 0) {
       continue;
     }
-    const ssize_t n = ::recv(in_fd.get(), recv.data(), recv.size(), 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+    for (int k = 0; k < 2; ++k) {
+      if (!pf[k].revents) continue;
+      const ssize_t got = ::recv(pf[k].fd, sink.data(), sink.size(), 0);
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+        (k == 0 ? in_eof : out_eof) = true;
+    }
   }
   const std::string self = "member " + std::to_string(me) + " of " + std::to_string(n);
-  return finish(self + ": in from " + std::to_string(prev) + " " + F("%.1f", in.mib_s) +
-                " MiB/s, out to " + std::to_string(next) + " rtt " + F("%.3f", out.rtt_ms) +
-                " ms; " +
+  return finish(self + ": in from " + std::to_string(prev) + " " + F("%.1f", in.mib_s) + " MiB/s" +
+                (n >= 3 ? ", from " + std::to_string(next) + " " + F("%.1f", back.mib_s) + " MiB/s"
+                        : std::string()) +
+                ", out to " + std::to_string(next) + " rtt " + F("%.3f", out.rtt_ms) + " ms; " +
                 (wrong.empty() ? "all-reduce of " + std::to_string(len) + " floats bit-exact"
                                : "WRONG DATA: " + wrong));
 }
@@ -462,25 +532,35 @@ LinkVerdict JudgeLinks(const std::vector<std::string>& names,
                        const std::vector<int>& silent) {
   LinkVerdict v;
   const int n = static_cast<int>(names.size());
-  v.link_bad.assign(std::max(n, 0), false);
   if (n < 2) {
     v.summary = "no ring: fewer than 2 members";
     return v;
   }
-  // Merge what each end reported about each ring link (prev -> i).
-  std::vector<LinkSample> link(n);
-  std::vector<bool> reported(n, false);
-  for (int i = 0; i < n; ++i) link[i] = {(i + n - 1) % n, i, -1, -1, true, true, ""};
+  // The ring's directed links: i-1 -> i for every member (index i), and in a ring of
+  // three or more i+1 -> i too (index n + i). Merge what each end reported of each.
+  const int m = n >= 3 ? 2 * n : n;
+  std::vector<LinkSample> link(m);
+  std::vector<bool> reported(m, false);
+  for (int i = 0; i < n; ++i) {
+    link[i] = {(i + n - 1) % n, i, -1, -1, true, true, ""};
+    if (n >= 3) link[n + i] = {(i + 1) % n, i, -1, -1, true, true, ""};
+  }
   for (const LinkSample& s : samples) {
-    if (s.to < 0 || s.to >= n || s.from != (s.to + n - 1) % n) continue;  // not a ring link
-    LinkSample& l = link[s.to];
-    reported[s.to] = std::find(silent.begin(), silent.end(), s.to) == silent.end();
+    int k = -1;
+    for (int j = 0; j < m && k < 0; ++j) {
+      if (link[j].from == s.from && link[j].to == s.to) k = j;
+    }
+    if (k < 0) continue;  // not a link of the ring
+    LinkSample& l = link[k];
+    reported[k] = std::find(silent.begin(), silent.end(), s.to) == silent.end();
     if (s.mib_s >= 0) l.mib_s = s.mib_s;
     if (s.rtt_ms >= 0) l.rtt_ms = s.rtt_ms;
     l.correct = l.correct && s.correct;
     l.connected = l.connected && s.connected;
     if (!s.error.empty() && l.error.empty()) l.error = s.error;
   }
+  // A reverse link shares its connection with a forward one: it is as reported, and as
+  // connected, as the member that receives on it says.
   bool unformed = false;  // some link never connected: the ring did not form
   for (int i = 0; i < n; ++i) unformed = unformed || !reported[i] || !link[i].connected;
   std::vector<double> rates;
@@ -488,12 +568,14 @@ LinkVerdict JudgeLinks(const std::vector<std::string>& names,
     if (l.mib_s >= 0) rates.push_back(l.mib_s);
   }
   v.median_mib_s = MedianOf(rates);
+  v.link_bad.assign(m, false);
   auto name_of = [&](int i) { return names[i]; };
-  std::vector<std::string> why(n);
+  std::vector<std::string> why(m);
   std::vector<int> bad_count(n, 0);
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < m; ++i) {
     const LinkSample& l = link[i];
-    if (!reported[i]) {
+    const bool reverse = i >= n;
+    if (!reported[i] && !(reverse && unformed)) {
       why[i] = "not reported";
     } else if (!l.connected) {
       why[i] = "failed: " + l.error;
@@ -522,7 +604,7 @@ LinkVerdict JudgeLinks(const std::vector<std::string>& names,
   const std::set<int> suspect(suspects.begin(), suspects.end());
   std::set<int> fault;
   std::string bad;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < m; ++i) {
     if (!v.link_bad[i]) continue;
     const int a = link[i].from, b = link[i].to;
     std::vector<int> named;
@@ -544,7 +626,7 @@ LinkVerdict JudgeLinks(const std::vector<std::string>& names,
            why[i] + " (" + (named.size() > 1 ? "one of " : "") + who + ")";
   }
   v.at_fault.assign(fault.begin(), fault.end());
-  v.summary = bad.empty() ? "all " + std::to_string(n) + " links bit-exact, median " +
+  v.summary = bad.empty() ? "all " + std::to_string(m) + " links bit-exact, median " +
                                 F("%.1f", v.median_mib_s) + " MiB/s"
                           : bad;
   return v;

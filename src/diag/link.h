@@ -12,12 +12,13 @@
 //      deterministic float32 buffer whose sums are exact, so every chunk it receives is
 //      checked bit for bit against the partial sum it must hold, and the result against
 //      the full sum: a link that delivers wrong bytes is named, not only "a wrong sum";
-//   3. bandwidth: it streams `bytes` of a pattern (1 MiB chunks, each stamped with its
-//      number) to its successor while it receives as much from its predecessor (every
-//      link at once, each independent of the others) for at most stream_cap_s, checks
-//      every chunk, and divides what came in by the time from the phase's start to its
-//      last byte (a slow link delivers less within the cap: it is not waited for).
-// It reports its incoming link (bandwidth, correctness) and its outgoing one (rtt).
+//   3. bandwidth: it streams a pattern (1 MiB chunks, each stamped with its number) to
+//      its successor -- and in a ring of three or more back to its predecessor too, so
+//      every directed link between neighbours is measured (in a ring of two or three,
+//      every directed link) -- while it receives from both, each stream independent of
+//      the others, for stream_cap_s (or `bytes`); it checks every chunk and divides what
+//      came in by the time from the phase's start to its last byte.
+// It reports its incoming links (bandwidth, correctness) and its outgoing one (rtt).
 // Every socket operation has a deadline within the budget: a peer that never connects
 // or stops sending fails the link, never hangs the check.
 //
@@ -81,7 +82,7 @@ struct LinkOptions {
 struct LinkCheckOutput {
   bool ok = false;                // this member's part finished and every byte was right
   std::string evidence;           // one line
-  std::vector<LinkSample> links;  // its incoming and its outgoing link
+  std::vector<LinkSample> links;  // its incoming links and its outgoing one
 };
 // Runs this member's part of the ring (blocking, at most about budget_s).
 LinkCheckOutput LinkSelfTest(const LinkOptions& o);
@@ -90,15 +91,18 @@ LinkCheckOutput LinkSelfTest(const LinkOptions& o);
 Result<std::vector<LinkPeer>> ParseLinkPeers(const std::string& text);
 
 struct LinkVerdict {
-  std::vector<int> at_fault;   // ring indices of the nodes the links single out
-  std::vector<bool> link_bad;  // per member i: its incoming link (i-1 -> i) is bad
-  double median_mib_s = 0;     // over the links whose bandwidth was measured
-  std::string evidence;        // every link: "a->b 812 MiB/s 0.05 ms; ..."
-  std::string summary;         // what is wrong and who is named, or "all n links ..."
+  std::vector<int> at_fault;  // ring indices of the nodes the links single out
+  // Per link: bad. Links i-1 -> i at index i; in a ring of 3+, i+1 -> i at n + i.
+  std::vector<bool> link_bad;
+  double median_mib_s = 0;  // over the links whose bandwidth was measured
+  std::string evidence;     // every link: "a->b 812 MiB/s 0.05 ms; ..."
+  std::string summary;      // what is wrong and who is named, or "all n links ..."
 };
 
 // The verdict over a ring's reports: `names` per ring index, `samples` from every
-// member (merged by (from, to); a link nobody reported counts as failed), `suspects`
+// member, merged by (from, to) onto the ring's links (i-1 -> i, and in a ring of 3+
+// i+1 -> i; other samples are ignored; a link its receiver did not report counts as
+// failed), `suspects`
 // the ring indices under test (the others are reference peers believed healthy),
 // `silent` the ring indices that sent no report at all (their incoming links count as
 // not reported, whatever their senders said of them).

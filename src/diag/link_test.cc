@@ -18,30 +18,48 @@ LinkSample In(int from, int to, double mib_s, bool correct = true, std::string e
   return {from, to, mib_s, -1, correct, error.empty(), std::move(error)};
 }
 
+// A ring's reports: fwd[i] MiB/s on i-1 -> i and, for 3+ members, rev[i] on i+1 -> i.
+std::vector<LinkSample> Ring(const std::vector<double>& fwd, const std::vector<double>& rev = {}) {
+  const int n = static_cast<int>(fwd.size());
+  std::vector<LinkSample> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(In((i + n - 1) % n, i, fwd[i]));
+    if (!rev.empty()) out.push_back(In((i + 1) % n, i, rev[i]));
+  }
+  return out;
+}
+
 TEST(DiagLinkJudge, AllLinksAlikeNameNobody) {
-  LinkVerdict v = JudgeLinks(kNames3, {In(2, 0, 900), In(0, 1, 1000), In(1, 2, 1100)}, {1});
+  LinkVerdict v = JudgeLinks(kNames3, Ring({900, 1000, 1100}, {950, 1050, 1000}), {1});
   EXPECT_TRUE(v.at_fault.empty());
   EXPECT_EQ(v.median_mib_s, 1000);
-  EXPECT_EQ(v.summary, "all 3 links bit-exact, median 1000.0 MiB/s");
+  EXPECT_EQ(v.summary, "all 6 links bit-exact, median 1000.0 MiB/s");
   EXPECT_EQ(v.evidence,
             "node-2->node-0 900.0 MiB/s; node-0->node-1 1000.0 MiB/s; "
-            "node-1->node-2 1100.0 MiB/s");
+            "node-1->node-2 1100.0 MiB/s; node-1->node-0 950.0 MiB/s; "
+            "node-2->node-1 1050.0 MiB/s; node-0->node-2 1000.0 MiB/s");
 }
 
-TEST(DiagLinkJudge, ASlowSenderUnderTestIsNamed) {
-  // node-1's transmit side is slow: only node-1 -> node-2 is; node-1 is under test.
-  LinkVerdict v = JudgeLinks(kNames3, {In(2, 0, 900), In(0, 1, 1000), In(1, 2, 2)}, {1});
-  EXPECT_EQ(v.at_fault, std::vector<int>{1});
-  EXPECT_EQ(v.link_bad, (std::vector<bool>{false, false, true}));
-  EXPECT_EQ(v.summary,
-            "link node-1->node-2 slow: 2.0 MiB/s < 0.25 x the median 900.0 MiB/s (node-1)");
+TEST(DiagLinkJudge, ASlowSenderIsNamedByItsTwoSlowLinks) {
+  // node-1's transmit side is slow: node-1 -> node-2 and node-1 -> node-0 are. It is
+  // named as the end of both, whoever is under test.
+  for (std::vector<int> suspects : {std::vector<int>{1}, std::vector<int>{0}, std::vector<int>{}}) {
+    LinkVerdict v = JudgeLinks(kNames3, Ring({900, 1000, 2}, {3, 1050, 1000}), suspects);
+    EXPECT_EQ(v.at_fault, std::vector<int>{1}) << v.summary;
+    EXPECT_EQ(v.link_bad, (std::vector<bool>{false, false, true, true, false, false}));
+    EXPECT_EQ(v.summary,
+              "link node-1->node-2 slow: 2.0 MiB/s < 0.25 x the median 950.0 MiB/s (node-1); "
+              "link node-1->node-0 slow: 3.0 MiB/s < 0.25 x the median 950.0 MiB/s (node-1)");
+  }
 }
 
-TEST(DiagLinkJudge, TheNodeOnTwoBadLinksIsNamedWhoeverIsUnderTest) {
-  // Both of node-2's links are slow; node-0 is the suspect, but the links say node-2.
-  const std::vector<std::string> names = {"node-0", "node-1", "node-2", "node-3"};
-  LinkVerdict v = JudgeLinks(names, {In(3, 0, 1000), In(0, 1, 900), In(1, 2, 3), In(2, 3, 4)}, {0});
-  EXPECT_EQ(v.at_fault, std::vector<int>{2}) << v.summary;
+TEST(DiagLinkJudge, OneSlowLinkNamesTheEndUnderTest) {
+  // Only node-1 -> node-2 is slow (a cable, or either NIC): node-1 is under test.
+  LinkVerdict v = JudgeLinks(kNames3, Ring({900, 1000, 2}, {950, 1050, 1000}), {1});
+  EXPECT_EQ(v.at_fault, std::vector<int>{1}) << v.summary;
+  v = JudgeLinks(kNames3, Ring({900, 1000, 2}, {950, 1050, 1000}), {0});
+  EXPECT_EQ(v.at_fault, (std::vector<int>{1, 2})) << v.summary;  // "one of" them
+  EXPECT_NE(v.summary.find("(one of node-1 or node-2)"), std::string::npos) << v.summary;
 }
 
 TEST(DiagLinkJudge, TwoMembersTheSuspectIsNamedAgainstItsReferencePeer) {
@@ -55,21 +73,27 @@ TEST(DiagLinkJudge, TwoMembersTheSuspectIsNamedAgainstItsReferencePeer) {
 }
 
 TEST(DiagLinkJudge, WrongDataAndFailedOrMissingLinks) {
-  LinkVerdict v = JudgeLinks(kNames3, {In(2, 0, 900), In(0, 1, 1000, false), In(1, 2, 1100)}, {});
+  std::vector<LinkSample> ring = Ring({900, 1000, 1100}, {950, 1050, 1000});
+  ring[2].correct = false;  // node-0 -> node-1 delivered a wrong byte
+  LinkVerdict v = JudgeLinks(kNames3, ring, {});
   EXPECT_EQ(v.at_fault, (std::vector<int>{0, 1}));  // nobody under test: one of the two
   EXPECT_NE(v.summary.find("delivered wrong data (one of node-0 or node-1)"), std::string::npos)
       << v.summary;
   EXPECT_NE(v.evidence.find("WRONG DATA"), std::string::npos);
   // node-2 never answered: its incoming link is unknown, its outgoing failed at node-0.
-  v = JudgeLinks(kNames3, {In(2, 0, -1, true, "member 2 never connected"), In(0, 1, 1000)}, {2});
-  EXPECT_EQ(v.at_fault, std::vector<int>{2});
+  v = JudgeLinks(kNames3, {In(2, 0, -1, true, "member 2 never connected"), In(0, 1, 1000)}, {2},
+                 {2});
+  EXPECT_EQ(v.at_fault, std::vector<int>{2}) << v.summary;
   EXPECT_NE(v.summary.find("failed: member 2 never connected"), std::string::npos) << v.summary;
   EXPECT_NE(v.summary.find("not reported"), std::string::npos) << v.summary;
 }
 
 TEST(DiagLinkJudge, SamplesThatAreNotRingLinksAreIgnored) {
-  LinkVerdict v = JudgeLinks(
-      kNames3, {In(2, 0, 900), In(0, 1, 1000), In(1, 2, 1100), In(0, 2, 1), In(7, 9, 1)}, {});
+  const std::vector<std::string> names = {"node-0", "node-1", "node-2", "node-3"};
+  std::vector<LinkSample> ring = Ring({900, 1000, 1100, 1000}, {950, 1050, 1000, 1000});
+  ring.push_back(In(0, 2, 1));  // not neighbours
+  ring.push_back(In(7, 9, 1));
+  LinkVerdict v = JudgeLinks(names, ring, {});
   EXPECT_TRUE(v.at_fault.empty()) << v.summary;
 }
 
@@ -156,7 +180,7 @@ TEST(DiagLinkRing, AHealthyRingIsBitExactAndMeasuresEveryLink) {
   for (const LinkCheckOutput& o : outs) {
     EXPECT_TRUE(o.ok) << o.evidence;
     EXPECT_NE(o.evidence.find("bit-exact"), std::string::npos) << o.evidence;
-    ASSERT_EQ(o.links.size(), 2u);
+    ASSERT_EQ(o.links.size(), 3u);  // in from both neighbours, out to the successor
     EXPECT_GT(o.links[0].mib_s, 0);
     EXPECT_GE(o.links[1].rtt_ms, 0);
   }
