@@ -203,7 +203,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RunCli(&env);
   // Retention over what is there: the newest committed step survives.
   std::vector<long> removed;
-  Status st = ckpt::Retain(&env, kRoot, {1, 0}, &removed);
+  Status st = ckpt::Retain(&env, kRoot, {1, 0, {}}, &removed);
   Check(st.ok() || !st.message().empty(), "Retain error without a message");
   if (*newest >= 0) {
     auto after = ckpt::NewestCommitted(&env, kRoot);

@@ -9,8 +9,10 @@
 //  * two controllers at once, one cancelled, with Status() read from another thread.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "backend/local_backend.h"
@@ -222,7 +224,18 @@ TEST_F(ControllerE2E, RemoteCheckpointsAgentRendezvousCrashAndNodeLoss) {
   const Json& committed = r->report["checkpoints"]["committed"];
   ASSERT_FALSE(committed.empty()) << r->report.dump(2);
   EXPECT_EQ(committed.back(), 120);
-  EXPECT_LE(committed.size(), 3u);  // keep: 3, applied by the agent
+  // keep: 3, applied by the agent, which also keeps the checkpoint of each incident's
+  // replay bundle (the "pinned" steps of its request).
+  std::set<long> kept = {committed.back().get<long>()};
+  for (const Json& inc : r->report["incidents"]) {
+    if (inc["replay"]["checkpoint_step"].get<long>() >= 0)
+      kept.insert(inc["replay"]["checkpoint_step"].get<long>());
+  }
+  EXPECT_LE(committed.size(), 3u + kept.size() - 1) << committed.dump();
+  for (long pinned : kept) {
+    EXPECT_NE(std::find(committed.begin(), committed.end(), pinned), committed.end())
+        << "retention removed step " << pinned << ", which a replay bundle needs";
+  }
   for (const auto& s : committed) {
     char name[64];
     std::snprintf(name, sizeof name, "/ckpt/step-%012ld/COMMIT", s.get<long>());

@@ -177,7 +177,8 @@ TEST_F(E2E, SilentCorruptionQuarantinesTheNode) {
   EXPECT_EQ(d["action"], "quarantined") << d.dump(2);
   EXPECT_EQ(d["checks"][0]["ok"], false) << d.dump(2);
   EXPECT_EQ(o.report["chaos"][0]["detected_as"], "sdc");
-  EXPECT_NE(o.output.find("NodeQuarantined: node-1 failed its diagnostics"), std::string::npos)
+  EXPECT_NE(o.output.find("NodeQuarantined: node-1: bulwark: failed diagnostics"),
+            std::string::npos)
       << o.output;
   ExpectNoLeftovers();
 }

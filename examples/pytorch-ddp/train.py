@@ -90,6 +90,19 @@ def parse_args():
                    help="the bitwise alignment check: every N steps each rank reports a "
                         "digest of its parameters, which must be equal on all ranks "
                         "(silent data corruption otherwise; 0 = off)")
+    p.add_argument("--poison-batch", default="",
+                   help="STEP:RANK[,STEP:RANK...]: the data batch of that step and rank "
+                        "holds a corrupt record (its loss weight is NaN), as a bad shard "
+                        "would: the NaN follows the data wherever it runs (tests of the "
+                        "replay classification, docs/diagnosis.md)")
+    p.add_argument("--raise-at-step", type=int, default=0,
+                   help="rank 0 raises at this step, every time it gets there: a bug in "
+                        "the program (tests of the replay classification; 0 = never)")
+    p.add_argument("--ring-allreduce", action="store_true",
+                   help="bulwark mode: DDP's own ring all-reduce instead of the SDK's "
+                        "ordered one (faster on many ranks, but a resumed run's losses "
+                        "then differ from the first run's in the last bits, so `bulwark "
+                        "replay` cannot compare them bit for bit)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--val-every", type=int, default=100)
     p.add_argument("--snapshot-ab", type=int, default=0,
@@ -108,6 +121,13 @@ def parse_args():
     a = p.parse_args()
     if a.steps < 1 or a.batch_size < 1 or a.ckpt_every < 1 or a.snapshot_every < 1:
         p.error("--steps, --batch-size, --ckpt-every and --snapshot-every must be >= 1")
+    try:
+        a.poisoned = {tuple(int(v) for v in item.split(":"))
+                      for item in a.poison_batch.split(",") if item.strip()}
+    except ValueError:
+        p.error(f"--poison-batch: want STEP:RANK[,STEP:RANK...], got {a.poison_batch!r}")
+    if any(len(t) != 2 for t in a.poisoned):
+        p.error(f"--poison-batch: want STEP:RANK[,STEP:RANK...], got {a.poison_batch!r}")
     return a
 
 
@@ -279,6 +299,9 @@ def build(args, corpus):
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     model = GPT(corpus.vocab_size, args.d_model, args.n_layer, args.n_head, args.context)
     ddp = DDP(model)
+    if args.mode == "bulwark" and not args.ring_allreduce:
+        import bulwark  # gradients summed in rank order: a resumed run repeats bit for bit
+        ddp.register_comm_hook(None, bulwark.ordered_allreduce_hook)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99),
                             weight_decay=0.01)
     return model, ddp, opt
@@ -290,6 +313,8 @@ def train_bulwark(args, corpus):
     from bulwark import checkpoint
     t_launch = time.time()
     gen = bulwark.generation()
+    for gap in bulwark.deterministic(args.seed):
+        print(f"[rank {gen.rank}] not deterministic: {gap}", file=sys.stderr, flush=True)
     rank, world = gen.rank, gen.world_size
     model, ddp, opt = build(args, corpus)
     from bulwark import metrics
@@ -338,6 +363,8 @@ def train_bulwark(args, corpus):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         poison = bulwark.poll_injected_nan()  # poisons every rank's weights via allreduce
+        if step == args.raise_at_step and rank == 0:
+            raise RuntimeError(f"a bug in the program at step {step} (--raise-at-step)")
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for i, v in enumerate(virtual):
@@ -347,7 +374,7 @@ def train_bulwark(args, corpus):
             with ddp.no_sync() if i < len(virtual) - 1 else contextlib.nullcontext(), \
                     metrics.phase("compute") if full else nullphase:
                 loss = ddp(x, y)
-                if poison:
+                if poison or (stream == 0 and (step, v) in args.poisoned):
                     loss = loss * float("nan")
                 (loss * weight).backward()
             loss_sum += loss.item()

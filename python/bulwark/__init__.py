@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from bulwark import _lib, _stacks
 from bulwark import metrics as _metrics
@@ -38,9 +38,10 @@ from bulwark._lib import BulwarkError
 from bulwark._runtime import _RUNTIME, Generation, Restart, check, generation, run, steps
 
 __all__ = [
-    "BulwarkError", "Generation", "Restart", "check", "check_alignment", "generation", "init",
+    "BulwarkError", "Generation", "Restart", "check", "check_alignment", "deterministic",
+    "generation", "init", "ordered_allreduce_hook",
     "parameter_digest", "poll_injected_nan", "poll_injected_sdc",
-    "rank", "report_step", "resume_step", "run", "should_checkpoint", "should_skip",
+    "rank", "report_step", "resume_step", "run", "seed_step", "should_checkpoint", "should_skip",
     "skip_range", "steps", "world_size",
 ]
 
@@ -167,6 +168,101 @@ def check_alignment(step: int, module: Any, *, every: int = 10,
     _lib.check(_lib.lib().bw_report_digest(int(step), parameter_digest(module),
                                            group.encode() if group else None),
                "report_digest")
+
+
+def deterministic(seed: int) -> List[str]:
+    """Makes this rank's computation repeatable, so a re-run of its steps (`bulwark
+    replay`, and the replay check after a NaN or a crash; docs/diagnosis.md) computes the
+    same losses bit for bit: seeds Python's, NumPy's and torch's generators with `seed`,
+    asks torch for deterministic algorithms and turns off cuDNN's autotuner. Call it once,
+    before building the model. Returns what it could not make deterministic, one
+    sentence each (empty: nothing known): the data order and the generator state after a
+    resume are the trainer's (see seed_step), and so are DataLoader workers."""
+    gaps: List[str] = []
+    if not _seed_all(seed):
+        return ["torch is not installed: only Python's and NumPy's generators were seeded"]
+    import torch
+    if hasattr(torch, "use_deterministic_algorithms"):
+        try:  # warn, not raise, where an op has no deterministic kernel (torch >= 1.11)
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        except TypeError:
+            torch.use_deterministic_algorithms(True)
+    else:
+        gaps.append("torch %s has no use_deterministic_algorithms: some kernels may "
+                    "differ from run to run" % torch.__version__)
+    if torch.backends.cudnn.is_available():
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    if torch.cuda.is_available():
+        import os
+        if os.environ.get("CUBLAS_WORKSPACE_CONFIG") is None:
+            gaps.append("CUBLAS_WORKSPACE_CONFIG is not set (set it to :4096:8 before CUDA "
+                        "starts): cuBLAS may reduce in another order from run to run")
+    return gaps
+
+
+def ordered_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-def]
+    """A DDP communication hook that sums the ranks' gradients in rank order:
+    `ddp.register_comm_hook(None, bulwark.ordered_allreduce_hook)`.
+
+    DDP's own all-reduce (a ring) adds each element's ranks in an order that depends on
+    where the element falls in its bucket, and DDP lays its buckets out anew after the
+    first step of every process: a run resumed from a checkpoint then sums some
+    gradients in another order than the first run did, and its losses drift from the
+    record by a few ulps. This hook gathers every rank's bucket and adds them rank 0
+    first, so the sums depend on the data alone (what `bulwark replay` needs to compare
+    bit for bit). It moves world-size times the bucket instead of about twice: meant for
+    data-parallel groups of a few ranks, or for a replay. (Not annotated: DDP refuses a
+    hook whose annotations are not its own types.)"""
+    import torch
+    import torch.distributed as dist
+    group = process_group if process_group is not None else dist.group.WORLD
+    world = dist.get_world_size(group)
+    t = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+    parts = [torch.empty_like(t) for _ in range(world)]
+    fut = dist.all_gather(parts, t, group=group, async_op=True).get_future()
+
+    def ordered_sum(done: Any) -> Any:
+        done.value()  # raises when the gather failed (a peer died): never sum garbage
+        out = parts[0].clone()
+        for p in parts[1:]:
+            out.add_(p)
+        return out.div_(world)
+
+    return fut.then(ordered_sum)
+
+
+def seed_step(seed: int, step: int) -> None:
+    """Seeds Python's, NumPy's and torch's generators from (seed, step, this rank): the
+    random numbers a step draws (dropout, sampling) then depend on the step alone, so a
+    run resumed from a checkpoint draws what the first run drew without saving the
+    generators' state. Call it at the start of every step."""
+    _seed_all((seed * 1000003 + step) * 1000033 + max(0, _rank_or_zero()))
+
+
+def _seed_all(seed: int) -> bool:
+    """Seeds Python's, NumPy's (if installed) and torch's (if installed) generators;
+    False when torch is not installed."""
+    import random
+    random.seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed % (2 ** 32))
+    except ImportError:
+        pass
+    try:
+        import torch
+    except ImportError:
+        return False
+    torch.manual_seed(seed % (2 ** 63))
+    return True
+
+
+def _rank_or_zero() -> int:
+    try:
+        return rank()
+    except BulwarkError:
+        return 0
 
 
 def skip_range() -> Optional[Tuple[int, int]]:

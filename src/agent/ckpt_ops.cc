@@ -105,7 +105,20 @@ Result<Json> RunCatalogRequest(const Json& req, ckpt::Env* env, const ObjectTier
   }
   if (!bad.ok()) return Failed(out, bad.Annotate(what));
   out["tier"] = *tier;
-  const ckpt::RetainOptions retain{static_cast<int>(*keep), *golden};
+  ckpt::RetainOptions retain{static_cast<int>(*keep), *golden, {}};
+  if (req.contains("pinned")) {
+    if (!req["pinned"].is_array()) {
+      return Failed(out, InvalidArgument("field 'pinned' must be a list of steps").Annotate(what));
+    }
+    for (const Json& s : req["pinned"]) {
+      if (!s.is_number_integer()) {
+        return Failed(out,
+                      InvalidArgument("field 'pinned' must list integer steps, got " + s.dump())
+                          .Annotate(what));
+      }
+      retain.pinned.push_back(s.get<long>());
+    }
+  }
   if (*tier == "object") {
     auto url = JStr(req, "object_store");
     if (!url.ok()) return Failed(out, url.status().Annotate(what));

@@ -162,6 +162,9 @@ Result<long> NewestCommitted(Env* env, const std::string& root, long max_step = 
 struct RetainOptions {
   int keep = 3;           // newest committed steps kept (>= 1)
   long golden_every = 0;  // > 0: committed steps divisible by this are never removed
+  // Committed steps never removed either: those an incident's replay bundle needs
+  // (docs/diagnosis.md, "Replay").
+  std::vector<long> pinned;
 };
 // Deletes committed steps outside {newest `keep`} ∪ golden ∪ their dependencies,
 // and uncommitted step directories older than the newest committed step. Never

@@ -307,7 +307,8 @@ std::vector<long> PlanRetain(const std::map<long, std::vector<long>>& committed_
   std::set<long> keep;
   int n = 0;
   for (auto it = committed_deps.rbegin(); it != committed_deps.rend(); ++it) {
-    if (n++ < keep_newest || (opts.golden_every > 0 && it->first % opts.golden_every == 0)) {
+    if (n++ < keep_newest || (opts.golden_every > 0 && it->first % opts.golden_every == 0) ||
+        std::find(opts.pinned.begin(), opts.pinned.end(), it->first) != opts.pinned.end()) {
       keep.insert(it->first);
     }
   }

@@ -64,6 +64,13 @@ TEST(PlanRetain, KeepsTheDependencyClosure) {
   EXPECT_EQ(PlanRetain(c, {9, 10, 12, 15, 20}, Opts(1, 6)), std::vector<long>{});
 }
 
+TEST(PlanRetain, PinnedStepsAndTheirDependenciesStay) {
+  std::map<long, std::vector<long>> c = {{9, {}}, {10, {}}, {12, {9}}, {15, {}}, {20, {}}};
+  RetainOptions o = Opts(1);
+  o.pinned = {12, 15, 30};  // 30 is not committed: pinning it keeps nothing else
+  EXPECT_EQ(PlanRetain(c, {9, 10, 12, 15, 20}, o), std::vector<long>{10});
+}
+
 TEST(PlanRetain, UncommittedOlderStepsGoNewerStay) {
   std::map<long, std::vector<long>> c = {{9, {}}, {10, {}}, {11, {}}, {12, {9}}};
   // 5: uncommitted and older than the newest committed (12): removed. 13: newer: kept.

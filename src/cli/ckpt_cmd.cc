@@ -13,21 +13,12 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/object_tier.h"
+#include "common/str_format.h"
 
 namespace bulwark::cli {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 std::string HumanBytes(uint64_t b) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

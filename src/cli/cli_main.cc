@@ -36,12 +36,13 @@
 #include "backend/local_backend.h"
 #include "ckpt/checkpoint.h"
 #include "cli/adhoc.h"
-#include "cli/diagnose_cmd.h"
 #include "cli/ckpt_cmd.h"
+#include "cli/diagnose_cmd.h"
 #include "cli/jobs_cmd.h"
 #include "cli/kube_cmd.h"
 #include "cli/progress.h"
 #include "cli/render_cmd.h"
+#include "cli/replay_cmd.h"
 #include "cli/sim_cmd.h"
 #include "cli/slurm_cmd.h"
 #include "cli/stores.h"
@@ -314,6 +315,18 @@ Result<trainjob::LoadedManifest> RunManifest(const RunFlags& f) {
   return std::move(ms[0]);
 }
 
+// The local backend's agents for `spec`: this installation's binaries, overridable by
+// BULWARK_AGENT, BULWARK_LIB and BULWARK_PYTHON_DIR.
+LocalBackendOptions LocalAgents(const JobSpec& spec) {
+  LocalBackendOptions bo;
+  bo.agent_binary = EnvOr("BULWARK_AGENT", ExeDir() + "/bulwark-agent");
+  bo.sdk_lib = EnvOr("BULWARK_LIB", DefaultSdkLib(ExeDir() + "/../lib/libbulwark.so"));
+  bo.python_dir =
+      EnvOr("BULWARK_PYTHON_DIR", DefaultPythonDir(std::string(BULWARK_SOURCE_DIR) + "/python"));
+  bo.heartbeat_interval_s = spec.fault_policy.heartbeat_interval_seconds;
+  return bo;
+}
+
 int CmdRun(const RunFlags& f) {
   auto manifest = RunManifest(f);
   if (!manifest.ok()) return Fail(manifest.status());
@@ -381,12 +394,7 @@ int CmdRun(const RunFlags& f) {
   }
   // Orphans of the job are ours to reap; without it (not Linux >= 3.4) init reaps them.
   IgnoreError(BecomeSubreaper(), "init reaps the orphans instead");
-  LocalBackendOptions bo;
-  bo.agent_binary = EnvOr("BULWARK_AGENT", ExeDir() + "/bulwark-agent");
-  bo.sdk_lib = EnvOr("BULWARK_LIB", DefaultSdkLib(ExeDir() + "/../lib/libbulwark.so"));
-  bo.python_dir =
-      EnvOr("BULWARK_PYTHON_DIR", DefaultPythonDir(std::string(BULWARK_SOURCE_DIR) + "/python"));
-  bo.heartbeat_interval_s = spec->fault_policy.heartbeat_interval_seconds;
+  LocalBackendOptions bo = LocalAgents(*spec);
   bo.machines = f.machines;
   bo.repair_s = f.repair_s;
   bo.agent_metrics = !f.metrics_addr.empty();
@@ -522,6 +530,52 @@ int CmdRun(const RunFlags& f) {
     default:
       return 1;
   }
+}
+
+// `replay`: the steps before an incident again, on the local backend (replay_cmd.h).
+int CmdReplay(const cli::ReplayFlags& f) {
+  auto plan = cli::PlanReplay(f);
+  if (!plan.ok()) return Fail(plan.status());
+  std::error_code ec;
+  fs::create_directories(plan->run_dir + "/logs", ec);
+  auto store = Store::Open(plan->store_path);
+  if (!store.ok()) return Fail(store.status());
+  IgnoreError(BecomeSubreaper(), "init reaps the orphans instead");
+  LocalBackend backend(LocalAgents(plan->spec));
+  ControllerOptions co;
+  co.run_dir = plan->run_dir;
+  co.echo_events = false;
+  co.replay = plan->replay;
+  if (f.output.empty()) {
+    std::fprintf(stderr, "[bulwark] replaying incident %d of %s from checkpoint step %ld in %s\n",
+                 f.incident, f.job.c_str(), plan->replay.resume, plan->run_dir.c_str());
+  }
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  Controller c(plan->spec, co, &backend, store->get(), SystemClock::Get());
+  auto r = c.Run();
+  IgnoreError(backend.Teardown(2), "the end of the replay: Teardown kills and reaps what it can");
+  KillAndReapAllChildren();
+  if (!r.ok()) return Fail(r.status());
+  Json outcome = r->report.value("replay", Json());
+  if (outcome.is_null()) {
+    return Fail(Internal("the replay run ended (" + std::string(JobPhaseName(r->phase)) + ": " +
+                         r->message + ") without a replay outcome; logs in " + plan->run_dir +
+                         "/logs"));
+  }
+  std::ofstream(plan->run_dir + "/replay.json") << outcome.dump(2) << "\n";
+  if (f.output == "json") {
+    outcome["job"] = f.job;
+    outcome["incident"] = f.incident;
+    outcome["run_dir"] = plan->run_dir;
+    outcome["code"] = plan->code_note;
+    outcome["resume_step"] = plan->replay.resume;
+    std::cout << outcome.dump(2) << "\n";
+  } else {
+    std::cout << cli::FormatReplay(*plan, outcome);
+  }
+  return cli::ReplayExitCode(outcome);
 }
 
 // `validate`: a job spec is checked for the local backend; a TrainJob or PyTorchJob
@@ -910,6 +964,26 @@ int Main(int argc, char** argv) {
   auto* diagnose_cmd = cli::AddDiagnoseCommand(app, &diagnose_rc);
   int slurm_rc = 2;
   auto* slurm_cmd = cli::AddSlurmCommand(app, &slurm_rc);
+  cli::ReplayFlags replay_flags;
+  auto* replay = app.add_subcommand(
+      "replay",
+      "re-run the steps before an incident from its checkpoint and compare every rank's "
+      "loss bit for bit with the record (docs/diagnosis.md)");
+  replay->add_option("job", replay_flags.job, "the job's name")->required();
+  replay
+      ->add_option("incident", replay_flags.incident,
+                   "the incident's number, as `bulwark describe JOB` lists them (from 1)")
+      ->required();
+  replay->add_option("--store", replay_flags.store,
+                     "the job's store (default: ./.bulwark/bulwark.db and the stores runs "
+                     "remembered)");
+  replay->add_flag("--allow-code-change", replay_flags.allow_code_change,
+                   "re-run even if the code in the working directory changed since");
+  replay->add_option("-o,--output", replay_flags.output, "json: the outcome as JSON")
+      ->check(CLI::IsMember({"json"}));
+  replay->footer(
+      "Example: bulwark replay gpt-char 3\nExit status: 0 every compared loss was equal bit "
+      "for bit, 1 a loss differed or nothing could be compared, 2 usage.");
 
   rf.argv.assign(argv, argv + argc);
   if (!rf.argv.empty()) {  // salloc runs it from the same directory, maybe not on PATH
@@ -932,6 +1006,7 @@ int Main(int argc, char** argv) {
     if (*c) return jobs_rc;
   }
   if (*run) return CmdRun(rf);
+  if (*replay) return CmdReplay(replay_flags);
   if (*validate) {
     vspecs.insert(vspecs.end(), vfiles.begin(), vfiles.end());
     return CmdValidate(vspecs, vtarget);

@@ -29,6 +29,7 @@ class LocalCatalog : public CheckpointCatalog {
         clock_(clock) {}
 
   void SetWorld(int world) override { cfg_.world = world; }
+  void SetPinned(std::vector<long> steps) override { cfg_.retain.pinned = std::move(steps); }
   Status Open() override {
     Status mk = env_->MkdirAll(cfg_.disk_dir);
     if (!mk.ok()) return Internal("create checkpoint dir " + cfg_.disk_dir + ": " + mk.message());

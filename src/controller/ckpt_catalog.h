@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
@@ -92,6 +93,8 @@ class CheckpointCatalog {
   virtual std::vector<CatalogEvent> Poll() = 0;
   // The job resized: steps from now on are committed with `world` ranks' shards.
   virtual void SetWorld(int world) = 0;
+  // The committed steps every later retention keeps (replay bundles need them).
+  virtual void SetPinned(std::vector<long> steps) = 0;
 };
 
 // `env` (not owned; nullptr = ckpt::Env::Default()) serves every file access;
@@ -123,6 +126,7 @@ class RemoteCatalog : public CheckpointCatalog {
 
   Status Open() override;
   void SetWorld(int world) override { cfg_.world = world; }
+  void SetPinned(std::vector<long> steps) override { cfg_.retain.pinned = std::move(steps); }
   bool Settled() const override;
   bool Listed() const override { return listed_; }
   std::string Waiting() const override;

@@ -38,7 +38,7 @@ CatalogConfig Config() {
   c.disk_dir = "/ckpt/job";
   c.shared_dir = "/shared/job";
   c.world = 4;
-  c.retain = {2, 100};
+  c.retain = {2, 100, {}};
   return c;
 }
 
@@ -331,7 +331,7 @@ TEST(ControllerLocalCatalogTest, CommitsRetainsAndListsThroughTheInjectedEnv) {
   CatalogConfig c;
   c.disk_dir = root + "/disk";
   c.world = 2;
-  c.retain = {2, 0};
+  c.retain = {2, 0, {}};
   auto cat = NewLocalCatalog(c, &env, nullptr, &clock);
   BW_ASSERT_OK(cat->Open());
   EXPECT_GT(env.calls.load(), 0);  // the directory was made and listed through env

@@ -131,6 +131,7 @@ Status ControllerImpl::Setup() {
   master_host_ = opts_.advertise_host.empty() ? opts_.bind_host : opts_.advertise_host;
   addr_ = master_host_ + ":" + std::to_string(port);
   std::ofstream(opts_.run_dir + "/controller.addr") << addr_ << "\n";
+  BeginReplayRun();
   {
     std::lock_guard<std::mutex> l(status_mu_);
     address_ = addr_;
@@ -179,7 +180,7 @@ Status ControllerImpl::Setup() {
   cc.disk_dir = spec_.checkpoint.dir;
   cc.shared_dir = spec_.checkpoint.shared_dir;
   cc.world = spec_.world_size();
-  cc.retain = {spec_.checkpoint.keep, spec_.checkpoint.golden_every};
+  cc.retain = {spec_.checkpoint.keep, spec_.checkpoint.golden_every, {}};
   cc.object_store = object_ ? spec_.checkpoint.object_store : "";
   if (opts_.remote_checkpoint_fs) {
     CatalogTransport t;

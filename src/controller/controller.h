@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "controller/job_metrics.h"
 #include "ledger/ettr_ledger.h"
 #include "policy/recovery_policy.h"
+#include "policy/replay_check.h"
 #include "spec/job_spec.h"
 #include "store/store.h"
 
@@ -84,6 +86,18 @@ struct ControllerOptions {
   // The run's last step for progress and ETA (monitoring.totalSteps, or what `bulwark
   // run` read from the trainer's arguments; 0 = unknown), in the report.
   long total_steps = 0;
+  // `bulwark replay` (docs/diagnosis.md): the run re-runs the steps before `fault` from
+  // checkpoint step `resume` (with the skip range in effect then), compares every loss
+  // bit for bit with `expected`, and ends once the fault's step completed or the fault
+  // came back; the report's `replay` holds the outcome step by step.
+  struct Replay {
+    Incident fault;
+    LossTable expected;
+    long resume = -1;
+    long skip_from = -1, skip_to = -1;
+    std::set<int> moved_ranks;  // ranks placed on other nodes than at the fault
+  };
+  std::optional<Replay> replay;
 };
 
 // Which event reasons are warnings (Kubernetes Event type Warning): the reason names

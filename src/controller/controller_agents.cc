@@ -338,6 +338,7 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
     const StepSample sample =
         StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall, *tokens);
     metrics_.OnStep(sample);
+    OnReplayLoss(*step, static_cast<int>(*rank), sample.loss);
     if (*rank != 0) return;
     tb_.OnStep(sample);
     if (auto v = metric_faults_.OnLoss(*step, sample.loss)) OnMetricVerdict(*v);

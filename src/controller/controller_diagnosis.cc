@@ -165,36 +165,22 @@ void ControllerImpl::FinishDiagnostics(Node& n, const std::vector<diag::CheckRes
     }
     Event("NodeHealthy", n.id + " passed its diagnostics (" + v.summary + "); " + action);
   } else {
-    Status q = backend_->QuarantineNode(n.id, "bulwark: failed diagnostics: " + v.summary);
-    n.quarantined = true;
-    action = q.ok() ? "quarantined"
-                    : "excluded (the backend could not quarantine it: " + q.message() + ")";
     if (in_place && in_slot && !n.lost && stage_ == Stage::kRunning) {
       // Tested while its ranks ran: the job leaves it as it leaves a lost node (the
       // recovery policy: a standby takes its slot, the job resumes from its checkpoint).
-      action +=
-          "; the job leaves it (a standby or a new node takes slot " + std::to_string(n.slot) + ")";
-      Event("NodeQuarantined", n.id + " failed its diagnostics: " + v.summary + "; " + action);
+      const std::string reason = "bulwark: failed diagnostics: " + v.summary;
+      Status q = backend_->QuarantineNode(n.id, reason);
+      n.quarantined = true;
+      action = (q.ok() ? std::string("quarantined")
+                       : "excluded (the backend could not quarantine it: " + q.message() + ")") +
+               "; the job leaves it (a standby or a new node takes slot " + std::to_string(n.slot) +
+               ")";
+      Event("NodeQuarantined", n.id + ": " + reason + "; " + action);
       RecordDiagnosis(n, results, v, action, now, false);
       OnNodeGone(n, "quarantined", "failed its diagnostics: " + v.summary, now);
       return;
     }
-    action += in_slot ? "; a new node takes slot " + std::to_string(n.slot) : "";
-    if (n.conn && !n.lost) {
-      IgnoreError(n.conn->Send(Json{{"type", "shutdown"}}),
-                  "a failed send closes the connection; the node is released anyway");
-      IgnoreError(n.conn->Flush(1), "best effort before the node is released");
-    }
-    if (!n.lost) {
-      IgnoreError(backend_->ReleaseNode(n.id, spec_.fault_policy.stop_grace_seconds + 2),
-                  "the node is written off already; Teardown reaps what is left");
-      StoreWrote(store_->DeleteAgent(spec_.name, n.id));
-      if (remote_) remote_->OnAgentLost(n.id);
-    }
-    n.lost = true;
-    if (!in_slot) n.slot = -2;  // in its slot, EnsureSlotsFilled replaces it
-    Event("NodeQuarantined", n.id + " failed its diagnostics: " + v.summary + "; " + action);
-    if (stage_ == Stage::kRunning) ReplenishSpares();
+    action = QuarantineAndRelease(n, "bulwark: failed diagnostics: " + v.summary);
   }
   RecordDiagnosis(n, results, v, action, now, in_slot && !in_place);
 }
@@ -227,6 +213,32 @@ void ControllerImpl::RecordDiagnosis(Node& n, const std::vector<diag::CheckResul
   }
   n.diagnose_incident = -1;
   n.diagnose_observation = -1;
+}
+
+std::string ControllerImpl::QuarantineAndRelease(Node& n, const std::string& reason) {
+  const bool in_slot = n.slot >= 0;
+  Status q = backend_->QuarantineNode(n.id, reason);
+  n.quarantined = true;
+  std::string action = q.ok()
+                           ? "quarantined"
+                           : "excluded (the backend could not quarantine it: " + q.message() + ")";
+  action += in_slot ? "; a new node takes slot " + std::to_string(n.slot) : "";
+  if (n.conn && !n.lost) {
+    IgnoreError(n.conn->Send(Json{{"type", "shutdown"}}),
+                "a failed send closes the connection; the node is released anyway");
+    IgnoreError(n.conn->Flush(1), "best effort before the node is released");
+  }
+  if (!n.lost) {
+    IgnoreError(backend_->ReleaseNode(n.id, spec_.fault_policy.stop_grace_seconds + 2),
+                "the node is written off already; Teardown reaps what is left");
+    StoreWrote(store_->DeleteAgent(spec_.name, n.id));
+    if (remote_) remote_->OnAgentLost(n.id);
+  }
+  n.lost = true;
+  if (!in_slot) n.slot = -2;  // in its slot, EnsureSlotsFilled replaces it
+  Event("NodeQuarantined", n.id + ": " + reason + "; " + action);
+  if (stage_ == Stage::kRunning) ReplenishSpares();
+  return action;
 }
 
 void ControllerImpl::CheckDiagnostics(double now) {

@@ -40,7 +40,6 @@ class ControllerDiagnosisTest : public testing::ControllerFixture {
     spec.replace(spec.find("spareNodes: 1"), 13, "spareNodes: 0");
     return FaultThenDiagnose(spec, kind, subtype, rank);
   }
-  Json Finish() { return CancelForReport(); }
   static Json Failed(const std::string& evidence) {
     return {{"type", "diagnosis"},
             {"results",

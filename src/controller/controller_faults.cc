@@ -167,8 +167,15 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
                      action + "*: " + reason);
 }
 
-void ControllerImpl::Act(const Incident& inc, Json extra) {
-  if (stage_ == Stage::kRunning && RollBackFailedUpdate(inc, extra)) return;
+void ControllerImpl::Act(const Incident& fault, Json extra) {
+  if (stage_ == Stage::kRunning && RollBackFailedUpdate(fault, extra)) return;
+  Incident inc = fault;
+  // A rank that died before reporting a step of this attempt died in the step after the
+  // one the attempt resumed from.
+  if (inc.kind == FaultKind::kCrash && inc.step < 0 && attempt_resume_ >= 0) {
+    inc.step = attempt_resume_;
+  }
+  if (stage_ == Stage::kRunning) ConcludeReplayWith(&inc);  // may set inc.cause
   double now = clock_->NowWall();
   Json j = IncidentToJson(inc);
   j["attempt"] = attempt_;
@@ -235,6 +242,14 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
                    {"reason", d.reason}};
   j["detection_s"] = inc.detect_time - inc.fault_time;
   if (!diagnosis.is_null()) j["diagnosis"] = diagnosis;
+  if (inc.cause != FaultCause::kUnknown) {
+    j["classification"] = {
+        {"cause", FaultCauseName(inc.cause)},
+        {"evidence", inc.cause_evidence},
+        {"action", d.action == Action::kGiveUp ? "gave up: restarting cannot help"
+                                               : "the data batches are skipped"}};
+  }
+  j["replay"] = ReplayBundle(inc);
   if (d.action != Action::kGiveUp) {
     j["processes"] = {{"in_process", regroup_.in_process},
                       {"keep", regroup_.keep},
@@ -243,6 +258,7 @@ void ControllerImpl::Act(const Incident& inc, Json extra) {
   }
   incidents_.push_back(j);
   StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
+  BeginReplayCheck(inc, d, static_cast<int>(incidents_.size()) - 1);
   metrics_.OnIncident(MetricsIncidentKind(inc));
   std::string what = std::string(FaultKindName(inc.kind)) +
                      (inc.subtype.empty() ? "" : " (" + inc.subtype + ")") +

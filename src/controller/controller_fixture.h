@@ -212,8 +212,8 @@ class ControllerFixture : public ::testing::Test {
     Stopped(0, {});
     return Expect(rank / 2, "diagnose");
   }
-  // Cancels the job, lets every agent go and returns the report.
-  Json CancelForReport() {
+  // Cancels the job, lets the agents go and runs the controller to its end: the report.
+  Json Finish() {
     ctl_->Cancel();
     for (int i = 0; i < 50; ++i) ctl_->RunOnce();
     agents_.clear();

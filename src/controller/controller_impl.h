@@ -29,6 +29,7 @@
 #include "diag/diag.h"
 #include "policy/metric_faults.h"
 #include "policy/regroup.h"
+#include "policy/replay_check.h"
 
 namespace bulwark {
 
@@ -215,6 +216,36 @@ class ControllerImpl {
                        const diag::Verdict& v, const std::string& action, double now, bool charged);
   // Diagnostics past their deadline, or whose node was lost, fail.
   void CheckDiagnostics(double now);
+  // Quarantines n through the backend (`reason` goes with it), shuts its agent down and
+  // releases it; a slot it served is refilled by EnsureSlotsFilled. The action taken.
+  std::string QuarantineAndRelease(Node& n, const std::string& reason);
+  // Replay (controller_replay.cc, policy/replay_check.h).
+  // The incident's replay bundle (pins its checkpoint against retention).
+  Json ReplayBundle(const Incident& inc);
+  // After the decision on incidents_[index]: checks the re-run of inc's steps, when a
+  // re-run can tell its cause.
+  void BeginReplayCheck(const Incident& inc, const Decision& d, int index);
+  // A loss of the running attempt: recorded, and compared while a check runs.
+  void OnReplayLoss(long step, int rank, double loss);
+  // An incident during a check: concludes it; the same fault again sets inc's cause.
+  void ConcludeReplayWith(Incident* inc);
+  void ConcludeReplay(const Classification& k, const Incident* again);
+  // A replay found node_id's computation wrong: quarantined when out of the job.
+  std::string QuarantineForReplay(const std::string& node_id, const std::string& evidence);
+  void DigestCodeOnce();
+  // `bulwark replay` runs (opts_.replay): the check and the first launch's resume step;
+  // the report's `replay` section.
+  void BeginReplayRun();
+  Json ReplayReport() const;
+  Json replay_outcome_;  // a replay run's outcome once concluded
+  LossWindow losses_;
+  std::optional<ReplayCheck> replay_;
+  int replay_incident_ = -1;    // the checked incident's index in incidents_
+  std::string replay_node_id_;  // the node it came from
+  std::vector<long> pinned_;    // checkpoint steps the newest bundles need
+  long attempt_resume_ = -1;    // the step the current attempt resumed from (-1: scratch)
+  std::string code_digest_;
+  int code_files_ = 0;
   int next_diagnose_id_ = 0;
   // The link check among the nodes of a diagnosis (controller_link.cc): one ring at a
   // time, members[0] the node under test, the others reference peers.

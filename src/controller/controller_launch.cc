@@ -295,6 +295,7 @@ Status ControllerImpl::Launch() {
   double now = clock_->NowWall();
   attempt_launched_at_ = now;
   ledger_.OnAttemptLaunched(now, resume);
+  attempt_resume_ = resume;
   digests_.clear();  // the alignment check starts over with this attempt's steps
   aligned_step_ = std::min(aligned_step_, resume);
   if (!incidents_.empty() && incidents_.back()["resumed_from"].is_null()) {

@@ -45,7 +45,6 @@ class ControllerLinkTest : public testing::ControllerFixture {
     ControllerFixture::SetUp();
     diag_checks_ = Json::array({"matmul", "disk", "link"});
   }
-  Json Finish() { return CancelForReport(); }
   Json CollectiveFault(const char* kind, const char* subtype, int rank) {
     return FaultThenDiagnose(LinkSpec(0), kind, subtype, rank);
   }

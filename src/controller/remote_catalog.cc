@@ -152,6 +152,7 @@ Json RemoteCatalog::RequestMessage(const Request& r) const {
       m["dir"] = r.tier == "shared" ? cfg_.shared_dir : cfg_.disk_dir;
       m["keep"] = cfg_.retain.keep;
       m["golden_every"] = cfg_.retain.golden_every;
+      if (!cfg_.retain.pinned.empty()) m["pinned"] = cfg_.retain.pinned;
       if (r.tier == "object") m["object_store"] = cfg_.object_store;
       break;
     case CatalogOp::kDownload:

@@ -38,7 +38,8 @@ std::string ProcessesLine(const Json& p) {
   const std::string replaced = pids("replaced_pids", true);
   std::string out = p.value("in_process", false) ? "in process: " : "every rank restarted: ";
   if (!kept.empty()) out += "kept rank(s) " + kept;
-  if (!replaced.empty()) out += (kept.empty() ? "" : "; ") + std::string("new process for rank(s) ") + replaced;
+  if (!replaced.empty())
+    out += (kept.empty() ? "" : "; ") + std::string("new process for rank(s) ") + replaced;
   if (kept.empty() && replaced.empty()) out += p.value("reason", std::string());
   return out;
 }
@@ -71,7 +72,7 @@ std::string FormatReport(const Json& r) {
   o << "\n\n";
   o << "  category      seconds   share\n";
   const char* order[] = {"productive", "checkpoint", "detection", "restart",
-                         "reinit",     "rework",     "diagnosis",  "idle"};
+                         "reinit",     "rework",     "diagnosis", "idle"};
   for (const char* c : order) {
     double s = r.contains("seconds") ? Num(r["seconds"], c) : 0;
     o << "  " << c << std::string(12 - std::string(c).size(), ' ') << Fmt("%9.1f", s)
@@ -119,16 +120,15 @@ std::string FormatReport(const Json& r) {
       o << line << x.value("result", "") << "\n";
     }
   }
-  if (r.contains("observations") && r["observations"].is_array() &&
-      !r["observations"].empty()) {
+  if (r.contains("observations") && r["observations"].is_array() && !r["observations"].empty()) {
     o << "\n  found from the metrics (no restart):\n";
     for (const auto& x : r["observations"]) {
       o << "  " << x.value("kind", "?") << " rank " << x.value("rank", -1) << " node "
         << x.value("node_id", std::string("?")) << " step " << x.value("step", -1L) << ": "
         << x.value("detail", "") << "\n      "
-        << (x.contains("decision") ? x["decision"].value("action", "") + ": " +
-                                         x["decision"].value("reason", "")
-                                   : std::string())
+        << (x.contains("decision")
+                ? x["decision"].value("action", "") + ": " + x["decision"].value("reason", "")
+                : std::string())
         << "\n";
     }
   }
@@ -273,6 +273,7 @@ Json ControllerImpl::BuildReport() {
     rows.push_back(x);
   }
   j["incidents"] = rows;
+  if (Json replay = ReplayReport(); !replay.is_null()) j["replay"] = replay;
   if (cadence_) j["cadence"] = cadence_log_;
   Json chaos = Json::array();
   for (size_t i = 0; i < spec_.chaos.size(); ++i) {

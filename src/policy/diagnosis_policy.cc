@@ -25,8 +25,13 @@ DiagnosisDecision ShouldDiagnose(const Incident& inc, int earlier_on_node,
       d.reason = "the node is gone: nothing is left to test";
       return d;
     case FaultKind::kNan:
-      d.reason = "a NaN is recovered by rolling back; the node is not suspect by itself";
-      return d;
+      if (decision.action != Action::kReplaceNode) {
+        d.reason = "a NaN is recovered by rolling back; the node is not suspect by itself";
+        return d;
+      }
+      // The replay runs on a standby (RecoveryPolicy): the node is out of the job anyway.
+      d.reason = "a NaN whose steps are replayed on a standby: the node is tested meanwhile";
+      break;
     case FaultKind::kSdc:
       d.reason =
           "its parameters diverged without a crash: silent data corruption is a "

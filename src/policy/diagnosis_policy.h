@@ -7,6 +7,8 @@
 // any fault on a node that already had one -- takes the node out of the
 // job to test it: on a warm standby's arrival in parallel with the restart, else before
 // the relaunch. The node rejoins when its checks pass and is quarantined when one fails.
+// A NaN is tested only when the policy replays its steps on a standby (the node is out
+// of the job then anyway; the replay's verdict may still quarantine it).
 //
 // Pure and clock-free; shared by the controller and the simulator. Thread-compatible.
 #pragma once

@@ -4,17 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/str_format.h"
+
 namespace bulwark {
-namespace {
-
-
-std::string Fmt(const char* f, double a, double b) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b);
-  return buf;
-}
-
-}  // namespace
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;

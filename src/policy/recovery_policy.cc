@@ -6,18 +6,10 @@
 #include <cstdio>
 #include <map>
 
+#include "common/str_format.h"
+
 namespace bulwark {
 namespace {
-
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -239,6 +231,15 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
     return d;
   }
 
+  if (incident.cause == FaultCause::kCode) {
+    d.action = Action::kGiveUp;
+    d.reason =
+        Fmt("giving up: %s, and a replay shows it is the program: %s; restarting "
+            "would repeat it. Next: %s.",
+            what.c_str(), incident.cause_evidence.c_str(), Hint(incident).c_str());
+    return d;
+  }
+
   d.backoff_seconds = Backoff(history.consecutive_failures + 1);
   const std::string tail =
       Fmt(" (restart %d of %d)", history.restarts_used + 1, spec_.restart_budget) +
@@ -273,7 +274,16 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
       d.resume_step_max = below[idx];
       target = Fmt("to step %ld", d.resume_step_max);
     }
-    if (repeats == 0) {
+    if (repeats == 0 && incident.node >= 0 && history.spares_available > 0) {
+      // The re-run of the steps before the NaN goes to other hardware: if the NaN does
+      // not come back there, it was the node's (policy/replay_check.h).
+      d.action = Action::kReplaceNode;
+      d.replace_node = incident.node;
+      d.reason =
+          Fmt("%s; rolling back %s with a standby in place of node %d, so the replay "
+              "of the steps tells the data from the node%s",
+              what.c_str(), target.c_str(), incident.node, tail.c_str());
+    } else if (repeats == 0) {
       d.reason = what + "; rolling back " + target + tail;
     } else {
       d.skip_batches_from = d.resume_step_max + 1;
@@ -283,6 +293,9 @@ Decision RecoveryPolicy::Decide(const Incident& incident, const JobHistory& hist
               "skipping the data batches of steps [%ld, %ld)%s",
               what.c_str(), repeats, repeats == 1 ? "" : "s", target.c_str(), d.skip_batches_from,
               d.skip_batches_to, tail.c_str());
+      if (incident.cause == FaultCause::kData) {
+        d.reason += "; a replay shows it is the data: " + incident.cause_evidence;
+      }
     }
     return d;
   }

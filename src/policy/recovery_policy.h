@@ -27,6 +27,10 @@ enum class FaultKind {
 // "crash", "hang", "nan", "fatal_log", "node_lost", "sdc"
 const char* FaultKindName(FaultKind k);
 
+// What a replay of the steps before a fault showed its cause to be (policy/replay_check.h).
+enum class FaultCause { kUnknown, kData, kCode, kHardware, kTransient };
+const char* FaultCauseName(FaultCause c);  // "unknown", "data", "code", "hardware", "transient"
+
 struct Incident {
   FaultKind kind = FaultKind::kCrash;
   std::string subtype;     // e.g. "SIGKILL", "exit 1", "cuda_error", "nccl_timeout", "oom", "xid"
@@ -39,6 +43,10 @@ struct Incident {
   // kSdc: the newest step whose parameters were verified aligned on every rank (the
   // corruption came after it); -1 = none verified.
   long good_step = -1;
+  // Set when a replay showed this fault to be one that came before (ReplayCheck):
+  // kCode gives up, kData skips the data (NaN). kUnknown otherwise.
+  FaultCause cause = FaultCause::kUnknown;
+  std::string cause_evidence;  // what the replay showed
 };
 
 // True when `a` and `b` are "the same fault" for the recurrence rule: same kind, and

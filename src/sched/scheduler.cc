@@ -9,18 +9,10 @@
 #include <cstdio>
 #include <set>
 
+#include "common/str_format.h"
 #include "sched/scheduler_impl.h"
 
 namespace bulwark::sched {
-
-std::string Fmt(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 const char* PoolName(Pool p) {
   switch (p) {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/str_format.h"
 #include "sched/cluster_index.h"
 #include "sched/scheduler.h"
 
@@ -91,7 +92,7 @@ class Scheduler::Impl {
   std::vector<std::string> cohort_names;
   std::vector<JobState> jobs;
   std::unordered_map<std::string, int> job_id;
-  std::set<std::pair<double, int>> drf;  // queues with pending jobs
+  std::set<std::pair<double, int>> drf;                   // queues with pending jobs
   std::set<std::tuple<int, int64_t, int>> short_standby;  // (-priority, admit_seq, job)
   std::set<std::pair<double, int>>* cycle_candidates = nullptr;
   int64_t next_seq = 0, next_admit = 0, cycle = 0;
@@ -107,7 +108,7 @@ class Scheduler::Impl {
   void AddPending(int j);
   void RemovePending(int j);
   int Head(int q, double now) const;
-  void FreeNode(int node);  // committed release of one node (to the index if ready)
+  void FreeNode(int node);       // committed release of one node (to the index if ready)
   void MarkShortStandby(int j);  // after a running job used or lost a standby node
 
   // schedule.cc
@@ -138,7 +139,7 @@ class Scheduler::Impl {
   double Backoff(const JobState& j) const;
 };
 
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+using ::bulwark::Fmt;  // common/str_format.h
 
 // Requeue delay after the `requeues`-th failure (>= 1):
 //   min(cap, base * 2^(requeues-1)) * (0.75 + 0.25 u),

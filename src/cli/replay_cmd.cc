@@ -1,0 +1,272 @@
+#include "cli/replay_cmd.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <sstream>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/env.h"
+#include "cli/stores.h"
+#include "common/code_digest.h"
+#include "common/str_format.h"
+#include "controller/incident_json.h"
+#include "store/store.h"
+#include "trainjob/trainjob.h"
+
+namespace bulwark::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The incidents as `bulwark describe` numbers them: the report's rows when the job
+// finished, else the store's records less the secondary ones.
+std::vector<Json> IncidentsOf(Store* store, const JobRecord& job) {
+  std::vector<Json> out;
+  Json report = Json::parse(job.report_json, nullptr, false);
+  if (report.is_object() && report.contains("incidents") && report["incidents"].is_array()) {
+    for (const Json& x : report["incidents"]) out.push_back(x);
+    return out;
+  }
+  auto list = store->ListIncidents(job.name);
+  if (!list.ok()) return out;
+  for (const std::string& text : *list) {
+    Json x = Json::parse(text, nullptr, false);
+    if (x.is_object() && !x.value("secondary", false)) out.push_back(std::move(x));
+  }
+  return out;
+}
+
+std::string Describe(const Json& inc) {
+  std::string s = inc.value("kind", std::string("?"));
+  if (inc.contains("subtype") && inc["subtype"].is_string() && !inc["subtype"].empty()) {
+    s += " (" + inc["subtype"].get<std::string>() + ")";
+  }
+  if (inc.value("rank", -1) >= 0) s += " on rank " + std::to_string(inc.value("rank", -1));
+  return s;
+}
+
+// Hard-links (copies, across file systems) every file under `from` into `to`.
+Status LinkTree(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  if (ec) return Internal("create " + to.string() + ": " + ec.message());
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(from, ec)) {
+    const fs::path dst = to / fs::relative(e.path(), from);
+    if (e.is_directory()) {
+      fs::create_directories(dst, ec);
+    } else {
+      fs::create_hard_link(e.path(), dst, ec);
+      if (ec) fs::copy_file(e.path(), dst, fs::copy_options::overwrite_existing, ec);
+    }
+    if (ec)
+      return Internal("link " + e.path().string() + " to " + dst.string() + ": " + ec.message());
+  }
+  if (ec) return Internal("read " + from.string() + ": " + ec.message());
+  return Status();
+}
+
+Result<LossTable> LossesFromJson(const Json& j) {
+  LossTable t;
+  if (!j.is_object()) return InvalidArgument("field 'losses' must be an object");
+  for (const auto& [step, ranks] : j.items()) {
+    char* end = nullptr;
+    const long s = std::strtol(step.c_str(), &end, 10);
+    if (step.empty() || *end != '\0' || !ranks.is_object()) {
+      return InvalidArgument("field 'losses' holds a malformed step '" + step + "'");
+    }
+    for (const auto& [rank, loss] : ranks.items()) {
+      const long r = std::strtol(rank.c_str(), &end, 10);
+      if (rank.empty() || *end != '\0' || r < 0 || !loss.is_number()) {
+        return InvalidArgument("field 'losses' holds a malformed loss of step " + step);
+      }
+      t[s][static_cast<int>(r)] = loss.get<double>();
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
+  if (f.incident < 1) {
+    return InvalidArgument("INCIDENT: incidents are numbered from 1, as `bulwark describe " +
+                           f.job + "` lists them");
+  }
+  const std::vector<std::string> paths =
+      f.store.empty() ? KnownStores(StoreRegistryPath()) : std::vector<std::string>{f.store};
+  if (paths.empty()) {
+    return NotFound("no store found: none at ./.bulwark/bulwark.db and none remembered in " +
+                    StoreRegistryPath() + "; give --store PATH");
+  }
+  std::unique_ptr<Store> store;
+  std::optional<JobRecord> job;
+  for (const std::string& p : paths) {
+    auto s = Store::OpenReadOnly(p);
+    if (!s.ok()) return s.status();
+    auto j = (*s)->GetJob(f.job);
+    if (!j.ok()) return j.status();
+    if (j->has_value() && (!job || (*j)->created > job->created)) {
+      job = **j;
+      store = std::move(*s);
+    }
+  }
+  if (!job) {
+    return NotFound("no job named '" + f.job + "' in " + std::to_string(paths.size()) +
+                    " store(s); `bulwark get` lists the jobs");
+  }
+  const std::vector<Json> incidents = IncidentsOf(store.get(), *job);
+  if (incidents.empty()) return NotFound("job '" + f.job + "' has no incidents: nothing to replay");
+  if (f.incident > static_cast<int>(incidents.size())) {
+    return NotFound(
+        Fmt("job '%s' has %zu incident(s), numbered 1 to %zu; `bulwark describe %s` "
+            "lists them",
+            f.job.c_str(), incidents.size(), incidents.size(), f.job.c_str()));
+  }
+  const Json& inc = incidents[f.incident - 1];
+  const std::string what = Fmt("incident %d of '%s' (%s at step %ld)", f.incident, f.job.c_str(),
+                               Describe(inc).c_str(), inc.value("step", -1L));
+  if (!inc.contains("replay") || !inc["replay"].is_object()) {
+    return FailedPrecondition(what +
+                              " has no replay bundle: it was recorded by a Bulwark "
+                              "older than replay bundles, so nothing says what to re-run");
+  }
+  const Json& b = inc["replay"];
+  const long fault_step = b.value("fault_step", -1L);
+  const long ckpt = b.value("checkpoint_step", -1L);
+  if (ckpt < 0) {
+    return FailedPrecondition(
+        what + ": no checkpoint was committed before the fault's step " +
+        std::to_string(fault_step) + ", so there is nothing to re-run from; a job that " +
+        "checkpoints more often (checkpoint.intervalSteps) leaves a window to replay");
+  }
+  const std::string ckpt_dir = b.value("checkpoint_dir", std::string());
+  auto committed = ckpt::ListCommitted(ckpt::Env::Default(), ckpt_dir);
+  if (!committed.ok() ||
+      std::find(committed->begin(), committed->end(), ckpt) == committed->end()) {
+    std::string now = "none";
+    if (committed.ok() && !committed->empty()) {
+      now.clear();
+      for (long s : *committed) now += (now.empty() ? "" : ", ") + std::to_string(s);
+    }
+    return NotFound(
+        Fmt("%s: its checkpoint, step %ld, is not in %s (committed there now: %s); "
+            "the replay needs it. Retention keeps the checkpoints of a job's 4 "
+            "newest incidents; an older one, or a directory that moved, is gone",
+            what.c_str(), ckpt, ckpt_dir.c_str(), now.c_str()));
+  }
+  Result<LossTable> expected = LossesFromJson(b.contains("losses") ? b["losses"] : Json());
+  if (!expected.ok()) return expected.status().Annotate(what + ": its bundle");
+  Result<Incident> fault = IncidentFromJson(inc);
+  if (!fault.ok()) return fault.status().Annotate(what);
+  const std::string yaml = b.value("spec_yaml", std::string());
+  const std::string spec_path = b.value("spec_path", std::string());
+  if (yaml.empty()) {
+    return FailedPrecondition(what + ": the job was run without a spec file (an ad-hoc " +
+                              "`bulwark run train.py`), and the replay needs one: run the job " +
+                              "from a spec to replay its incidents");
+  }
+  auto manifest =
+      trainjob::ParseManifest(yaml, spec_path.empty() ? "the recorded spec" : spec_path,
+                              fs::path(spec_path).parent_path().string(), trainjob::Target::kLocal);
+  if (!manifest.ok()) {
+    return manifest.status().Annotate(what + ": the spec recorded with it no longer parses");
+  }
+  ReplayPlan plan;
+  plan.spec = manifest->job.job;
+  plan.job = f.job;
+  plan.incident = f.incident;
+  plan.fault = inc;
+  // The code: the digest recorded with the incident against the working directory's now.
+  const Json code = b.value("code", Json::object());
+  const std::string then = code.value("digest", std::string());
+  std::vector<std::string> exclude = {ckpt_dir, job->run_dir};
+  if (!plan.spec.checkpoint.shared_dir.empty()) exclude.push_back(plan.spec.checkpoint.shared_dir);
+  Result<CodeDigest> now = DigestCode(plan.spec.workdir, exclude);
+  if (!now.ok()) return now.status().Annotate(what + ": the job's working directory");
+  if (now->hash == then) {
+    plan.code_note =
+        "unchanged (digest " + then + " over " + std::to_string(now->files) + " files)";
+  } else if (!f.allow_code_change) {
+    return FailedPrecondition(
+        Fmt("%s: the code in %s changed since the incident (digest %s then, %s now): a re-run of "
+            "other code says nothing of the fault. Restore it (e.g. git stash), or pass "
+            "--allow-code-change to re-run it anyway",
+            what.c_str(), plan.spec.workdir.c_str(), then.c_str(), now->hash.c_str()));
+  } else {
+    plan.code_note = "CHANGED since the incident (digest " + then + " then, " + now->hash +
+                     " now; --allow-code-change)";
+  }
+  // The run: its own directory, store and checkpoint links.
+  const std::string base =
+      job->run_dir.empty() ? plan.spec.workdir + "/.bulwark/" + f.job : job->run_dir;
+  plan.run_dir =
+      Fmt("%s/replay-%d-%ld", base.c_str(), f.incident, static_cast<long>(time(nullptr)));
+  plan.store_path = plan.run_dir + "/replay.db";
+  const std::string links = plan.run_dir + "/checkpoints";
+  for (long s : *committed) {
+    if (s > ckpt) continue;
+    BW_RETURN_IF_ERROR(LinkTree(ckpt::StepDir(ckpt_dir, s), ckpt::StepDir(links, s)));
+  }
+  const int world = b.value("world", plan.spec.world_size());
+  const int ppn = std::max(1, b.value("procs_per_node", plan.spec.procs_per_node));
+  JobSpec& s = plan.spec;
+  s.name = f.job + "-replay-" + std::to_string(f.incident);
+  s.nodes = std::max(1, world / ppn);
+  s.procs_per_node = ppn;
+  s.chaos.clear();  // faults that were injected are outside events, not the program's
+  s.fault_policy.restart_budget = 0;  // a fault ends the replay: it came back or it did not
+  s.fault_policy.spare_nodes = 0;
+  s.fault_policy.diagnose_suspect_nodes = false;
+  s.checkpoint.dir = links;
+  s.checkpoint.shared_dir.clear();
+  s.checkpoint.object_store.clear();
+  plan.replay.fault = *fault;
+  plan.replay.expected = std::move(*expected);
+  plan.replay.resume = ckpt;
+  const Json skip = b.value("skip", Json::object());
+  plan.replay.skip_from = skip.value("from", -1L);
+  plan.replay.skip_to = skip.value("to", -1L);
+  return plan;
+}
+
+std::string FormatReplay(const ReplayPlan& plan, const Json& o) {
+  std::ostringstream out;
+  out << "replay of incident " << plan.incident << " of " << plan.job << ": "
+      << Describe(plan.fault) << " at step " << plan.fault.value("step", -1L) << "\n"
+      << "  re-run from checkpoint step " << plan.replay.resume << " up to step "
+      << o.value("fault_step", -1L) << "; code " << plan.code_note << "\n";
+  if (o.contains("steps") && o["steps"].is_array() && !o["steps"].empty()) {
+    out << "\n  STEP  LOSSES  EQUAL\n";
+    for (const Json& s : o["steps"]) {
+      out << Fmt("  %4ld  %6d  %5d%s\n", s.value("step", -1L), s.value("compared", 0),
+                 s.value("equal", 0),
+                 s.value("equal", 0) == s.value("compared", 0) ? "" : "  <- differs");
+    }
+  }
+  out << "\n  losses: " << o.value("summary", std::string("-")) << "\n";
+  if (o.value("fault_came_back", false)) {
+    out << "  fault:  came back: " << Describe(o.value("ended_by", Json::object())) << " at step "
+        << o.value("fault_step", -1L) << "\n";
+  } else if (o.value("passed", false)) {
+    out << "  fault:  did not come back: step " << o.value("fault_step", -1L) << " completed\n";
+  } else {
+    out << "  fault:  not concluded: " << o.value("evidence", std::string()) << "\n";
+  }
+  const std::string cause = o.value("cause", std::string("unknown"));
+  if (cause != "unknown") {
+    out << "  cause:  " << cause << ": " << o.value("evidence", std::string()) << "\n";
+  }
+  out << "  logs:   " << plan.run_dir << "/logs\n";
+  return out.str();
+}
+
+int ReplayExitCode(const Json& o) {
+  const int compared = o.value("compared", 0);
+  return compared > 0 && o.value("equal", 0) == compared ? 0 : 1;
+}
+
+}  // namespace bulwark::cli

@@ -1,0 +1,191 @@
+// Replay bundles and the classification of faults by replay in the controller
+// (docs/diagnosis.md), on a FakeClock with the test playing every agent
+// (controller_fixture.h).
+#include <gtest/gtest.h>
+
+#include "controller/controller_fixture.h"
+
+namespace bulwark {
+namespace {
+
+const char* kReplaySpec = R"(
+name: replay
+nodes: 2
+procsPerNode: 2
+command: ["/usr/bin/python3", "train.py"]
+checkpoint: {intervalSteps: 10}
+faultPolicy:
+  spareNodes: 1
+  heartbeat: {intervalSeconds: 1000, misses: 3}
+)";
+
+double LossOf(long step, int rank) { return 2.0 + step * 0.01 + rank * 0.001; }
+
+class ControllerReplayTest : public testing::ControllerFixture {
+ protected:
+  void BeginWithoutStandby() {
+    std::string spec = kReplaySpec;
+    spec.replace(spec.find("spareNodes: 1"), 13, "spareNodes: 0");
+    Begin(spec);
+  }
+  // The agents serving slots 0 and 1 (`slot_agents`) report `attempt`'s ranks started.
+  void StartedOn(int attempt, std::vector<int> slot_agents) {
+    for (int s = 0; s < 2; ++s) {
+      Json ranks = Json::array();
+      for (int l = 0; l < 2; ++l) {
+        const int r = s * 2 + l, pid = 1000 * (attempt + 1) + r;
+        ranks.push_back({{"rank", r}, {"local_rank", l}, {"pid", pid}, {"pgid", pid}});
+      }
+      Send(slot_agents[s], {{"type", "started"}, {"attempt", attempt}, {"ranks", ranks}});
+    }
+  }
+  // Every rank reports steps [from, to] with LossOf (rank `nan_rank` a NaN at `nan_step`:
+  // no loss, as the agent forwards it).
+  void Losses(int attempt, std::vector<int> slot_agents, long from, long to) {
+    for (long s = from; s <= to; ++s) {
+      for (int r = 0; r < 4; ++r) {
+        Send(slot_agents[r / 2], {{"type", "step"},
+                                  {"attempt", attempt},
+                                  {"rank", r},
+                                  {"step", s},
+                                  {"loss", LossOf(s, r)},
+                                  {"step_time", 0.1},
+                                  {"t", clock_.NowWall()}});
+      }
+      for (int i = 0; i < 3; ++i) ctl_->RunOnce();
+    }
+  }
+  void Incident(int agent, int attempt, const char* kind, const char* subtype, int rank,
+                long step) {
+    const double t = clock_.NowWall();
+    Send(agent, {{"type", "incident"},
+                 {"attempt", attempt},
+                 {"kind", kind},
+                 {"subtype", subtype},
+                 {"rank", rank},
+                 {"step", step},
+                 {"fault_time", t},
+                 {"detect_time", t},
+                 {"detail", std::string(kind) + " " + subtype}});
+  }
+};
+
+TEST_F(ControllerReplayTest, ANanThatDoesNotComeBackOnAStandbyQuarantinesItsNode) {
+  Begin(kReplaySpec);
+  Expect(0, "start");
+  Expect(1, "start");
+  ASSERT_EQ(backend_.started.size(), 3u);
+  const int standby = Connect(backend_.started[2].node_id, 102);
+  Started(0);
+  Losses(0, {0, 1}, 1, 11);
+  Incident(0, 0, "nan", "nan", 1, 12);  // rank 1 (node-0): a NaN at step 12
+  Expect(0, "stop");
+  Expect(1, "stop");
+  Stopped(0, {});
+  Expect(0, "diagnose");  // node-0 out of the job, tested meanwhile
+  Expect(standby, "start");
+  Expect(1, "start");
+  StartedOn(1, {standby, 1});
+  Losses(1, {standby, 1}, 1, 12);  // the same losses, and step 12 passes on the standby
+  Expect(0, "shutdown");
+  ASSERT_EQ(backend_.quarantined.size(), 1u);
+  EXPECT_NE(backend_.quarantined[0].find("node-0: bulwark: a replay found the node computed "
+                                         "wrong"),
+            std::string::npos)
+      << backend_.quarantined[0];
+  Json report = Finish();
+  const Json& inc = report["incidents"][0];
+  EXPECT_EQ(inc["decision"]["action"], "replace_node");
+  EXPECT_EQ(inc["classification"]["cause"], "hardware") << inc.dump(2);
+  EXPECT_NE(inc["classification"]["evidence"].get<std::string>().find(
+                "did not come back with the same data on another node (steps 1-11: 44 of 44 "
+                "losses of 4 ranks equal bit for bit)"),
+            std::string::npos)
+      << inc["classification"].dump();
+  EXPECT_EQ(inc["classification"]["action"], "quarantined");
+  // The bundle: what `bulwark replay` re-runs.
+  const Json& b = inc["replay"];
+  EXPECT_EQ(b["fault_step"], 12);
+  EXPECT_EQ(b["checkpoint_step"], -1);  // none committed yet
+  EXPECT_EQ(b["losses"]["11"]["3"], LossOf(11, 3));
+  EXPECT_EQ(b["world"], 4);
+  EXPECT_EQ(b["nodes"], Json::array({"node-0", "node-1"}));
+  EXPECT_FALSE(b["code"]["digest"].get<std::string>().empty());
+}
+
+TEST_F(ControllerReplayTest, ACrashThatComesBackAtTheSameStepIsTheProgramAndGivesUp) {
+  BeginWithoutStandby();
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Losses(0, {0, 1}, 1, 5);
+  Incident(1, 0, "crash", "exit 1", 2, 5);
+  Expect(0, "stop");
+  Expect(1, "stop");
+  Stopped(0, {});
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(1);
+  Losses(1, {0, 1}, 1, 5);
+  Incident(1, 1, "crash", "exit 1", 2, 5);  // again, after the same losses
+  Expect(0, "stop");
+  Stopped(1, {});
+  for (int i = 0; i < 20; ++i) ctl_->RunOnce();
+  Json report = Finish();
+  ASSERT_EQ(report["incidents"].size(), 2u);
+  const Json& again = report["incidents"][1];
+  EXPECT_EQ(again["decision"]["action"], "give_up");
+  EXPECT_EQ(again["classification"]["cause"], "code");
+  EXPECT_NE(again["decision"]["reason"].get<std::string>().find(
+                "a replay shows it is the program: rank 2 failed again (exit 1) at step 6 "
+                "after a re-run on the same data (steps 1-5: 20 of 20 losses"),
+            std::string::npos)
+      << again["decision"]["reason"];
+  EXPECT_EQ(report["incidents"][0]["classification"]["cause"], "code");
+}
+
+TEST_F(ControllerReplayTest, ANanThatComesBackIsTheDataAndPassingWithItSkippedConfirmsIt) {
+  BeginWithoutStandby();
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Losses(0, {0, 1}, 1, 7);
+  Incident(0, 0, "nan", "nan", 0, 8);
+  Expect(0, "stop");
+  Stopped(0, {});
+  Expect(0, "start");
+  Started(1);
+  Losses(1, {0, 1}, 1, 7);
+  Incident(0, 1, "nan", "nan", 0, 8);  // the same NaN after the same losses: the data
+  Json stop = Expect(0, "stop");
+  Stopped(1, {});
+  Json start = Expect(0, "start");
+  EXPECT_EQ(start["skip_from"], 0);
+  EXPECT_EQ(start["skip_to"], 9);
+  Started(2);
+  Send(0, {{"type", "step"},
+           {"attempt", 2},
+           {"rank", 0},
+           {"step", 8},
+           {"loss", 1.5},
+           {"step_time", 0.1},
+           {"t", clock_.NowWall()}});
+  for (int i = 0; i < 5; ++i) ctl_->RunOnce();
+  Json report = Finish();
+  const Json& second = report["incidents"][1];
+  EXPECT_EQ(second["decision"]["action"], "rollback");
+  EXPECT_NE(second["decision"]["reason"].get<std::string>().find(
+                "a replay shows it is the data: the NaN came back at step 8 on rank 0 with "
+                "the same data (steps 1-7: 28 of 28 losses"),
+            std::string::npos)
+      << second["decision"]["reason"];
+  EXPECT_EQ(report["incidents"][0]["classification"]["cause"], "data");
+  EXPECT_EQ(second["classification"]["cause"], "data");
+  EXPECT_NE(second["classification"]["evidence"].get<std::string>().find(
+                "with the data batches up to step 8 skipped, the re-run passed it"),
+            std::string::npos)
+      << second["classification"].dump();
+}
+
+}  // namespace
+}  // namespace bulwark

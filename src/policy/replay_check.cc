@@ -1,0 +1,208 @@
+#include "policy/replay_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "common/str_format.h"
+
+namespace bulwark {
+namespace {
+
+bool BitEqual(double a, double b) {
+  uint64_t x, y;
+  std::memcpy(&x, &a, sizeof x);
+  std::memcpy(&y, &b, sizeof y);
+  return x == y;
+}
+
+// A crash by exit status: the program ended itself (an exception), not a signal.
+bool ExitStatusCrash(const Incident& inc) {
+  return inc.kind == FaultKind::kCrash && inc.subtype.rfind("exit ", 0) == 0;
+}
+
+// "at step 14", or "before its first step" for a crash before any step completed.
+std::string AtFaultStep(const Incident& inc) {
+  return inc.kind != FaultKind::kNan && inc.step < 0 ? std::string("before its first step")
+                                                     : Fmt("at step %ld", FaultStep(inc));
+}
+
+std::string FaultWho(const Incident& inc) {
+  return inc.rank >= 0 ? Fmt("rank %d", inc.rank) : std::string("the job");
+}
+
+}  // namespace
+
+void LossWindow::Record(long step, int rank, double loss) {
+  t_[step][rank] = loss;
+  while (t_.size() > max_steps_) t_.erase(t_.begin());
+}
+
+LossTable LossWindow::Range(long after, long upto) const {
+  LossTable out;
+  for (auto it = t_.upper_bound(after); it != t_.end() && it->first <= upto; ++it) {
+    out.insert(*it);
+  }
+  return out;
+}
+
+void LossWindow::DropAfter(long step) { t_.erase(t_.upper_bound(step), t_.end()); }
+
+const char* FaultCauseName(FaultCause c) {
+  switch (c) {
+    case FaultCause::kData:
+      return "data";
+    case FaultCause::kCode:
+      return "code";
+    case FaultCause::kHardware:
+      return "hardware";
+    case FaultCause::kTransient:
+      return "transient";
+    case FaultCause::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+bool Replayable(const Incident& inc) { return inc.kind == FaultKind::kNan || ExitStatusCrash(inc); }
+
+long FaultStep(const Incident& inc) {
+  if (inc.kind == FaultKind::kNan) return inc.step;
+  return inc.step >= 0 ? inc.step + 1 : 0;
+}
+
+ReplayCheck::ReplayCheck(Incident fault, LossTable expected, bool data_skipped,
+                         std::set<int> moved_ranks)
+    : fault_(std::move(fault)),
+      expected_(std::move(expected)),
+      data_skipped_(data_skipped),
+      moved_(std::move(moved_ranks)) {}
+
+bool ReplayCheck::OnLoss(long step, int rank, double loss) {
+  if (passed_) return true;
+  const long fs = FaultStep(fault_);
+  const bool fault_rank = fault_.rank < 0 || rank == fault_.rank;
+  // Batches skipped up to the fault step: the re-run computes other things, nothing to
+  // compare; only whether the fault comes back matters.
+  if (!data_skipped_ && step <= fs && !(step == fs && fault_rank)) {
+    auto s = expected_.find(step);
+    if (s != expected_.end()) {
+      auto r = s->second.find(rank);
+      if (r != s->second.end()) {
+        ++compared_;
+        ++steps_[step].compared;
+        ranks_.insert(rank);
+        if (first_step_ < 0 || step < first_step_) first_step_ = step;
+        last_step_ = std::max(last_step_, step);
+        if (BitEqual(r->second, loss)) {
+          ++equal_;
+          ++steps_[step].equal;
+        } else if (diff_.step < 0) {
+          diff_ = {step, rank, r->second, loss};
+        }
+      }
+    }
+  }
+  if (step >= fs && fault_rank && std::isfinite(loss)) passed_ = true;
+  return passed_;
+}
+
+std::string ReplayCheck::Summary() const {
+  if (data_skipped_) return "the re-run skipped the data batches up to the fault step";
+  if (compared_ == 0) return "no loss of the re-run had a recorded counterpart to compare";
+  std::string s = Fmt("steps %ld-%ld: %d of %d losses of %zu rank%s equal bit for bit", first_step_,
+                      last_step_, equal_, compared_, ranks_.size(), ranks_.size() == 1 ? "" : "s");
+  if (diff_.step >= 0) {
+    s += Fmt("; first difference at step %ld on rank %d: recorded %.17g, re-run %.17g", diff_.step,
+             diff_.rank, diff_.recorded, diff_.replayed);
+  }
+  return s;
+}
+
+bool SameFaultAgain(const Incident& fault, const Incident& again) {
+  if (fault.kind != again.kind) return false;
+  if (fault.rank >= 0 && again.rank >= 0 && fault.rank != again.rank) return false;
+  if (FaultStep(fault) != FaultStep(again)) return false;
+  return fault.kind != FaultKind::kCrash || fault.subtype == again.subtype;
+}
+
+Classification Classify(const ReplayCheck& c, const Incident* again) {
+  const Incident& f = c.fault();
+  Classification out;
+  if (!Replayable(f)) return out;
+  const std::string who = FaultWho(f);
+  const long fs = FaultStep(f);
+  const std::string losses = c.Summary();
+  const bool diverged = c.first_diff().step >= 0;
+  const bool moved = f.rank >= 0 && c.moved_ranks().count(f.rank) > 0;
+  if (again != nullptr && SameFaultAgain(f, *again)) {
+    if (diverged) {
+      // It came back, but the computation before it was not the same: no verdict on the
+      // data, and one of the two runs computed wrong.
+      out.cause = FaultCause::kHardware;
+      out.evidence =
+          Fmt("the fault came back at step %ld but the re-run's losses before it "
+              "differ from the record (%s): the same computation gave two "
+              "results, so a machine computed wrong",
+              fs, losses.c_str());
+      return out;
+    }
+    if (f.kind == FaultKind::kNan) {
+      out.cause = c.data_skipped() ? FaultCause::kCode : FaultCause::kData;
+      out.evidence =
+          c.data_skipped()
+              ? Fmt("the NaN came back at step %ld on %s although the data batches up to it "
+                    "were skipped: not the data, the program (or its configuration)",
+                    fs, who.c_str())
+              : Fmt("the NaN came back at step %ld on %s%s with the same data (%s): the "
+                    "data batch",
+                    fs, who.c_str(), moved ? " on another node" : "", losses.c_str());
+      return out;
+    }
+    out.cause = FaultCause::kCode;
+    out.evidence =
+        Fmt("%s failed again (%s) %s after a re-run on the same data (%s): "
+            "a deterministic failure of the program",
+            who.c_str(), f.subtype.c_str(), AtFaultStep(f).c_str(), losses.c_str());
+    return out;
+  }
+  if (again != nullptr && !c.passed()) return out;  // interrupted by another fault
+  if (again == nullptr && !c.passed()) return out;  // not concluded
+  if (c.data_skipped()) {
+    out.cause = FaultCause::kData;
+    out.evidence =
+        Fmt("with the data batches up to step %ld skipped, the re-run passed it: "
+            "the skipped data",
+            fs);
+    return out;
+  }
+  if (diverged) {
+    out.cause = FaultCause::kHardware;
+    out.evidence =
+        Fmt("the re-run passed step %ld but its losses differ from the record "
+            "(%s): the same computation gave two results, so a machine computed "
+            "wrong",
+            fs, losses.c_str());
+    return out;
+  }
+  if (f.kind == FaultKind::kNan && moved) {
+    out.cause = FaultCause::kHardware;
+    out.evidence =
+        Fmt("the NaN of %s at step %ld did not come back with the same data on "
+            "another node (%s): the node it came from",
+            who.c_str(), fs, losses.c_str());
+    return out;
+  }
+  out.cause = FaultCause::kTransient;
+  out.evidence =
+      Fmt("the fault of %s at step %ld did not come back on a re-run with the same "
+          "data on the same node (%s): a passing fault, of this machine or from outside",
+          who.c_str(), fs, losses.c_str());
+  return out;
+}
+
+}  // namespace bulwark

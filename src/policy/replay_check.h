@@ -1,0 +1,117 @@
+// Replay: a fault checked against a re-run of the steps before it, and the cause that
+// follows (docs/diagnosis.md, "Replay and classification").
+//
+// After a fault at step S the job resumes from a checkpoint C < S and runs the steps
+// (C, S] again on the same data. A ReplayCheck holds every rank's losses of those steps
+// as first recorded and compares the re-run's bit for bit; Classify turns the outcome
+// into a cause:
+//   data       a NaN (or loss spike) that happens again at the same step on the same
+//              rank, the losses before it equal: the batch (the policy skips it);
+//   code       the same once those batches were skipped, or a crash by exit status (an
+//              exception) that happens again at the same step on the same rank: the
+//              program; restarting cannot help;
+//   hardware   a NaN that did not happen again once its rank ran on other hardware, the
+//              other losses equal; or a re-run loss that differs bit for bit from the
+//              record (one of the two computations was wrong);
+//   transient  a fault that did not happen again on the same hardware.
+// Which faults are checked: NaNs, loss spikes and crashes by exit status (not signals,
+// hangs, lost nodes, sdc: their re-run says nothing of their cause).
+//
+// Pure and clock-free; shared by the controller and `bulwark replay`. Thread-compatible.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <set>
+#include <string>
+
+#include "policy/recovery_policy.h"
+
+namespace bulwark {
+
+using LossTable = std::map<long, std::map<int, double>>;  // step -> rank -> loss
+
+// The losses the ranks reported for their most recent steps: at most `max_steps` steps
+// (the oldest are dropped first).
+class LossWindow {
+ public:
+  explicit LossWindow(size_t max_steps = 4096) : max_steps_(max_steps) {}
+  // A rank's loss for a step; a later report of the same (step, rank) replaces it.
+  void Record(long step, int rank, double loss);
+  // The losses of steps in (after, upto].
+  LossTable Range(long after, long upto) const;
+  // Forgets the steps after `step` (a resume from `step` makes them history that did not
+  // happen; the re-run records them again).
+  void DropAfter(long step);
+
+ private:
+  size_t max_steps_;
+  LossTable t_;
+};
+
+// Whether a re-run can tell the cause of `inc`: NaNs, loss spikes, crashes by exit status.
+bool Replayable(const Incident& inc);
+
+// The step a re-run must complete for the fault not to have happened again: a NaN's own
+// step; for a crash, the step after the last one reported.
+long FaultStep(const Incident& inc);
+
+class ReplayCheck {
+ public:
+  // `expected`: the losses recorded before the fault (steps <= FaultStep(fault)).
+  // `data_skipped`: the re-run skips the data batches up to the fault step.
+  // `moved_ranks`: ranks the re-run places on another node than at the fault.
+  ReplayCheck(Incident fault, LossTable expected, bool data_skipped, std::set<int> moved_ranks);
+
+  // A loss of the re-run. Returns true once the check has concluded: the fault's rank
+  // (any rank when unknown) completed the fault step with a finite loss.
+  bool OnLoss(long step, int rank, double loss);
+  bool passed() const { return passed_; }
+  const Incident& fault() const { return fault_; }
+  bool data_skipped() const { return data_skipped_; }
+  const std::set<int>& moved_ranks() const { return moved_; }
+  int compared() const { return compared_; }
+  int equal() const { return equal_; }
+  long last_step() const { return last_step_; }
+  // The first loss that differed bit for bit (step -1: none).
+  struct Diff {
+    long step = -1;
+    int rank = -1;
+    double recorded = 0, replayed = 0;
+  };
+  const Diff& first_diff() const { return diff_; }
+  struct StepResult {
+    int compared = 0, equal = 0;
+  };
+  // Step by step: how many losses were compared and how many were equal.
+  const std::map<long, StepResult>& steps() const { return steps_; }
+  // "steps 141-155: 60 losses of 4 ranks equal bit for bit" (or the first difference).
+  std::string Summary() const;
+
+ private:
+  Incident fault_;
+  LossTable expected_;
+  bool data_skipped_;
+  std::set<int> moved_;
+  int compared_ = 0, equal_ = 0;
+  long first_step_ = -1, last_step_ = -1;
+  std::set<int> ranks_;
+  Diff diff_;
+  std::map<long, StepResult> steps_;
+  bool passed_ = false;
+};
+
+// True when `again` is the replayed fault happening again: the same kind and rank (when
+// known), at the same step (a crash: the same exit status).
+bool SameFaultAgain(const Incident& fault, const Incident& again);
+
+struct Classification {
+  FaultCause cause = FaultCause::kUnknown;
+  std::string evidence;  // what the re-run showed, one paragraph
+};
+// The cause from a check: `again` is the incident that ended the re-run, or null when
+// the re-run passed the fault step. kUnknown when the re-run says nothing (another
+// fault interrupted it before the fault step).
+Classification Classify(const ReplayCheck& check, const Incident* again);
+
+}  // namespace bulwark

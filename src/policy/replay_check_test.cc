@@ -1,0 +1,203 @@
+#include "policy/replay_check.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "policy/diagnosis_policy.h"
+
+namespace bulwark {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+Incident Fault(FaultKind kind, const std::string& subtype, int rank, long step) {
+  Incident i;
+  i.kind = kind;
+  i.subtype = subtype;
+  i.rank = rank;
+  i.node = rank / 2;
+  i.step = step;
+  return i;
+}
+
+// Losses of 2 ranks for steps 11..15: rank r at step s is s + r / 10.
+LossTable Recorded() {
+  LossTable t;
+  for (long s = 11; s <= 15; ++s) {
+    for (int r = 0; r < 2; ++r) t[s][r] = static_cast<double>(s) + r / 10.0;
+  }
+  return t;
+}
+
+// Feeds the re-run of steps 11..upto with the recorded losses (rank 0 at `nan_step`: NaN).
+void Rerun(ReplayCheck* c, long upto, long nan_step = -1) {
+  for (long s = 11; s <= upto; ++s) {
+    for (int r = 0; r < 2; ++r) {
+      c->OnLoss(s, r, s == nan_step && r == 0 ? kNaN : static_cast<double>(s) + r / 10.0);
+    }
+  }
+}
+
+TEST(LossWindowTest, KeepsTheNewestStepsAndForgetsTheFutureOnResume) {
+  LossWindow w(3);
+  for (long s = 1; s <= 5; ++s) w.Record(s, 0, static_cast<double>(s));
+  EXPECT_EQ(w.Range(-1, 100).size(), 3u);
+  EXPECT_EQ(w.Range(-1, 100).begin()->first, 3);
+  EXPECT_EQ(w.Range(3, 4).size(), 1u);
+  w.DropAfter(3);
+  EXPECT_EQ(w.Range(-1, 100).rbegin()->first, 3);
+}
+
+TEST(ReplayCheckTest, ANanThatComesBackWithTheSameDataIsTheData) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  ReplayCheck c(nan, Recorded(), /*data_skipped=*/false, /*moved_ranks=*/{0, 1});
+  Rerun(&c, 14);
+  EXPECT_FALSE(c.passed());
+  Classification k = Classify(c, &nan);
+  EXPECT_EQ(k.cause, FaultCause::kData);
+  EXPECT_THAT(k.evidence, HasSubstr("came back at step 15 on rank 0 on another node"));
+  EXPECT_THAT(k.evidence, HasSubstr("steps 11-14: 8 of 8 losses of 2 ranks equal bit for bit"));
+}
+
+TEST(ReplayCheckTest, ANanThatComesBackAfterItsDataWasSkippedIsTheProgram) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  ReplayCheck c(nan, Recorded(), /*data_skipped=*/true, {});
+  c.OnLoss(12, 0, 99.0);  // other data: nothing is compared
+  EXPECT_EQ(c.compared(), 0);
+  EXPECT_EQ(Classify(c, &nan).cause, FaultCause::kCode);
+  // Passing the step with the batches skipped confirms the data.
+  c.OnLoss(15, 0, 2.5);
+  ASSERT_TRUE(c.passed());
+  EXPECT_EQ(Classify(c, nullptr).cause, FaultCause::kData);
+}
+
+TEST(ReplayCheckTest, ANanThatDoesNotComeBackOnAnotherNodeIsTheNodes) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  LossTable rec = Recorded();
+  rec[15][0] = kNaN;
+  ReplayCheck c(nan, rec, false, {0, 1});
+  Rerun(&c, 15);
+  ASSERT_TRUE(c.passed());
+  EXPECT_EQ(c.compared(), 8) << "rank 1's loss of step 15 came after the check concluded";
+  Classification k = Classify(c, nullptr);
+  EXPECT_EQ(k.cause, FaultCause::kHardware);
+  EXPECT_THAT(k.evidence, HasSubstr("did not come back with the same data on another node"));
+}
+
+TEST(ReplayCheckTest, ANanThatDoesNotComeBackOnTheSameNodeIsTransient) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  ReplayCheck c(nan, Recorded(), false, {});
+  Rerun(&c, 15);
+  EXPECT_EQ(Classify(c, nullptr).cause, FaultCause::kTransient);
+}
+
+TEST(ReplayCheckTest, ALossThatDiffersBitForBitIsTheHardware) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  ReplayCheck c(nan, Recorded(), false, {});
+  c.OnLoss(12, 1, std::nextafter(12.1, 13.0));  // one ulp away
+  Rerun(&c, 15);
+  EXPECT_EQ(c.first_diff().step, 12);
+  EXPECT_EQ(c.first_diff().rank, 1);
+  Classification k = Classify(c, nullptr);
+  EXPECT_EQ(k.cause, FaultCause::kHardware);
+  EXPECT_THAT(k.evidence, HasSubstr("first difference at step 12 on rank 1"));
+  // The same divergence with the fault coming back: still not the data's.
+  ReplayCheck again(nan, Recorded(), false, {});
+  again.OnLoss(12, 1, 0.5);
+  EXPECT_EQ(Classify(again, &nan).cause, FaultCause::kHardware);
+}
+
+TEST(ReplayCheckTest, ACrashAtTheSameStepIsTheProgramAndOnlyByExitStatus) {
+  // Rank 1 exits 1 during step 14 (the last step reported is 13).
+  Incident crash = Fault(FaultKind::kCrash, "exit 1", 1, 13);
+  EXPECT_TRUE(Replayable(crash));
+  EXPECT_EQ(FaultStep(crash), 14);
+  ReplayCheck c(crash, Recorded(), false, {});
+  Rerun(&c, 13);
+  EXPECT_FALSE(c.passed());
+  Classification k = Classify(c, &crash);
+  EXPECT_EQ(k.cause, FaultCause::kCode);
+  EXPECT_THAT(k.evidence, HasSubstr("rank 1 failed again (exit 1) at step 14"));
+  // Another exit status, rank or step is another fault: no verdict.
+  Incident other = crash;
+  other.subtype = "exit 2";
+  EXPECT_EQ(Classify(c, &other).cause, FaultCause::kUnknown);
+  other = crash;
+  other.step = 12;
+  EXPECT_EQ(Classify(c, &other).cause, FaultCause::kUnknown);
+  // Signals, hangs and lost nodes are not replayed.
+  EXPECT_FALSE(Replayable(Fault(FaultKind::kCrash, "SIGKILL", 1, 13)));
+  EXPECT_FALSE(Replayable(Fault(FaultKind::kHang, "no_progress", 1, 13)));
+  // A crash that does not come back is transient.
+  ReplayCheck t(crash, Recorded(), false, {});
+  Rerun(&t, 14);
+  ASSERT_TRUE(t.passed());
+  EXPECT_EQ(Classify(t, nullptr).cause, FaultCause::kTransient);
+}
+
+TEST(ReplayCheckTest, NoVerdictBeforeTheFaultStepOrWhenAnotherFaultInterrupts) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  ReplayCheck c(nan, Recorded(), false, {});
+  Rerun(&c, 13);
+  EXPECT_EQ(Classify(c, nullptr).cause, FaultCause::kUnknown);
+  Incident hang = Fault(FaultKind::kHang, "no_progress", 1, 13);
+  EXPECT_EQ(Classify(c, &hang).cause, FaultCause::kUnknown);
+}
+
+FaultPolicySpec Policy() {
+  FaultPolicySpec p;
+  p.restart_budget = 10;
+  return p;
+}
+
+TEST(RecoveryPolicyReplayTest, AFirstNanIsReplayedOnAStandbyWhenOneIsReady) {
+  RecoveryPolicy policy(Policy(), 1);
+  JobHistory h;
+  h.committed_steps = {10};
+  h.high_water_step = 15;
+  h.spares_available = 1;
+  Incident nan = Fault(FaultKind::kNan, "nan", 2, 15);
+  Decision d = policy.Decide(nan, h, 0);
+  EXPECT_EQ(d.action, Action::kReplaceNode);
+  EXPECT_EQ(d.replace_node, 1);
+  EXPECT_EQ(d.resume_step_max, 10);
+  EXPECT_EQ(d.skip_batches_from, -1) << "the replay keeps the data";
+  EXPECT_THAT(d.reason, HasSubstr("tells the data from the node"));
+  EXPECT_TRUE(ShouldDiagnose(nan, 0, d).run) << "the node out of the job is tested";
+  h.spares_available = 0;
+  d = policy.Decide(nan, h, 0);
+  EXPECT_EQ(d.action, Action::kRollback);
+  EXPECT_FALSE(ShouldDiagnose(nan, 0, d).run);
+}
+
+TEST(RecoveryPolicyReplayTest, DataSkipsTheBatchesAndCodeGivesUp) {
+  RecoveryPolicy policy(Policy(), 1);
+  JobHistory h;
+  h.committed_steps = {10};
+  h.high_water_step = 15;
+  Incident first = Fault(FaultKind::kNan, "nan", 0, 15);
+  h.incidents = {first};
+  h.progress_at_incident = {15};
+  Incident again = first;
+  again.cause = FaultCause::kData;
+  again.cause_evidence = "the NaN came back";
+  Decision d = policy.Decide(again, h, 0);
+  EXPECT_EQ(d.action, Action::kRollback);
+  EXPECT_EQ(d.skip_batches_from, 11);
+  EXPECT_EQ(d.skip_batches_to, 16);
+  EXPECT_THAT(d.reason, HasSubstr("a replay shows it is the data: the NaN came back"));
+  Incident crash = Fault(FaultKind::kCrash, "exit 1", 1, 13);
+  crash.cause = FaultCause::kCode;
+  crash.cause_evidence = "rank 1 failed again";
+  d = policy.Decide(crash, JobHistory{}, 0);
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_THAT(d.reason, HasSubstr("a replay shows it is the program: rank 1 failed again"));
+}
+
+}  // namespace
+}  // namespace bulwark
