@@ -134,9 +134,15 @@ TEST_F(E2E, HangIsDetectedWithEveryRanksStack) {
   EXPECT_EQ(diag["node_id"], "node-1") << diag.dump(2);
   EXPECT_EQ(diag["verdict"], "healthy") << diag.dump(2);
   EXPECT_EQ(diag["action"], "rejoined as a warm standby") << diag.dump(2);
-  ASSERT_EQ(diag["checks"].size(), 2u) << diag.dump(2);
+  // matmul, the disk, the GPUs (none here: nothing to test) and the link check (below).
+  ASSERT_EQ(diag["checks"].size(), 4u) << diag.dump(2);
   EXPECT_EQ(diag["checks"][0]["name"], "matmul");
   EXPECT_EQ(diag["checks"][1]["name"], "disk:" + dir_ + "/ckpt") << diag.dump(2);
+  EXPECT_EQ(diag["checks"][2]["name"], "gpu") << diag.dump(2);
+  EXPECT_EQ(diag["checks"][2]["ok"], true) << diag.dump(2);
+  // A hang involves the collective: node-1's links are tested against node-0's.
+  EXPECT_EQ(diag["checks"][3]["name"], "link") << diag.dump(2);
+  EXPECT_EQ(diag["link"]["members"], Json::array({"node-1", "node-0"})) << diag.dump(2);
   EXPECT_EQ(diag["charged_s"], 0.0);
   EXPECT_NE((*inc)["detail"].get<std::string>().find("localised: rank 1 was stopped"),
             std::string::npos)

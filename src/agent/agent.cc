@@ -152,10 +152,15 @@ Status Agent::Setup() {
 }
 
 void Agent::SendHello() {
-  Json hello = {
-      {"type", "hello"},           {"node", opts_.node},           {"pid", getpid()},
-      {"host", HostName()},        {"peer_host", opts_.peer_host}, {"peer_port", peer_->port()},
-      {"adopt_port", adopt_port_}, {"free_port", FreePort()}};
+  Json hello = {{"type", "hello"},
+                {"node", opts_.node},
+                {"pid", getpid()},
+                {"host", HostName()},
+                {"peer_host", opts_.peer_host},
+                {"peer_port", peer_->port()},
+                {"adopt_port", adopt_port_},
+                {"free_port", FreePort()},
+                {"diag_checks", Json::array({"matmul", "disk", "link", "gpu"})}};
   if (metrics_port() > 0) hello["metrics_port"] = metrics_port();
   if (!gpus_.empty()) hello["gpus"] = GpuNames();
   if (!run_id_.empty()) {  // an adopting controller learns what runs here
@@ -396,6 +401,8 @@ void Agent::HandleController(const Json& msg) {
     HandleChaos(msg);
   } else if (type == "diagnose") {
     HandleDiagnose(msg);
+  } else if (type == "link_peers") {
+    HandleLinkPeers(msg);
   } else if (type == "capture_stacks") {
     HandleCaptureStacks(msg);
   } else if (type == "cadence") {
@@ -599,11 +606,16 @@ void Agent::HandleChaos(const Json& msg) {
   } else if (*action == "hang_rank") {
     IgnoreError(procs_->Signal(r->pid, SIGSTOP), "the process may be gone already");
   } else if (*action == "nan_loss" || *action == "slow_rank" || *action == "slow_data" ||
-             *action == "loss_spike" || *action == "sdc") {
+             *action == "loss_spike" || *action == "sdc" || *action == "slow_link") {
     // sdc: the machine computes wrong results from now on, its compute check too.
     if (*action == "sdc") sdc_injected_ = true;
+    // slow_link: the node's links are slow from now on (its link check sends at
+    // kSlowLinkMiBps), and its rank waits on them as on a slow rank's work.
+    if (*action == "slow_link") link_throttle_mib_s_ = kSlowLinkMiBps;
     // SDK-cooperative faults: a datagram on the rank socket (docs/protocol.md §2).
-    Json m = {{"type", *action == "nan_loss" ? "inject_nan" : "inject_" + *action}};
+    Json m = {{"type", *action == "nan_loss"    ? std::string("inject_nan")
+                       : *action == "slow_link" ? std::string("inject_slow_rank")
+                                                : "inject_" + *action}};
     auto factor = JNumOr(msg, "factor", 0);
     auto delay = JNumOr(msg, "delay_s", 0);
     if (factor.ok() && *factor > 0) m["factor"] = *factor;
@@ -613,7 +625,7 @@ void Agent::HandleChaos(const Json& msg) {
   } else {
     Warn(
         "controller: dropped chaos: field 'action' must be kill_rank, hang_rank, nan_loss, "
-        "slow_rank, slow_data, loss_spike or sdc (got "
+        "slow_rank, slow_data, loss_spike, sdc or slow_link (got "
         "'" +
         *action + "')");
     return;

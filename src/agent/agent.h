@@ -165,6 +165,8 @@ class Agent {
   // `diagnose` (agent_diagnose.cc, docs/protocol.md): runs the node's checks on
   // diag_thread_, one request at a time; the `diagnosis` reply goes through outbox_.
   void HandleDiagnose(const Json& msg);
+  // `link_peers`: the ring of the link check of the `diagnose` in progress.
+  void HandleLinkPeers(const Json& msg);
   // Another node reported a hang: capture this node's stacks now and send `stacks`.
   void HandleCaptureStacks(const Json& msg);
   // `cadence`: the controller's new disk interval for the running attempt.
@@ -372,6 +374,17 @@ class Agent {
   // Chaos `sdc`: this node's compute is silently wrong from now on; its compute check
   // fails as such a machine's would (docs/chaos.md).
   bool sdc_injected_ = false;
+  // The link check of the `diagnose` in progress: its listening socket (bound when the
+  // request came) and, once `link_peers` came, the ring ("host:port,..."); guarded by
+  // link_mu_, which the diag thread polls for link_peers_ (bounded by its budget).
+  std::mutex link_mu_;
+  int link_id_ = -1;
+  std::string link_peers_;  // "-": the ring was called off
+  int link_index_ = 0;
+  // Chaos `slow_link`: this node's link sockets send at this many MiB/s from now on (a
+  // bad NIC's transmit side), and its ranks are slowed like slow_rank's. 0 = healthy.
+  double link_throttle_mib_s_ = 0;
+  static constexpr double kSlowLinkMiBps = 2;
   std::map<std::string, double> warned_at_;  // WarnLimited: message kind -> mono time
   // Metrics (agent_metrics.cc). The HTTP threads read only metrics_text_.
   std::mutex metrics_mu_;

@@ -562,11 +562,11 @@ TEST(AgentIntegration, DigestsReachTheControllerAndDiagnoseRunsTheChecks) {
   fc.Send({{"type", "stop"}, {"attempt", 0}, {"grace_s", 1.0}});
   ASSERT_TRUE(fc.WaitFor("stopped")) << fc.agent_output();
   // Bad requests are answered with the field at fault.
-  fc.Send({{"type", "diagnose"}, {"id", 1}, {"checks", Json::array({"gpu"})}});
+  fc.Send({{"type", "diagnose"}, {"id", 1}, {"checks", Json::array({"fpga"})}});
   auto bad = fc.WaitFor("diagnosis");
   ASSERT_TRUE(bad) << fc.agent_output();
   EXPECT_EQ((*bad)["id"], 1);
-  EXPECT_EQ((*bad)["error"], "check 'gpu' is unknown; the checks are matmul and disk");
+  EXPECT_EQ((*bad)["error"], "check 'fpga' is unknown; the checks are matmul, disk, link and gpu");
   fc.Send({{"type", "diagnose"}, {"id", 2}, {"checks", Json::array({"matmul"})}, {"budget_s", 0}});
   auto zero = fc.WaitFor("diagnosis");
   ASSERT_TRUE(zero) << fc.agent_output();
@@ -593,6 +593,31 @@ TEST(AgentIntegration, DigestsReachTheControllerAndDiagnoseRunsTheChecks) {
   const Json& disk = (*done)["results"][1];
   EXPECT_EQ(disk["name"], "disk:" + fc.dir());
   EXPECT_EQ(disk["ok"], true) << disk.dump();
+  // The link check: a listener at once, then the ring (here called off: no peers).
+  fc.Send({{"type", "diagnose"}, {"id", 5}, {"checks", Json::array({"link"})}, {"link", 7}});
+  auto no_link = fc.WaitFor("diagnosis");
+  ASSERT_TRUE(no_link) << fc.agent_output();
+  EXPECT_EQ((*no_link)["error"], "field 'link' must be {\"session\": K} with K >= 0");
+  fc.Send({{"type", "diagnose"},
+           {"id", 6},
+           {"checks", Json::array({"link"})},
+           {"link", {{"session", 7}}},
+           {"budget_s", 30}});
+  auto listening = fc.WaitFor("link_listening");
+  ASSERT_TRUE(listening) << fc.agent_output();
+  EXPECT_EQ((*listening)["id"], 6);
+  EXPECT_GT((*listening)["port"].get<int>(), 0);
+  fc.Send({{"type", "link_peers"}, {"id", 6}, {"index", 5}, {"peers", {"127.0.0.1:1", "x"}}});
+  fc.Send({{"type", "link_peers"}, {"id", 6}, {"peers", Json::array()}});
+  auto off = fc.WaitFor("diagnosis", nullptr, 10);
+  ASSERT_TRUE(off) << fc.agent_output();
+  EXPECT_EQ((*off)["id"], 6);
+  ASSERT_EQ((*off)["results"].size(), 1u) << off->dump();
+  EXPECT_EQ((*off)["results"][0]["evidence"], "not run: the controller called the ring off");
+  EXPECT_NE(fc.agent_output().find("dropped link_peers: field 'peers' must be an array of "
+                                   "\"host:port\" strings: peer 'x' must be HOST:PORT"),
+            std::string::npos)
+      << fc.agent_output();
   fc.Send({{"type", "shutdown"}});
   ASSERT_TRUE(fc.WaitAgentExit()) << fc.agent_output();
 }

@@ -25,6 +25,8 @@ const std::vector<Rule>& Rules() {
     add("ecc", R"(\bECC error\b|uncorrectable ECC)");
     add("xid", R"(\bXid\b)");
     add("cuda_error", R"(\bCUDA error\b|\bcudaError[A-Za-z]*|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+)");
+    // A checkpoint (or any) write that found its disk full: the node's disk is tested.
+    add("disk_full", R"(No space left on device|\[Errno 28\]|\bENOSPC\b)");
     return r;
   }();
   return *rules;
@@ -32,8 +34,9 @@ const std::vector<Rule>& Rules() {
 
 // Cheap substring prefilter: a line containing none of these cannot match any rule.
 bool MayMatch(std::string_view line) {
-  static constexpr std::array<std::string_view, 7> kHints = {
-      "NCCL", "Watchdog", "memory", "OutOfMemory", "ECC", "Xid", "CU"};
+  static constexpr std::array<std::string_view, 10> kHints = {
+      "NCCL", "Watchdog", "memory",   "OutOfMemory", "ECC",
+      "Xid",  "CU",       "No space", "Errno 28",    "ENOSPC"};
   for (auto h : kHints) {
     if (line.find(h) != std::string_view::npos) return true;
   }

@@ -17,6 +17,7 @@ namespace bulwark {
 //   "ecc"           "ECC error", "uncorrectable ECC"
 //   "xid"           the word "Xid" (NVIDIA driver error reports)
 //   "cuda_error"    "CUDA error", "cudaError...", "CUBLAS_STATUS_..." (except _SUCCESS)
+//   "disk_full"     "No space left on device", "[Errno 28]", "ENOSPC"
 std::optional<std::string> ClassifyLogLine(std::string_view line);
 
 }  // namespace bulwark

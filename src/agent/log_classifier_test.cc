@@ -40,6 +40,15 @@ TEST(LogClassifier, OutOfMemory) {
   EXPECT_EQ(Cls("OSError: [Errno 12] Cannot allocate memory"), "oom");
 }
 
+TEST(LogClassifier, DiskFull) {
+  EXPECT_EQ(Cls("RuntimeError: write /ck/step-000000000010/shard-00002-of-00004.bws.tmp.77: "
+                "No space left on device"),
+            "disk_full");
+  EXPECT_EQ(Cls("OSError: [Errno 28] No space left on device: '/ck/x'"), "disk_full");
+  EXPECT_EQ(Cls("write failed: ENOSPC"), "disk_full");
+  EXPECT_EQ(Cls("there is space left on the device"), "none");
+}
+
 TEST(LogClassifier, XidAndEcc) {
   EXPECT_EQ(Cls("NVRM: Xid (PCI:0000:3b:00): 79, pid=2323, GPU has fallen off the bus."), "xid");
   EXPECT_EQ(Cls("NVRM: Xid (PCI:0000:65:00): 48, pid=1, An uncorrectable double bit error (DBE) "

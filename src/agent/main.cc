@@ -4,13 +4,15 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <iostream>
 
 #include "agent/agent.h"
 #include "agent/install.h"
-#include "diag/diag.h"
 #include "common/clock.h"
 #include "common/install_paths.h"
+#include "diag/diag.h"
+#include "gpu/gpu_health.h"
 
 #ifndef BULWARK_DEFAULT_PYTHON_DIR
 #define BULWARK_DEFAULT_PYTHON_DIR ""
@@ -28,22 +30,26 @@ void OnTermSignal(int sig) { bulwark::Agent::RequestTermination(sig); }
 
 // `bulwark-agent install DIR` (agent/install.h).
 int Install(int argc, char** argv) {
-  CLI::App app{"bulwark-agent install: copies this agent, its loader and libraries, and the "
-               "SDK into DIR, to run in a container of any image"};
+  CLI::App app{
+      "bulwark-agent install: copies this agent, its loader and libraries, and the "
+      "SDK into DIR, to run in a container of any image"};
   app.name("bulwark-agent install");
   bulwark::InstallOptions o;
   o.python_dir = bulwark::DefaultPythonDir(BULWARK_DEFAULT_PYTHON_DIR);
   o.lib_path = bulwark::DefaultSdkLib(BULWARK_DEFAULT_LIB);
-  app.add_option("dir", o.dest, "where to install (an emptyDir shared with the training "
-                                "container)")->required();
+  app.add_option("dir", o.dest,
+                 "where to install (an emptyDir shared with the training "
+                 "container)")
+      ->required();
   app.add_option("--python-dir", o.python_dir, "the SDK package root to copy")
       ->capture_default_str();
   app.add_option("--lib", o.lib_path, "libbulwark.so to copy")->capture_default_str();
-  app.footer("Example (an init container of the operator's image):\n"
-             "  bulwark-agent install /bulwark/agent\n"
-             "then the training container runs\n"
-             "  /bulwark/agent/lib/ld.so --library-path /bulwark/agent/lib "
-             "/bulwark/agent/bin/bulwark-agent ...");
+  app.footer(
+      "Example (an init container of the operator's image):\n"
+      "  bulwark-agent install /bulwark/agent\n"
+      "then the training container runs\n"
+      "  /bulwark/agent/lib/ld.so --library-path /bulwark/agent/lib "
+      "/bulwark/agent/bin/bulwark-agent ...");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -57,19 +63,35 @@ int Install(int argc, char** argv) {
   return 0;
 }
 
-// `bulwark-agent diagnose --check matmul|disk ...`: one self-test (diag/diag.h), its
+// `bulwark-agent diagnose --check matmul|disk|link|gpu ...`: one self-test (diag/diag.h,
+// gpu/gpu_health.h), its
 // result as one JSON line on stdout, exit 0 (a failed check is a result, not an error).
+// `link` listens on fd 3, a TCP socket its agent bound (diag/link.h).
 int Diagnose(int argc, char** argv) {
   CLI::App app{"bulwark-agent diagnose: one node self-test, its result as a JSON line"};
   app.name("bulwark-agent diagnose");
   std::string check, dir, inject;
   size_t bytes = 16 << 20;
   int n = 256;
-  app.add_option("--check", check, "matmul | disk")
+  app.add_option("--check", check, "matmul | disk | link")
       ->required()
-      ->check(CLI::IsMember({"matmul", "disk"}));
+      ->check(CLI::IsMember({"matmul", "disk", "link", "gpu"}));
+  std::string nvml_library = bulwark::gpu::Nvml::kDefaultLibrary;
+  app.add_option("--nvml-library", nvml_library, "gpu: the NVIDIA management library to load");
+  std::string peers;
+  bulwark::diag::LinkOptions link;
+  app.add_option("--index", link.index, "link: this member's place in the ring")
+      ->check(CLI::Range(0, bulwark::diag::kMaxLinkMembers - 1));
+  app.add_option("--peers", peers, "link: every member's HOST:PORT, in ring order");
+  app.add_option("--session", link.session, "link: the ring's session number");
+  app.add_option("--budget", link.budget_s, "link: every socket op ends by then (seconds)")
+      ->check(CLI::Range(0.5, 600.0));
+  app.add_option("--throttle-mibps", link.throttle_mib_s,
+                 "link, chaos slow_link: pace this member's sends (MiB/s)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--dir", dir, "disk: the checkpoint directory to test");
-  app.add_option("--bytes", bytes, "disk: how much to write and read back")
+  app.add_option("--bytes", bytes,
+                 "disk: how much to write and read back; link: how much to stream on each link")
       ->check(CLI::Range(size_t{1}, size_t{1} << 36));
   app.add_option("--n", n, "matmul: the matrix size")->check(CLI::Range(1, 4096));
   app.add_option("--inject", inject, "chaos: hang | sdc")->check(CLI::IsMember({"hang", "sdc"}));
@@ -82,8 +104,32 @@ int Diagnose(int argc, char** argv) {
     std::cerr << "bulwark-agent diagnose: --check disk needs --dir DIR\n";
     return 2;
   }
+  if (check == "link") {
+    auto parsed = bulwark::diag::ParseLinkPeers(peers);
+    if (!parsed.ok()) {
+      std::cerr << "bulwark-agent diagnose: --peers: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    link.peers = *parsed;
+    link.listen_fd = 3;
+    link.bytes = bytes;
+    const auto t0 = std::chrono::steady_clock::now();
+    bulwark::diag::LinkCheckOutput out = bulwark::diag::LinkSelfTest(link);
+    bulwark::diag::CheckResult r{"link", out.ok, 0, out.evidence, out.links};
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << bulwark::diag::ToJson(r).dump() << std::endl;
+    return 0;
+  }
   if (inject == "hang") {
     while (true) ::pause();  // killed by the runner at its budget
+  }
+  if (check == "gpu") {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bulwark::gpu::GpuHealth h = bulwark::gpu::CheckGpuHealth(nvml_library);
+    bulwark::diag::CheckResult r{"gpu", h.ok, 0, h.evidence};
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << bulwark::diag::ToJson(r).dump() << std::endl;
+    return 0;
   }
   const bulwark::diag::CheckResult r = check == "matmul"
                                            ? bulwark::diag::MatmulSelfTest(n, inject == "sdc")
@@ -102,7 +148,8 @@ int main(int argc, char** argv) {
   CLI::App app{"bulwark-agent: launches a node's training ranks and detects their faults"};
   app.set_version_flag("--version", std::string("bulwark-agent ") + BULWARK_VERSION);
   app.footer(
-      "Subcommands: bulwark-agent install DIR, bulwark-agent diagnose --check matmul|disk "
+      "Subcommands: bulwark-agent install DIR, bulwark-agent diagnose --check "
+      "matmul|disk|link|gpu "
       "(see their --help)");
   bulwark::AgentOptions o;
   std::string controller;

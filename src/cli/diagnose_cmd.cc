@@ -25,6 +25,7 @@ int DiagnoseRun(const DiagnoseFlags& f, std::ostream& out, std::ostream& err) {
   o.disk_bytes = static_cast<size_t>(f.disk_mib) << 20;
   std::vector<diag::CheckSpec> checks = {{"matmul", "", f.budget_s, f.inject}};
   for (const std::string& d : f.checkpoint_dirs) checks.push_back({"disk", d, f.budget_s, ""});
+  if (!f.nvml_library.empty()) checks.push_back({"gpu", f.nvml_library, f.budget_s, ""});
   const std::vector<diag::CheckResult> results = diag::RunChecks(checks, o);
   const diag::Verdict v = diag::Judge(results);
   if (f.output == "json") {
@@ -48,7 +49,8 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, int* exit_code, std::ostream& out, s
   auto f = std::make_shared<DiagnoseFlags>();
   auto* cmd = app.add_subcommand(
       "diagnose",
-      "run this node's self-tests (compute, checkpoint disks) and say if it is healthy");
+      "run this node's self-tests (compute, checkpoint disks, GPUs through NVML) and say if "
+      "it is healthy");
   cmd->add_option("--checkpoint-dir", f->checkpoint_dirs,
                   "a checkpoint directory to write, fsync and read back (repeatable)");
   cmd->add_option("--budget", f->budget_s, "seconds each check may take; past it, it fails")
@@ -59,6 +61,9 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, int* exit_code, std::ostream& out, s
       ->capture_default_str();
   cmd->add_option("--disk-mib", f->disk_mib, "MiB each disk check writes and reads back")
       ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--nvml-library", f->nvml_library,
+                  "the gpu check's NVIDIA management library (\"\": no gpu check)")
       ->capture_default_str();
   cmd->add_option("-o,--output", f->output, "json (default: a table)");
   cmd->add_option("--inject", f->inject, "chaos: make the compute check hang or be silently wrong")

@@ -19,6 +19,9 @@ struct DiagnoseFlags {
   std::string output;  // "" (a table) or json
   std::string inject;  // chaos: hang | sdc (the compute check)
   std::string agent;   // bulwark-agent ("" = next to this executable)
+  // The gpu check's NVML library ("" = no gpu check); without a driver it passes with
+  // nothing to test.
+  std::string nvml_library = "libnvidia-ml.so.1";
 };
 int DiagnoseRun(const DiagnoseFlags& f, std::ostream& out, std::ostream& err);
 

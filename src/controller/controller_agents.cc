@@ -6,6 +6,7 @@
 #include "common/json_util.h"
 #include "controller/controller_impl.h"
 #include "controller/incident_json.h"
+#include "policy/ckpt_fault.h"
 
 namespace bulwark {
 namespace {
@@ -105,6 +106,10 @@ void ControllerImpl::Greet(Node& n, const Json& m) {
   n.last_heartbeat = clock_->NowWall();
   auto peer_host = JStrOr(m, "peer_host", "");
   n.peer_host = peer_host.ok() ? *peer_host : "";
+  n.link_capable = m.contains("diag_checks") && m["diag_checks"].is_array() &&
+                   std::count(m["diag_checks"].begin(), m["diag_checks"].end(), Json("link")) > 0;
+  n.gpu_capable = m.contains("diag_checks") && m["diag_checks"].is_array() &&
+                  std::count(m["diag_checks"].begin(), m["diag_checks"].end(), Json("gpu")) > 0;
   n.peer_port = PortField(m, "peer_port");
   n.free_port = PortField(m, "free_port");
   n.adopt_port = PortField(m, "adopt_port");
@@ -247,6 +252,10 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
     OnDiagnosis(n, m);
     return;
   }
+  if (type == "link_listening") {  // the link check's ring forms (controller_link.cc)
+    OnLinkListening(n, m);
+    return;
+  }
   if (type == "digest") {  // the bitwise alignment check
     OnDigest(m);
     return;
@@ -376,6 +385,21 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       Event("CheckpointShardFailed", "rank " + std::to_string(*rank) + " step " +
                                          std::to_string(*step) + " (" + *tier +
                                          "): " + m["error"].dump());
+      const std::string error = m["error"].is_string() ? m["error"].get<std::string>() : "";
+      const CkptWriteVerdict v = ClassifyCheckpointWriteError(*tier, error);
+      if (v.node_fault && stage_ == Stage::kRunning && n.slot >= 0) {  // its disk: tested
+        Incident inc;
+        inc.kind = FaultKind::kFatalLog;
+        inc.subtype = v.subtype;
+        inc.rank = static_cast<int>(*rank);
+        inc.node = n.slot;
+        inc.step = last_step_;
+        inc.fault_time = inc.detect_time = now;
+        inc.detail = "rank " + std::to_string(*rank) + "'s checkpoint of step " +
+                     std::to_string(*step) + " could not be written to " + n.id +
+                     "'s disk: " + error;
+        OnFault(inc, Json::object());
+      }
       return;
     }
     if (cadence_ && *tier == "disk") {

@@ -17,6 +17,7 @@
 #include "common/json_util.h"
 #include "controller/controller_impl.h"
 #include "policy/diagnosis_policy.h"
+#include "policy/link_policy.h"
 
 namespace bulwark {
 namespace {
@@ -59,6 +60,9 @@ Json ControllerImpl::PlanDiagnosis(const Incident& inc, Decision* d) {
   }
   n.diagnose_pending = true;
   n.diagnose_incident = static_cast<int>(incidents_.size());  // Act appends it next
+  n.diagnose_observation = -1;
+  n.diagnose_in_place = false;
+  n.diagnose_link = WantsLinkCheck(inc);
   const std::string slot = std::to_string(inc.node);
   if (d->action == Action::kReplaceNode || SparesReady() > 0) {
     if (d->action != Action::kReplaceNode) {
@@ -84,29 +88,39 @@ void ControllerImpl::StartDiagnostics(Node& n) {
   n.diagnose_started = now;
   Json dirs = Json::array({spec_.checkpoint.dir});
   if (!spec_.checkpoint.shared_dir.empty()) dirs.push_back(spec_.checkpoint.shared_dir);
-  const size_t checks = 1 + dirs.size();
+  Json diagnose = {{"type", "diagnose"},
+                   {"id", n.diagnose_id},
+                   {"checks", n.gpu_capable ? Json::array({"matmul", "disk", "gpu"})
+                                            : Json::array({"matmul", "disk"})},
+                   {"dirs", dirs},
+                   {"budget_s", kCheckBudgetS}};
+  std::string no_link;
+  const std::string link = n.diagnose_link ? PlanLinkCheck(n, &diagnose, &no_link) : "";
+  const size_t checks = 1 + dirs.size() + (link.empty() ? 0 : 1) + (n.gpu_capable ? 1 : 0);
   n.diagnose_deadline = now + kCheckBudgetS * static_cast<double>(checks) + kReplySlackS;
-  IgnoreError(n.conn->Send(Json{{"type", "diagnose"},
-                                {"id", n.diagnose_id},
-                                {"checks", Json::array({"matmul", "disk"})},
-                                {"dirs", dirs},
-                                {"budget_s", kCheckBudgetS}}),
+  if (link_ && link_->members.front() == n.id) link_->deadline = n.diagnose_deadline;
+  IgnoreError(n.conn->Send(diagnose),
               "a failed send closes the connection; CheckDiagnostics fails the node");
-  if (n.slot >= 0) {
+  const bool waits = n.slot >= 0 && !n.diagnose_in_place;  // the relaunch waits for it
+  if (waits) {
     ledger_.OnDiagnosisWait(now, true);
     stage_deadline_ = std::max(stage_deadline_, n.diagnose_deadline + 1);
   }
-  Event("DiagnosticsStarted",
-        n.id +
-            (n.slot >= 0 ? " (slot " + std::to_string(n.slot) + ", the relaunch waits)"
-                         : " (out of the job; a standby took its slot)") +
-            ": compute self-test and a write/fsync/read of " + dirs.dump() + ", " +
-            Seconds(kCheckBudgetS) + " s budget each");
+  Event(
+      "DiagnosticsStarted",
+      n.id +
+          (n.diagnose_in_place ? " (slot " + std::to_string(n.slot) + ", in place: the job goes on)"
+           : waits             ? " (slot " + std::to_string(n.slot) + ", the relaunch waits)"
+                               : " (out of the job; a standby took its slot)") +
+          ": compute self-test and a write/fsync/read of " + dirs.dump() +
+          (link.empty() ? (no_link.empty() ? "" : "; no link check: " + no_link) : "; " + link) +
+          ", " + Seconds(kCheckBudgetS) + " s budget each");
 }
 
 void ControllerImpl::OnDiagnosis(Node& n, const Json& m) {
   auto id = JIntOr(m, "id", -1);
-  if (!n.diagnosing || !id.ok() || *id != n.diagnose_id) {
+  const bool reference = n.link_ref_id != 0 && id.ok() && *id == n.link_ref_id;
+  if (!reference && (!n.diagnosing || !id.ok() || *id != n.diagnose_id)) {
     std::fprintf(stderr, "[bulwark] %s: dropped a diagnosis that answers no request\n",
                  n.id.c_str());
     return;
@@ -126,6 +140,8 @@ void ControllerImpl::OnDiagnosis(Node& n, const Json& m) {
                                                 "malformed result: " + parsed.status().message()});
     }
   }
+  if (reference) n.link_ref_id = 0;
+  if (HoldForLink(n, results) || reference) return;  // the ring's verdict finishes it
   FinishDiagnostics(n, results);
 }
 
@@ -133,7 +149,9 @@ void ControllerImpl::FinishDiagnostics(Node& n, const std::vector<diag::CheckRes
   const double now = clock_->NowWall();
   n.diagnosing = false;
   const bool in_slot = n.slot >= 0;
-  if (in_slot) ledger_.OnDiagnosisWait(now, false);
+  const bool in_place = n.diagnose_in_place;  // its ranks ran meanwhile: nothing waited
+  n.diagnose_in_place = false;
+  if (in_slot && !in_place) ledger_.OnDiagnosisWait(now, false);
   const diag::Verdict v = diag::Judge(results);
   std::string action;
   if (v.healthy) {
@@ -143,26 +161,60 @@ void ControllerImpl::FinishDiagnostics(Node& n, const std::vector<diag::CheckRes
       RecordAgent(n);      // adoptable again, as a standby
       action = "rejoined as a warm standby";
     } else {
-      action = "kept in slot " + std::to_string(n.slot);
+      action = "kept in slot " + std::to_string(n.slot) +
+               (in_place ? " (tested in place; the job went on)" : "");
     }
     Event("NodeHealthy", n.id + " passed its diagnostics (" + v.summary + "); " + action);
   } else {
+    if (in_place && in_slot && !n.lost && stage_ == Stage::kRunning) {
+      // Tested while its ranks ran: the job leaves it as it leaves a lost node (the
+      // recovery policy: a standby takes its slot, the job resumes from its checkpoint).
+      const std::string reason = "bulwark: failed diagnostics: " + v.summary;
+      Status q = backend_->QuarantineNode(n.id, reason);
+      n.quarantined = true;
+      action = (q.ok() ? std::string("quarantined")
+                       : "excluded (the backend could not quarantine it: " + q.message() + ")") +
+               "; the job leaves it (a standby or a new node takes slot " + std::to_string(n.slot) +
+               ")";
+      Event("NodeQuarantined", n.id + " failed its diagnostics: " + v.summary + "; " + action);
+      RecordDiagnosis(n, results, v, action, now, false);
+      OnNodeGone(n, "quarantined", "failed its diagnostics: " + v.summary, now);
+      return;
+    }
     action = QuarantineAndRelease(n, "bulwark: failed diagnostics: " + v.summary,
                                   "failed its diagnostics: " + v.summary);
   }
+  RecordDiagnosis(n, results, v, action, now, in_slot && !in_place);
+}
+
+Json* ControllerImpl::DiagnosisRecord(const Node& n) {
   if (n.diagnose_incident >= 0 && n.diagnose_incident < static_cast<int>(incidents_.size())) {
-    Json& rec = incidents_[n.diagnose_incident]["diagnosis"];
+    return &incidents_[n.diagnose_incident]["diagnosis"];
+  }
+  if (n.diagnose_observation >= 0 &&
+      n.diagnose_observation < static_cast<int>(observations_.size())) {
+    return &observations_[n.diagnose_observation]["diagnosis"];
+  }
+  return nullptr;
+}
+
+void ControllerImpl::RecordDiagnosis(Node& n, const std::vector<diag::CheckResult>& results,
+                                     const diag::Verdict& v, const std::string& action, double now,
+                                     bool charged) {
+  Json* rec = DiagnosisRecord(n);
+  if (rec) {
     Json checks = Json::array();
     for (const diag::CheckResult& r : results) checks.push_back(diag::ToJson(r));
-    rec["state"] = "done";
-    rec["checks"] = checks;
-    rec["verdict"] = v.healthy ? "healthy" : "unhealthy";
-    rec["summary"] = v.summary;
-    rec["seconds"] = now - n.diagnose_started;
-    rec["action"] = action;
-    rec["charged_s"] = in_slot ? now - n.diagnose_started : 0.0;
+    (*rec)["state"] = "done";
+    (*rec)["checks"] = checks;
+    (*rec)["verdict"] = v.healthy ? "healthy" : "unhealthy";
+    (*rec)["summary"] = v.summary;
+    (*rec)["seconds"] = now - n.diagnose_started;
+    (*rec)["action"] = action;
+    (*rec)["charged_s"] = charged ? now - n.diagnose_started : 0.0;
   }
   n.diagnose_incident = -1;
+  n.diagnose_observation = -1;
 }
 
 std::string ControllerImpl::QuarantineAndRelease(Node& n, const std::string& reason,
@@ -193,6 +245,7 @@ std::string ControllerImpl::QuarantineAndRelease(Node& n, const std::string& rea
 }
 
 void ControllerImpl::CheckDiagnostics(double now) {
+  CheckLinkSession(now);
   for (auto& [id, n] : nodes_) {
     if (!n->diagnosing) continue;
     if (n->lost || (n->conn && n->conn->closed())) {

@@ -34,29 +34,11 @@ class ControllerDiagnosisTest : public testing::ControllerFixture {
     }
     for (int i = 0; i < 5; ++i) ctl_->RunOnce();
   }
-  // Without a standby: both slots start, rank `rank` reports `kind`/`subtype` at step 5
-  // and every rank stops; returns the `diagnose` its node gets.
+  // Without a standby: see ControllerFixture::FaultThenDiagnose.
   Json FaultWithoutStandby(const char* kind, const char* subtype, int rank) {
     std::string spec = kDiagSpec;
     spec.replace(spec.find("spareNodes: 1"), 13, "spareNodes: 0");
-    Begin(spec);
-    Expect(0, "start");
-    Expect(1, "start");
-    Started(0);
-    Step(0, 5);
-    const double t = clock_.NowWall();
-    Send(rank / 2, {{"type", "incident"},
-                    {"attempt", 0},
-                    {"kind", kind},
-                    {"subtype", subtype},
-                    {"rank", rank},
-                    {"step", 5},
-                    {"fault_time", t},
-                    {"detect_time", t},
-                    {"detail", std::string(kind) + " " + subtype}});
-    Expect(rank / 2, "stop");
-    Stopped(0, {});
-    return Expect(rank / 2, "diagnose");
+    return FaultThenDiagnose(spec, kind, subtype, rank);
   }
   static Json Failed(const std::string& evidence) {
     return {{"type", "diagnosis"},

@@ -104,12 +104,15 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
     return;
   }
   std::string action = "observe", reason;
+  bool test = false;  // the straggler's node is tested in place (controller_link.cc)
   if (v.kind == "straggler") {
-    reason = "the job continues at the straggler's pace; its node " + node_id +
-             " is named so it can be drained (`bulwark chaos kill_agent --node " +
-             std::to_string(node) +
-             "` moves the job to a standby); Bulwark does not replace a straggler's node by "
-             "itself yet";
+    test = StragglerTest(node, v.value, &reason);
+    if (test) action = "test_in_place";
+    if (!test) {
+      reason += "; the job continues at the straggler's pace; its node " + node_id +
+                " is named so it can be drained (`bulwark chaos kill_agent --node " +
+                std::to_string(node) + "` moves the job to a standby)";
+    }
   } else if (v.kind == "throughput_collapse") {
     reason =
         "no rank is singled out and nothing crashed: look at the input pipeline, "
@@ -137,7 +140,8 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
             {"decision", {{"action", action}, {"reason", reason}}}};
   for (size_t i = 0; i < chaos_.size(); ++i) {  // the chaos injection it found, if any
     const ChaosFault& f = spec_.chaos[i];
-    const bool match = (f.kind == ChaosKind::kSlowRank && v.kind == "straggler") ||
+    const bool match = ((f.kind == ChaosKind::kSlowRank || f.kind == ChaosKind::kSlowLink) &&
+                        v.kind == "straggler") ||
                        (f.kind == ChaosKind::kSlowData && v.kind == "data_starvation") ||
                        (f.kind == ChaosKind::kLossSpike && v.kind == "loss_spike");
     if (match && chaos_[i].fired && chaos_[i].incident.empty() &&
@@ -149,6 +153,7 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
     }
   }
   observations_.push_back(j);
+  if (test) StartInPlaceDiagnostics(node, static_cast<int>(observations_.size()) - 1);
   StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
   metrics_.OnIncident(v.kind);
   const char* reason_name = v.kind == "straggler"             ? "StragglerDetected"
@@ -181,7 +186,7 @@ void ControllerImpl::Act(const Incident& fault, Json extra) {
   // Attribute the fault to a chaos injection into this attempt, if any.
   for (size_t i = 0; i < chaos_.size(); ++i) {
     const ChaosKind ck = spec_.chaos[i].kind;
-    if (ck == ChaosKind::kSlowRank || ck == ChaosKind::kSlowData ||
+    if (ck == ChaosKind::kSlowRank || ck == ChaosKind::kSlowData || ck == ChaosKind::kSlowLink ||
         (ck == ChaosKind::kLossSpike && inc.subtype != "loss_spike")) {
       continue;  // found from the metrics (OnMetricVerdict), not as this fault
     }

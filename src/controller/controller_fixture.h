@@ -81,7 +81,8 @@ class ControllerFixture : public ::testing::Test {
                {"pid", 100 + i},
                {"peer_host", "127.0.0.1"},
                {"peer_port", 7000 + i},
-               {"free_port", 0}});
+               {"free_port", 0},
+               {"diag_checks", diag_checks_}});
     }
   }
 
@@ -99,7 +100,8 @@ class ControllerFixture : public ::testing::Test {
              {"pid", pid},
              {"peer_host", "127.0.0.1"},
              {"peer_port", 7000 + i},
-             {"free_port", 0}});
+             {"free_port", 0},
+             {"diag_checks", diag_checks_}});
     return i;
   }
 
@@ -188,6 +190,28 @@ class ControllerFixture : public ::testing::Test {
     }
   }
 
+  // Stop-diagnose: both slots of `spec` start, rank `rank` reports `kind`/`subtype` at
+  // step 5 and every rank stops; returns the `diagnose` its node gets.
+  Json FaultThenDiagnose(const std::string& spec, const char* kind, const char* subtype, int rank) {
+    Begin(spec);
+    Expect(0, "start");
+    Expect(1, "start");
+    Started(0);
+    Step(0, 5);
+    const double t = clock_.NowWall();
+    Send(rank / 2, {{"type", "incident"},
+                    {"attempt", 0},
+                    {"kind", kind},
+                    {"subtype", subtype},
+                    {"rank", rank},
+                    {"step", 5},
+                    {"fault_time", t},
+                    {"detect_time", t},
+                    {"detail", std::string(kind) + " " + subtype}});
+    Expect(rank / 2, "stop");
+    Stopped(0, {});
+    return Expect(rank / 2, "diagnose");
+  }
   // Cancels the job, lets the agents go and runs the controller to its end: the report.
   Json Finish() {
     ctl_->Cancel();
@@ -200,6 +224,8 @@ class ControllerFixture : public ::testing::Test {
     return result.ok() ? result->report : Json();
   }
 
+  // What the agents say they can check in their hello (the link check: ["link"]).
+  Json diag_checks_ = Json::array({"matmul", "disk"});
   std::string dir_;
   FakeClock clock_{1000};
   FakeBackend backend_;

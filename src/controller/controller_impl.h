@@ -90,6 +90,16 @@ struct ControllerNode {
   double diagnose_started = 0;
   double diagnose_deadline = 0;
   bool quarantined = false;
+  // The link check (controller_link.cc): its agent runs it ("diag_checks" in its
+  // hello); its diagnosis should include it (diagnose_link); it is tested in place
+  // while its ranks run (a straggler's node) for observations_[diagnose_observation];
+  // the id of the `diagnose` it got as a reference peer (0 = none).
+  bool link_capable = false;
+  bool gpu_capable = false;  // its agent runs the `gpu` check (hello's diag_checks)
+  bool diagnose_link = false;
+  bool diagnose_in_place = false;
+  int diagnose_observation = -1;
+  int link_ref_id = 0;
   bool connected() const { return conn && !conn->closed() && !lost; }
 };
 
@@ -200,6 +210,11 @@ class ControllerImpl {
   // Verdict: healthy -> it rejoins (a standby, or stays in its slot); else quarantined
   // through the backend and released (its slot is refilled by EnsureSlotsFilled).
   void FinishDiagnostics(Node& n, const std::vector<diag::CheckResult>& results);
+  // n's incident's (or observation's) `diagnosis` record; null when it has none.
+  Json* DiagnosisRecord(const Node& n);
+  // Writes the verdict into n's incident's (or observation's) `diagnosis` record.
+  void RecordDiagnosis(Node& n, const std::vector<diag::CheckResult>& results,
+                       const diag::Verdict& v, const std::string& action, double now, bool charged);
   // Diagnostics past their deadline, or whose node was lost, fail.
   void CheckDiagnostics(double now);
   // Quarantines n through the backend (`reason` goes with it), shuts its agent down and
@@ -234,6 +249,37 @@ class ControllerImpl {
   std::string code_digest_;
   int code_files_ = 0;
   int next_diagnose_id_ = 0;
+  // The link check among the nodes of a diagnosis (controller_link.cc): one ring at a
+  // time, members[0] the node under test, the others reference peers.
+  struct LinkSession {
+    uint64_t id = 0;
+    std::vector<std::string> members;         // node ids, ring order
+    std::map<std::string, int> diagnose_ids;  // per member, the `diagnose` it answers
+    std::map<std::string, int> ports;         // link_listening
+    std::vector<std::string> ring;            // the members in the ring sent (link_peers)
+    std::map<std::string, std::vector<diag::CheckResult>> results;  // their link results
+    bool peers_sent = false;
+    double listen_deadline = 0;
+    double ring_deadline = 0;  // link_peers + the budget: the peers have answered by then
+    double deadline = 0;       // the node under test's
+    std::string off;           // why the ring was called off ("" = it was not)
+  };
+  std::optional<LinkSession> link_;
+  uint64_t next_link_session_ = 0;
+  // Adds the link check to n's `diagnose` and sends its reference peers theirs; returns
+  // what the event says ("" = no link check, *why_not says why).
+  std::string PlanLinkCheck(Node& n, Json* diagnose, std::string* why_not);
+  void OnLinkListening(Node& n, const Json& m);
+  void SendLinkPeers();
+  // A member's `diagnosis`: its link results are held for the ring's verdict. True when
+  // n's whole verdict waits for the ring (n is the node under test).
+  bool HoldForLink(Node& n, const std::vector<diag::CheckResult>& results);
+  void CheckLinkSession(double now);
+  void FinishLinkSession();
+  // A straggler (the metric verdict) on `node`: DecideStraggler's reason; true when its
+  // node is to be tested in place (StartInPlaceDiagnostics, once its record exists).
+  bool StragglerTest(int node, double score, std::string* reason);
+  void StartInPlaceDiagnostics(int node, int observation);
   // The bitwise alignment check (controller_diagnosis.cc): a rank's `digest` of its
   // parameters after a step. Once every rank of its group reported the step, equal
   // digests advance aligned_step_; a minority that differs is an sdc incident on its

@@ -56,7 +56,12 @@ std::string ErrnoText(int e) { return std::strerror(e); }
 }  // namespace
 
 Json ToJson(const CheckResult& r) {
-  return {{"name", r.name}, {"ok", r.ok}, {"seconds", r.seconds}, {"evidence", r.evidence}};
+  Json j = {{"name", r.name}, {"ok", r.ok}, {"seconds", r.seconds}, {"evidence", r.evidence}};
+  if (!r.links.empty()) {
+    j["links"] = Json::array();
+    for (const LinkSample& s : r.links) j["links"].push_back(ToJson(s));
+  }
+  return j;
 }
 
 Result<CheckResult> CheckResultFromJson(const Json& j) {
@@ -77,6 +82,15 @@ Result<CheckResult> CheckResultFromJson(const Json& j) {
   r.ok = j["ok"];
   r.seconds = j["seconds"];
   r.evidence = j["evidence"];
+  if (j.contains("links")) {
+    if (!j["links"].is_array() || j["links"].size() > 3) {
+      return InvalidArgument("check result: \"links\" must be an array of at most 3 samples");
+    }
+    for (const Json& s : j["links"]) {
+      BW_ASSIGN_OR_RETURN(LinkSample sample, LinkSampleFromJson(s));
+      r.links.push_back(sample);
+    }
+  }
   return r;
 }
 
@@ -222,6 +236,17 @@ std::vector<CheckResult> RunChecks(const std::vector<CheckSpec>& checks, const R
     so.argv.insert(so.argv.end(), {"diagnose", "--check", c.check});
     if (c.check == "disk") {
       so.argv.insert(so.argv.end(), {"--dir", c.dir, "--bytes", std::to_string(o.disk_bytes)});
+    } else if (c.check == "gpu") {
+      so.argv.insert(so.argv.end(), {"--nvml-library", c.dir});
+    } else if (c.check == "link") {
+      so.argv.insert(so.argv.end(),
+                     {"--index", std::to_string(c.link_index), "--peers", c.link_peers, "--session",
+                      std::to_string(c.link_session), "--bytes", std::to_string(o.link_bytes),
+                      "--budget", Fmt("%g", c.budget_s)});
+      if (c.link_throttle_mib_s > 0) {
+        so.argv.insert(so.argv.end(), {"--throttle-mibps", Fmt("%g", c.link_throttle_mib_s)});
+      }
+      so.control_fd = c.link_listen_fd;
     } else {
       so.argv.insert(so.argv.end(), {"--n", std::to_string(o.matmul_n)});
     }

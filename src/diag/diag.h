@@ -6,6 +6,9 @@
 //           result (beyond float rounding) or two runs that differ bit for bit mean
 //           the compute is not to be trusted (silent data corruption). CPU only: a
 //           CUDA path for GPUs is not written yet.
+//   link    one member's part of a ring all-reduce among the nodes of a diagnosis, and
+//           the bandwidth and latency of its links (diag/link.h): a slow or broken
+//           link, and the node at fault, are judged over every member's report.
 //   disk    writes `bytes` of a pattern to a checkpoint directory, fsyncs, reads it
 //           back and compares: a full disk, an I/O error, a read-only mount or
 //           corruption fails it; the throughput is evidence.
@@ -24,14 +27,16 @@
 
 #include "common/net.h"
 #include "common/status.h"
+#include "diag/link.h"
 
 namespace bulwark::diag {
 
 struct CheckResult {
   std::string name;  // "matmul", "disk:/path"
   bool ok = false;
-  double seconds = 0;    // how long it ran
-  std::string evidence;  // what was measured or what went wrong, one line
+  double seconds = 0;                  // how long it ran
+  std::string evidence;                // what was measured or what went wrong, one line
+  std::vector<LinkSample> links = {};  // link: this member's incoming links, its outgoing one
 };
 Json ToJson(const CheckResult& r);
 // InvalidArgument naming the field for a malformed result line.
@@ -43,12 +48,19 @@ CheckResult MatmulSelfTest(int n, bool inject_sdc = false);
 CheckResult DiskSelfTest(const std::string& dir, size_t bytes);
 
 struct CheckSpec {
-  std::string check;  // "matmul" | "disk"
-  std::string dir;    // disk: the directory
+  std::string check;  // "matmul" | "disk" | "link" | "gpu"
+  std::string dir;    // disk: the directory; gpu: the NVML library (gpu/gpu_health.h)
   double budget_s = 30;
   // Chaos, for tests of the checks and the budget: "hang" (the check never finishes),
   // "sdc" (matmul: its second run is silently wrong). "" = none.
   std::string inject;
+  // link: this member's place, the ring ("host:port,..."), the session, its listening
+  // socket (not owned; the child gets it as fd 3) and chaos slow_link's pace (MiB/s).
+  int link_index = 0;
+  std::string link_peers = {};
+  uint64_t link_session = 0;
+  int link_listen_fd = -1;
+  double link_throttle_mib_s = 0;
 };
 
 struct RunOptions {
@@ -61,6 +73,7 @@ struct RunOptions {
   const std::atomic<bool>* cancel = nullptr;
   int matmul_n = 256;
   size_t disk_bytes = 16 << 20;
+  size_t link_bytes = size_t{1} << 30;  // link: at most this much per link (diag/link.h)
 };
 
 // Runs each check in its own `bulwark-agent diagnose` process, one after another.

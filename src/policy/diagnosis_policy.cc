@@ -44,6 +44,8 @@ DiagnosisDecision ShouldDiagnose(const Incident& inc, int earlier_on_node,
       if (inc.subtype == "oom") {
         d.reason = "out of memory is the program's, not the machine's";
         if (earlier_on_node == 0) return d;
+      } else if (inc.subtype == "disk_full") {
+        d.reason = "a checkpoint write found no space: the node's disks are tested";
       } else {
         d.reason = "a " + (inc.subtype.empty() ? std::string("fatal") : inc.subtype) +
                    " error can be the GPU's or the link's";

@@ -3,7 +3,8 @@
 // A fault whose cause is certain (a Python exception, an out-of-memory, a NaN, a node
 // that is gone) is recovered as it is. One whose cause may be the machine -- a hang, a
 // crash by a hardware signal, a collective that failed, a GPU error, silent data
-// corruption, or any fault on a node that already had one -- takes the node out of the
+// corruption, a checkpoint write that found its disk full (fatal log disk_full), or
+// any fault on a node that already had one -- takes the node out of the
 // job to test it: on a warm standby's arrival in parallel with the restart, else before
 // the relaunch. The node rejoins when its checks pass and is quarantined when one fails.
 // A NaN is tested only when the policy replays its steps on a standby (the node is out

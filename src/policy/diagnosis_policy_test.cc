@@ -102,5 +102,13 @@ TEST(RegroupSdcTest, TheCorruptNodesRanksAreReplaced) {
   EXPECT_EQ(p.keep, (std::vector<int>{0, 1}));
 }
 
+TEST(DiagnosisPolicyTest, AFullCheckpointDiskTestsTheNodeAtOnce) {
+  // ENOSPC on a checkpoint write (the agent's fatal-log rule disk_full): without
+  // checkpoints the job runs exposed, so the node's disks are tested on the first one.
+  DiagnosisDecision d = ShouldDiagnose(Inc(FaultKind::kFatalLog, "disk_full"), 0, Restart());
+  EXPECT_TRUE(d.run);
+  EXPECT_EQ(d.reason, "a checkpoint write found no space: the node's disks are tested");
+}
+
 }  // namespace
 }  // namespace bulwark

@@ -428,8 +428,9 @@ class Parser {
     ReadNumberField(f, "factor", &fault.factor);
     ReadNumberField(f, "delaySeconds", &fault.delay_seconds);
     if (kind_ok) {
-      const bool wants_factor =
-          fault.kind == ChaosKind::kSlowRank || fault.kind == ChaosKind::kLossSpike;
+      const bool wants_factor = fault.kind == ChaosKind::kSlowRank ||
+                                fault.kind == ChaosKind::kSlowLink ||
+                                fault.kind == ChaosKind::kLossSpike;
       const bool wants_delay = fault.kind == ChaosKind::kSlowData;
       for (const auto& [key, wanted] :
            {std::pair<const char*, bool>{"factor", wants_factor}, {"delaySeconds", wants_delay}}) {
@@ -438,10 +439,14 @@ class Parser {
           r_.Error(it->second.line, it->second.path,
                    std::string("does not apply to kind ") + ChaosKindName(fault.kind),
                    SpecReader::Describe(it->second.value),
-                   "factor goes with slow_rank and loss_spike, delaySeconds with slow_data");
+                   "factor goes with slow_rank, slow_link and loss_spike, delaySeconds with "
+                   "slow_data");
         }
       }
-      if (fault.factor == 0 && fault.kind == ChaosKind::kSlowRank) fault.factor = 3;
+      if (fault.factor == 0 &&
+          (fault.kind == ChaosKind::kSlowRank || fault.kind == ChaosKind::kSlowLink)) {
+        fault.factor = 3;
+      }
       if (fault.factor == 0 && fault.kind == ChaosKind::kLossSpike) fault.factor = 20;
       if (fault.delay_seconds == 0 && wants_delay) fault.delay_seconds = 0.2;
     }
@@ -584,6 +589,8 @@ const char* ChaosKindName(ChaosKind k) {
       return "loss_spike";
     case ChaosKind::kSdc:
       return "sdc";
+    case ChaosKind::kSlowLink:
+      return "slow_link";
   }
   return "unknown";
 }

@@ -27,9 +27,12 @@ enum class ChaosKind {
   // Silent data corruption: the rank's parameters are perturbed slightly, once, with no
   // crash and no NaN, and its node's compute self-test fails from then on (bad hardware).
   kSdc,
+  // A slow link: the node's link traffic is throttled (its link check sends at 2 MiB/s,
+  // as through a bad NIC or cable) and the rank waits on it like a slow rank (`factor`).
+  kSlowLink,
 };
 // "kill_rank", "hang_rank", "nan_loss", "kill_agent", "slow_rank", "slow_data",
-// "loss_spike", "sdc"
+// "loss_spike", "sdc", "slow_link"
 const char* ChaosKindName(ChaosKind k);
 
 // One fault to inject. Exactly one of at_seconds / at_step is set (>= 0).
@@ -39,7 +42,7 @@ struct ChaosFault {
   long at_step = -1;         // when global rank 0 first reports this step
   int rank = 0;              // global rank (kill_rank, hang_rank, nan_loss)
   int node = 0;              // node index (kill_agent)
-  double factor = 0;         // slow_rank (default 3), loss_spike (default 20)
+  double factor = 0;         // slow_rank, slow_link (default 3), loss_spike (default 20)
   double delay_seconds = 0;  // slow_data (default 0.2)
   bool operator==(const ChaosFault&) const = default;
 };

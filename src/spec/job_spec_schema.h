@@ -295,7 +295,7 @@ inline constexpr FieldDef kMonitoringFields[] = {
 // job spec may.
 inline constexpr const char* kChaosKindNames[] = {"kill_rank",  "hang_rank", "nan_loss",
                                                   "kill_agent", "slow_rank", "slow_data",
-                                                  "loss_spike", "sdc"};
+                                                  "loss_spike", "sdc",       "slow_link"};
 
 inline constexpr CelRule kChaosRules[] = {
     {"has(self.atSeconds) != has(self.atStep)",
@@ -309,7 +309,7 @@ inline constexpr CelRule kChaosRules[] = {
 inline constexpr FieldDef kChaosFields[] = {
     {.key = "kind",
      .hint = "set kind to one of: kill_rank, hang_rank, nan_loss, kill_agent, slow_rank, "
-             "slow_data, loss_spike, sdc",
+             "slow_data, loss_spike, sdc, slow_link",
      .type = FieldType::kString,
      .required = true,
      .values = kChaosKindNames},
@@ -333,7 +333,8 @@ inline constexpr FieldDef kChaosFields[] = {
      .min = 0,
      .max = kMaxNodes - 1},
     {.key = "factor",
-     .hint = "set factor (slow_rank: how many times as long the rank's steps take, default 3; "
+     .hint = "set factor (slow_rank, slow_link: how many times as long the rank's steps take, "
+             "default 3; "
              "loss_spike: how many times the loss, default 20) to a number > 1",
      .type = FieldType::kNumber,
      .min = 1,
@@ -446,8 +447,9 @@ inline std::span<const FieldDef> TopFields() {
 }
 
 inline constexpr ChaosKind kAllKinds[] = {
-    ChaosKind::kKillRank, ChaosKind::kHangRank, ChaosKind::kNanLoss,   ChaosKind::kKillAgent,
-    ChaosKind::kSlowRank, ChaosKind::kSlowData, ChaosKind::kLossSpike, ChaosKind::kSdc};
+    ChaosKind::kKillRank,  ChaosKind::kHangRank, ChaosKind::kNanLoss,
+    ChaosKind::kKillAgent, ChaosKind::kSlowRank, ChaosKind::kSlowData,
+    ChaosKind::kLossSpike, ChaosKind::kSdc,      ChaosKind::kSlowLink};
 static_assert(std::size(kAllKinds) == std::size(kChaosKindNames),
               "kChaosKindNames names every ChaosKind (JobSpecTest.ChaosKindNamesAreTheCrdEnum)");
 

@@ -516,7 +516,8 @@ TEST(JobSpecTest, MonitoringAndTheMetricChaosKinds) {
                              "lossSpikeRollback: true, totalSteps: 100}\n"
                              "chaos: [{kind: slow_rank, atStep: 3, rank: 0},\n"
                              "        {kind: slow_data, atStep: 3, rank: 0, delaySeconds: 0.5},\n"
-                             "        {kind: loss_spike, atStep: 9, rank: 0, factor: 50}]\n",
+                             "        {kind: loss_spike, atStep: 9, rank: 0, factor: 50},\n"
+                             "        {kind: slow_link, atStep: 4, rank: 0}]\n",
                          "j.yaml", "/b");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   EXPECT_EQ(ok->monitoring.peak_flops, 989e12);
@@ -526,6 +527,8 @@ TEST(JobSpecTest, MonitoringAndTheMetricChaosKinds) {
   EXPECT_EQ(ok->chaos[0].factor, 3);  // the defaults
   EXPECT_EQ(ok->chaos[1].delay_seconds, 0.5);
   EXPECT_EQ(ok->chaos[2].factor, 50);
+  EXPECT_EQ(ok->chaos[3].kind, ChaosKind::kSlowLink);
+  EXPECT_EQ(ok->chaos[3].factor, 3);  // slowed like slow_rank by default
   auto bad = ParseJobSpec(std::string(kPrefix) +
                               "monitoring: {dtype: bf8, ettrTarget: 2}\n"
                               "chaos: [{kind: kill_rank, atStep: 3, rank: 0, factor: 2}]\n",
@@ -544,6 +547,7 @@ TEST(JobSpecTest, ChaosKindNames) {
   EXPECT_STREQ(ChaosKindName(ChaosKind::kHangRank), "hang_rank");
   EXPECT_STREQ(ChaosKindName(ChaosKind::kNanLoss), "nan_loss");
   EXPECT_STREQ(ChaosKindName(ChaosKind::kKillAgent), "kill_agent");
+  EXPECT_STREQ(ChaosKindName(ChaosKind::kSlowLink), "slow_link");
 }
 
 // Caps the address space while a fuzz test runs so a parser memory blow-up fails
