@@ -132,6 +132,7 @@ Status ControllerImpl::Setup() {
   addr_ = master_host_ + ":" + std::to_string(port);
   std::ofstream(opts_.run_dir + "/controller.addr") << addr_ << "\n";
   BeginReplayRun();
+  DigestCodeOnce();  // the code the ranks start with, for replay bundles
   {
     std::lock_guard<std::mutex> l(status_mu_);
     address_ = addr_;

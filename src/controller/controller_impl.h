@@ -234,6 +234,7 @@ class ControllerImpl {
   void ConcludeReplay(const Classification& k, const Incident* again);
   // A replay found node_id's computation wrong: quarantined when out of the job.
   std::string QuarantineForReplay(const std::string& node_id, const std::string& evidence);
+  // code_digest_ of spec_.workdir, unless known (cleared when an update switches code).
   void DigestCodeOnce();
   // `bulwark replay` runs (opts_.replay): the check and the first launch's resume step;
   // the report's `replay` section.

@@ -162,6 +162,8 @@ void ControllerImpl::AdvanceUpdate(double now) {
 
 void ControllerImpl::OnCodeLaunched(long resume) {
   if (update_.phase != UpdateState::Phase::kSwitching) return;
+  code_digest_.clear();  // other code runs now: replay bundles name its digest
+  DigestCodeOnce();
   Json& e = updates_log_[update_.log_index];
   if (update_.rollback) {
     update_.phase = UpdateState::Phase::kNone;
