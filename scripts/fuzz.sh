@@ -12,7 +12,7 @@
 # libFuzzer process resuming from the corpus the earlier ones grew, its log kept as
 # build-fuzz/campaign/<target>/seg-NNN.log. A segment that was killed (the machine or the
 # session ended) counts the inputs its last status line reports, and is marked so in the
-# table; rerunning --campaign carries on where the segments stopped.
+# table ("unfinished": killed, or still running); rerunning --campaign carries on.
 # Every target runs with -rss_limit_mb=2048 (memory bound) and -timeout=10 (an input
 # taking over 10 s is a hang). Crashes, hangs and OOMs leave their input under
 # build-fuzz/artifacts/<target>/ and make this script exit 1. New inputs the fuzzer
@@ -64,7 +64,7 @@ if [ "${1:-}" = --table ]; then
       crashes=$(ls "$arts" 2>/dev/null | grep -cE '^(crash|oom|leak)-' || true)
       timeouts=$(ls "$arts" 2>/dev/null | grep -cE '^timeout-' || true)
       note="${#segs[@]} segments"
-      [ "$killed" -gt 0 ] && note="$note, $killed killed"
+      [ "$killed" -gt 0 ] && note="$note, $killed unfinished"
       printf '| `%s` | %s (%s) | %s | %s | %s | %s | %s | %s |\n' "$t" "$total" "$note" \
         "$rate" "$(printf '%d:%02d:%02d' $((secs / 3600)) $((secs % 3600 / 60)) $((secs % 60)))" \
         "${rss:--}" "${cov:--}" "$crashes" "$timeouts"
