@@ -11,7 +11,8 @@
 // its checkpoint disks -- and swapped for a standby only when a check fails (the node
 // is quarantined and the job resumes from its newest checkpoint without it).
 //
-// Pure and clock-free; shared by the controller and the simulator. Thread-compatible.
+// Pure and clock-free, so the simulator can share it; it does not model stragglers or
+// diagnosis yet, and only the controller calls it. Thread-compatible.
 #pragma once
 
 #include <string>
