@@ -443,6 +443,10 @@ TEST_F(E2E, ChaosCommandInjectsIntoARunningJob) {
     auto bad = RunProcess({bin, "chaos", "kill_rank", "--rank", "7", "--controller", addr}, {}, 30);
     EXPECT_NE(bad.first, 0);
     EXPECT_NE(bad.second.find("rank 7 out of range"), std::string::npos) << bad.second;
+    // The slow kinds are known too (an unknown action would be said so first).
+    auto slow =
+        RunProcess({bin, "chaos", "slow_link", "--rank", "9", "--controller", addr}, {}, 30);
+    EXPECT_NE(slow.second.find("rank 9 out of range"), std::string::npos) << slow.second;
     auto ok = RunProcess({bin, "chaos", "kill_rank", "--rank", "0", "--controller", addr}, {}, 30);
     EXPECT_EQ(ok.first, 0) << ok.second;
     EXPECT_NE(ok.second.find("injected kill_rank"), std::string::npos) << ok.second;

@@ -902,14 +902,20 @@ int Main(int argc, char** argv) {
   std::string addr, job, run_root = EnvOr("BULWARK_HOME", ".bulwark"), action;
   int rank = 0, node = 0;
   auto* chaos = app.add_subcommand("chaos", "inject a fault into a running job");
-  chaos->add_option("action", action, "kill_rank | hang_rank | nan_loss | kill_agent | sdc")
+  chaos
+      ->add_option("action", action,
+                   "kill_rank | hang_rank | nan_loss | kill_agent | sdc | slow_rank | slow_link "
+                   "(the slow ones by a factor of 3, as the spec's default)")
       ->required()
-      ->check(CLI::IsMember({"kill_rank", "hang_rank", "nan_loss", "kill_agent", "sdc"}));
+      ->check(CLI::IsMember(
+          {"kill_rank", "hang_rank", "nan_loss", "kill_agent", "sdc", "slow_rank", "slow_link"}));
   chaos->add_option("--job", job, "job name (finds its controller under --run-root)");
   chaos->add_option("--run-root", run_root,
                     "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
   chaos->add_option("--controller", addr, "controller HOST:PORT (instead of --job)");
-  chaos->add_option("--rank", rank, "global rank (kill_rank, hang_rank, nan_loss, sdc)")
+  chaos
+      ->add_option("--rank", rank,
+                   "global rank (kill_rank, hang_rank, nan_loss, sdc, slow_rank, slow_link)")
       ->check(CLI::NonNegativeNumber);
   chaos->add_option("--node", node, "node slot (kill_agent)")->check(CLI::NonNegativeNumber);
   chaos->footer(

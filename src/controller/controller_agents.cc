@@ -176,11 +176,16 @@ void ControllerImpl::HandleClientRequest(JsonLineConn& c, const Json& m) {
         f.kind = ChaosKind::kKillAgent;
       else if (a == "sdc")
         f.kind = ChaosKind::kSdc;
-      else
+      else if (a == "slow_rank" || a == "slow_link") {
+        f.kind = a == "slow_rank" ? ChaosKind::kSlowRank : ChaosKind::kSlowLink;
+        f.factor = 3;  // the spec's default (docs/job-spec.md)
+      } else {
         known = false;
+      }
       if (!known) {
-        reply["message"] =
-            "unknown action '" + a + "'; use kill_rank, hang_rank, nan_loss, kill_agent or sdc";
+        reply["message"] = "unknown action '" + a +
+                           "'; use kill_rank, hang_rank, nan_loss, kill_agent, sdc, slow_rank "
+                           "or slow_link";
       } else if (f.kind != ChaosKind::kKillAgent && (f.rank < 0 || f.rank >= spec_.world_size())) {
         reply["message"] = "rank " + std::to_string(f.rank) +
                            " out of range; the job has ranks 0.." +
