@@ -7,17 +7,6 @@
 namespace bulwark {
 namespace {
 
-const char* kDiagSpec = R"(
-name: diag
-nodes: 2
-procsPerNode: 2
-command: ["/usr/bin/python3", "train.py"]
-checkpoint: {intervalSteps: 10}
-faultPolicy:
-  spareNodes: 1
-  heartbeat: {intervalSeconds: 1000, misses: 3}
-)";
-
 const char* kA = "00000000000000aa";
 const char* kB = "00000000000000bb";
 
@@ -36,9 +25,7 @@ class ControllerDiagnosisTest : public testing::ControllerFixture {
   }
   // Without a standby: see ControllerFixture::FaultThenDiagnose.
   Json FaultWithoutStandby(const char* kind, const char* subtype, int rank) {
-    std::string spec = kDiagSpec;
-    spec.replace(spec.find("spareNodes: 1"), 13, "spareNodes: 0");
-    return FaultThenDiagnose(spec, kind, subtype, rank);
+    return FaultThenDiagnose(TwoNodeSpec("diag", 0), kind, subtype, rank);
   }
   static Json Failed(const std::string& evidence) {
     return {{"type", "diagnosis"},
@@ -53,7 +40,7 @@ class ControllerDiagnosisTest : public testing::ControllerFixture {
 };
 
 TEST_F(ControllerDiagnosisTest, ARankWhoseParametersDivergeSendsItsNodeToItsChecks) {
-  Begin(kDiagSpec);
+  Begin(TwoNodeSpec("diag", 1));
   Expect(0, "start");
   Expect(1, "start");
   ASSERT_EQ(backend_.started.size(), 3u);  // two slots and a standby
@@ -141,7 +128,7 @@ TEST_F(ControllerDiagnosisTest, ChecksThatNeverAnswerFailTheNodeAtTheirDeadline)
 }
 
 TEST_F(ControllerDiagnosisTest, DivergenceWithoutAMajorityNamesNoNodeAndTestsNone) {
-  Begin(kDiagSpec);
+  Begin(TwoNodeSpec("diag", 1));
   Expect(0, "start");
   Expect(1, "start");
   Started(0);
@@ -170,7 +157,7 @@ TEST_F(ControllerDiagnosisTest, DivergenceWithoutAMajorityNamesNoNodeAndTestsNon
 }
 
 TEST_F(ControllerDiagnosisTest, DigestsOfAnotherAttemptAreNotCompared) {
-  Begin(kDiagSpec);
+  Begin(TwoNodeSpec("diag", 1));
   Expect(0, "start");
   Expect(1, "start");
   Started(0);
@@ -189,7 +176,7 @@ TEST_F(ControllerDiagnosisTest, DigestsOfAnotherAttemptAreNotCompared) {
 }
 
 TEST_F(ControllerDiagnosisTest, APythonErrorIsNotTheMachinesAndNobodyIsTested) {
-  Begin(kDiagSpec);
+  Begin(TwoNodeSpec("diag", 1));
   Expect(0, "start");
   Expect(1, "start");
   Started(0);

@@ -212,6 +212,15 @@ class ControllerFixture : public ::testing::Test {
     Stopped(0, {});
     return Expect(rank / 2, "diagnose");
   }
+  // A job of 2 nodes x 2 ranks named `name` with `spares` standbys, heartbeats that never
+  // run out on the fake clock.
+  static std::string TwoNodeSpec(const std::string& name, int spares) {
+    return "name: " + name +
+           "\nnodes: 2\nprocsPerNode: 2\ncommand: [\"/usr/bin/python3\", \"train.py\"]\n"
+           "checkpoint: {intervalSteps: 10}\nfaultPolicy:\n  spareNodes: " +
+           std::to_string(spares) + "\n  heartbeat: {intervalSeconds: 1000, misses: 3}\n";
+  }
+
   // Cancels the job, lets the agents go and runs the controller to its end: the report.
   Json Finish() {
     ctl_->Cancel();

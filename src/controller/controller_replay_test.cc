@@ -8,26 +8,11 @@
 namespace bulwark {
 namespace {
 
-const char* kReplaySpec = R"(
-name: replay
-nodes: 2
-procsPerNode: 2
-command: ["/usr/bin/python3", "train.py"]
-checkpoint: {intervalSteps: 10}
-faultPolicy:
-  spareNodes: 1
-  heartbeat: {intervalSeconds: 1000, misses: 3}
-)";
-
 double LossOf(long step, int rank) { return 2.0 + step * 0.01 + rank * 0.001; }
 
 class ControllerReplayTest : public testing::ControllerFixture {
  protected:
-  void BeginWithoutStandby() {
-    std::string spec = kReplaySpec;
-    spec.replace(spec.find("spareNodes: 1"), 13, "spareNodes: 0");
-    Begin(spec);
-  }
+  void BeginWithoutStandby() { Begin(TwoNodeSpec("replay", 0)); }
   // The agents serving slots 0 and 1 (`slot_agents`) report `attempt`'s ranks started.
   void StartedOn(int attempt, std::vector<int> slot_agents) {
     for (int s = 0; s < 2; ++s) {
@@ -71,7 +56,7 @@ class ControllerReplayTest : public testing::ControllerFixture {
 };
 
 TEST_F(ControllerReplayTest, ANanThatDoesNotComeBackOnAStandbyQuarantinesItsNode) {
-  Begin(kReplaySpec);
+  Begin(TwoNodeSpec("replay", 1));
   Expect(0, "start");
   Expect(1, "start");
   ASSERT_EQ(backend_.started.size(), 3u);
