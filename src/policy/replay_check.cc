@@ -38,8 +38,11 @@ std::string FaultWho(const Incident& inc) {
 }  // namespace
 
 void LossWindow::Record(long step, int rank, double loss) {
-  t_[step][rank] = loss;
-  while (t_.size() > max_steps_) t_.erase(t_.begin());
+  if (t_[step].insert_or_assign(rank, loss).second) ++losses_;
+  while (t_.size() > 1 && (t_.size() > max_steps_ || losses_ > max_losses_)) {
+    losses_ -= t_.begin()->second.size();
+    t_.erase(t_.begin());
+  }
 }
 
 LossTable LossWindow::Range(long after, long upto) const {
@@ -50,7 +53,12 @@ LossTable LossWindow::Range(long after, long upto) const {
   return out;
 }
 
-void LossWindow::DropAfter(long step) { t_.erase(t_.upper_bound(step), t_.end()); }
+void LossWindow::DropAfter(long step) {
+  for (auto it = t_.upper_bound(step); it != t_.end();) {
+    losses_ -= it->second.size();
+    it = t_.erase(it);
+  }
+}
 
 const char* FaultCauseName(FaultCause c) {
   switch (c) {

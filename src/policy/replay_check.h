@@ -32,10 +32,12 @@ namespace bulwark {
 using LossTable = std::map<long, std::map<int, double>>;  // step -> rank -> loss
 
 // The losses the ranks reported for their most recent steps: at most `max_steps` steps
-// (the oldest are dropped first).
+// and `max_losses` losses in all (about 48 bytes each: a job of 1,000 ranks keeps its
+// last 262 steps), the oldest steps dropped first.
 class LossWindow {
  public:
-  explicit LossWindow(size_t max_steps = 4096) : max_steps_(max_steps) {}
+  explicit LossWindow(size_t max_steps = 4096, size_t max_losses = size_t{1} << 18)
+      : max_steps_(max_steps), max_losses_(max_losses) {}
   // A rank's loss for a step; a later report of the same (step, rank) replaces it.
   void Record(long step, int rank, double loss);
   // The losses of steps in (after, upto].
@@ -45,7 +47,8 @@ class LossWindow {
   void DropAfter(long step);
 
  private:
-  size_t max_steps_;
+  size_t max_steps_, max_losses_;
+  size_t losses_ = 0;  // entries of t_
   LossTable t_;
 };
 

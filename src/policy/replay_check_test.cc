@@ -51,6 +51,16 @@ TEST(LossWindowTest, KeepsTheNewestStepsAndForgetsTheFutureOnResume) {
   EXPECT_EQ(w.Range(3, 4).size(), 1u);
   w.DropAfter(3);
   EXPECT_EQ(w.Range(-1, 100).rbegin()->first, 3);
+  // Bounded by losses too: 4 ranks a step, at most 10 losses: the last 2 steps stay.
+  LossWindow many(100, 10);
+  for (long s = 1; s <= 5; ++s) {
+    for (int r = 0; r < 4; ++r) many.Record(s, r, 1.0);
+  }
+  const LossTable kept = many.Range(-1, 100);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept.begin()->first, 4);
+  many.Record(5, 0, 2.0);  // a report again replaces, it does not count twice
+  EXPECT_EQ(many.Range(-1, 100).size(), 2u);
 }
 
 TEST(ReplayCheckTest, ANanThatComesBackWithTheSameDataIsTheData) {
