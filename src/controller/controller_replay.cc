@@ -25,8 +25,9 @@
 namespace bulwark {
 namespace {
 
-constexpr size_t kMaxPinned = 4;       // bundles whose checkpoints retention keeps
-constexpr long kMaxBundleSteps = 512;  // losses kept in one bundle
+constexpr size_t kMaxPinned = 4;          // bundles whose checkpoints retention keeps
+constexpr long kMaxBundleSteps = 512;     // steps of losses kept in one bundle
+constexpr long kMaxBundleLosses = 16384;  // and losses in all (a large job: fewer steps)
 
 Json LossesJson(const LossTable& t) {
   Json out = Json::object();
@@ -114,7 +115,9 @@ Json ControllerImpl::ReplayBundle(const Incident& inc) {
     while (pinned_.size() > kMaxPinned) pinned_.erase(pinned_.begin());
     catalog_->SetPinned(pinned_);
   }
-  const long from = std::max(ckpt, fault_step - kMaxBundleSteps);
+  const long steps = std::min<long>(
+      kMaxBundleSteps, std::max<long>(1, kMaxBundleLosses / std::max(1, spec_.world_size())));
+  const long from = std::max(ckpt, fault_step - steps);
   Json nodes = Json::array();
   for (const std::string& id : slots_) nodes.push_back(id);
   return Json{{"fault_step", fault_step},
