@@ -176,7 +176,11 @@ TEST(SlurmCluster, ACrashedNodeTakesItsJobProcessesAndFailsItsJob) {
   ASSERT_TRUE(c->CrashNode("node3").ok());
   EXPECT_TRUE(c->StepDaemonPids("node3").empty());
   EXPECT_FALSE(c->StepDaemonPids("node1").empty());
-  EXPECT_EQ(WaitJobLeaves(*c, id, {"RUNNING", "COMPLETING"}, 60), "NODE_FAIL");
+  // Slurm ends the job NODE_FAIL once it declares the node down (SlurmdTimeout); srun can
+  // see its step's node gone first and end the script, then the job is FAILED. Which
+  // comes first depends on the machine's load (seen both ways); either is the failure.
+  const std::string end = WaitJobLeaves(*c, id, {"RUNNING", "COMPLETING"}, 60);
+  EXPECT_TRUE(end == "NODE_FAIL" || end == "FAILED") << end;
   auto state = c->NodeState("node3");
   ASSERT_TRUE(state.ok()) << state.status().ToString();
   EXPECT_NE(state->find("DOWN"), std::string::npos) << *state;
