@@ -8,17 +8,22 @@
 #   scripts/fuzz.sh --campaign N [TARGET...]  campaign in segments: each target until its
 #                                             segments sum to N inputs (see below)
 #   scripts/fuzz.sh --table                   the campaign's results, as Markdown
+#   scripts/fuzz.sh --record                  write the segment logs into the ledger
 # A campaign runs in segments of FUZZ_SEGMENT inputs (default 1,000,000), each a fresh
-# libFuzzer process resuming from the corpus the earlier ones grew, its log kept as
-# build-fuzz/campaign/<target>/seg-NNN.log. A segment that was killed (the machine or the
-# session ended) counts the inputs its last status line reports, and is marked so in the
-# table ("unfinished": killed, or still running); rerunning --campaign carries on.
+# libFuzzer process resuming from the checked-in corpus (libFuzzer's state is its
+# corpus), its log build-fuzz/campaign/<target>/<UTC start>.log. The campaign's record is
+# the checked-in ledger fuzz/campaign.tsv, one row per segment (id, target, commit
+# fuzzed, executions, seconds, finished, peak RSS MB, coverage, features, crashed,
+# timed out), rewritten from the logs after each segment and by --record; a segment
+# killed with its session counts the inputs of its last status line ("finished" no).
+# After each finished segment the checked-in corpus becomes the -set_cover_merge=1 of
+# itself and the segment's new inputs; commit fuzz/ at the end of a session, and the
+# next machine carries on from there. Rerunning --campaign N carries on to N.
 # Every target runs with -rss_limit_mb=2048 (memory bound) and -timeout=10 (an input
 # taking over 10 s is a hang). Crashes, hangs and OOMs leave their input under
-# build-fuzz/artifacts/<target>/ and make this script exit 1. New inputs the fuzzer
-# finds go to build-fuzz/corpus/<target>/ (a copy of fuzz/corpus/<target>/), never
-# into the checked-in corpus; minimise them into it with -merge=1 (docs/testing.md).
-# Logs: build-fuzz/logs/<target>.log; a campaign's: build-fuzz/campaign/<target>.log.
+# build-fuzz/artifacts/<target>/ and make this script exit 1. Outside a campaign, new
+# inputs the fuzzer finds go to build-fuzz/corpus/<target>/ (a copy of
+# fuzz/corpus/<target>/), never into the checked-in corpus. Logs: build-fuzz/logs/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-fuzz}"
@@ -29,7 +34,9 @@ ALL=(fuzz_job_spec fuzz_trainjob fuzz_pytorchjob fuzz_sim_config fuzz_ckpt fuzz_
 declare -A MAX_LEN=([fuzz_ckpt]=262144 [fuzz_agent_wire]=65536 [fuzz_sdk_datagram]=65536
                     [fuzz_controller_wire]=65536)
 MODE="" N=0
-# The campaign table of docs/testing.md, from build-fuzz/campaign/<target>.log.
+# The campaign's ledger, checked in: one row per segment (see the header comment).
+LEDGER="$ROOT/fuzz/campaign.tsv"
+LEDGER_HEADER=$'segment\ttarget\tcommit\texecutions\tseconds\tfinished\tpeak_rss_mb\tcov\tft\tcrashes\ttimeouts'
 # Executions a segment log records: its final stats, else its last status line (killed).
 seg_runs() {
   local r
@@ -38,55 +45,77 @@ seg_runs() {
   r=$(grep -aoE '^#[0-9]+' "$1" | tail -1 | tr -d '#' || true)
   echo "${r:-0}"
 }
-seg_done() { grep -qaE '^stat::number_of_executed_units:' "$1"; }
+# Finished: libFuzzer reached -runs ("Done N runs"); a killed one may still print stats.
+seg_done() { grep -qaE '^Done [0-9]+ runs in [0-9]+ second' "$1"; }
+# seg_row TARGET LOG: the ledger row of one segment log (its name is the segment's id,
+# its first line "commit <sha>").
+seg_row() {
+  local t="$1" g="$2" id runs secs done=no rss cov ft crashes=0 timeouts=0 commit rate
+  id=$(basename "$g" .log)
+  commit=$(head -1 "$g" | awk '$1 == "commit" {print $2}')
+  runs=$(seg_runs "$g")
+  secs=$(grep -aoE 'Done [0-9]+ runs in [0-9]+ second' "$g" | awk '{print $5}' || true)
+  if seg_done "$g"; then
+    done=yes
+  else  # killed: its duration from the rate of its last status line
+    rate=$(grep -aE '^#[0-9]+.*exec/s: [0-9]+' "$g" | tail -1 |
+      grep -oE 'exec/s: [0-9]+' | awk '{print $2}' || true)
+    secs=$(( ${rate:-0} > 0 ? runs / rate : 0 ))
+  fi
+  rss=$(grep -a "Maximum resident set size" "$g" | awk '{printf "%d", $NF / 1024}' || true)
+  [ -z "$rss" ] && rss=$(grep -aoE 'rss: [0-9]+Mb' "$g" | tail -1 | grep -oE '[0-9]+' || true)
+  read -r cov ft < <(grep -aE '^#[0-9]+.*cov:' "$g" | tail -1 |
+    grep -oE 'cov: [0-9]+ ft: [0-9]+' | awk '{print $2, $4}' || true)
+  grep -qaE 'ERROR: (AddressSanitizer|UndefinedBehaviorSanitizer|libFuzzer: (deadly|out-of-memory|fuzz target exited))|fuzz contract broken|runtime error:' "$g" && crashes=1
+  grep -qa 'ALARM: working on the last Unit' "$g" && timeouts=1
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$t" "${commit:--}" "$runs" \
+    "${secs:-0}" "$done" "${rss:-0}" "${cov:-0}" "${ft:-0}" "$crashes" "$timeouts"
+}
+# record: writes the rows of every segment log under build-fuzz/campaign into the
+# ledger, replacing the rows of the same segments (a rerun of --record after more
+# executions of a running segment updates its row).
+record() {
+  local rows tmp
+  rows=$(for d in "$BUILD_DIR"/campaign/*/; do
+    [ -d "$d" ] || continue
+    for g in "$d"*.log; do
+      if [ -f "$g" ]; then seg_row "$(basename "$d")" "$g"; fi
+    done
+  done)
+  [ -f "$LEDGER" ] || echo "$LEDGER_HEADER" > "$LEDGER"
+  [ -n "$rows" ] || return 0
+  tmp="$LEDGER.tmp.$$"
+  { echo "$LEDGER_HEADER"
+    awk -F'\t' 'NR == FNR {seen[$1 FS $2] = 1; next}
+                FNR > 1 && !(($1 FS $2) in seen)' <(echo "$rows") "$LEDGER"
+    echo "$rows"
+  } | { read -r h; echo "$h"; sort -t$'\t' -k2,2 -k1,1; } > "$tmp"
+  mv "$tmp" "$LEDGER"
+}
+ledger_total() {
+  awk -F'\t' -v t="$1" 'FNR > 1 && $2 == t {s += $4} END {print s + 0}' "$LEDGER" 2>/dev/null ||
+    echo 0
+}
+if [ "${1:-}" = --record ]; then record; exit 0; fi
+# The campaign table of docs/testing.md, from the ledger.
 if [ "${1:-}" = --table ]; then
   echo "| target | executions | exec/s | wall | peak RSS MB | cov / ft | crashes | timeouts |"
   echo "|---|---|---|---|---|---|---|---|"
   for t in "${ALL[@]}"; do
-    segs=("$BUILD_DIR/campaign/$t"/seg-*.log)
-    if [ -f "${segs[0]}" ]; then  # a segmented campaign: sums over its segments
-      total=0 secs=0 killed=0 rss=0
-      for g in "${segs[@]}"; do
-        total=$((total + $(seg_runs "$g")))
-        seg_done "$g" || killed=$((killed + 1))
-        w=$(grep -aoE 'Done [0-9]+ runs in [0-9]+ second' "$g" | awk '{print $5}' || true)
-        secs=$((secs + ${w:-0}))
-        m=$(grep -a "Maximum resident set size" "$g" | awk '{printf "%d", $NF / 1024}' || true)
-        [ -n "$m" ] && [ "$m" -gt "$rss" ] && rss=$m
-      done
-      last="${segs[-1]}"
-      cov=$(grep -aE '^#[0-9]+.*cov:' "$last" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' |
-        awk '{print $2 " / " $4}' || true)
-      rate=-
-      [ "$secs" -gt 0 ] && rate=$(( (total - $(for g in "${segs[@]}"; do seg_done "$g" ||
-        seg_runs "$g"; done | awk '{s+=$1} END {print s+0}')) / secs ))
-      arts="$BUILD_DIR/artifacts/$t"
-      crashes=$(ls "$arts" 2>/dev/null | grep -cE '^(crash|oom|leak)-' || true)
-      timeouts=$(ls "$arts" 2>/dev/null | grep -cE '^timeout-' || true)
-      note="${#segs[@]} segments"
-      [ "$killed" -gt 0 ] && note="$note, $killed unfinished"
-      printf '| `%s` | %s (%s) | %s | %s | %s | %s | %s | %s |\n' "$t" "$total" "$note" \
-        "$rate" "$(printf '%d:%02d:%02d' $((secs / 3600)) $((secs % 3600 / 60)) $((secs % 60)))" \
-        "${rss:--}" "${cov:--}" "$crashes" "$timeouts"
-      continue
-    fi
-    log="$BUILD_DIR/campaign/$t.log"
-    [ -f "$log" ] || continue
-    stat() { grep -aE "^stat::$1:" "$log" | awk '{print $2}' || true; }
-    runs=$(stat number_of_executed_units)
-    if [ -z "$runs" ]; then  # still running: its last status line
-      runs="$(grep -aoE '^#[0-9]+' "$log" | tail -1 | tr -d '#' || true) (running)"
-    fi
-    rate=$(stat average_exec_per_sec)
-    wall=$(grep -a "Elapsed (wall clock)" "$log" | awk '{print $NF}' || true)
-    rss=$(grep -a "Maximum resident set size" "$log" | awk '{printf "%d", $NF / 1024}' || true)
-    cov=$(grep -aE '^#[0-9]+.*cov:' "$log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' |
-      awk '{print $2 " / " $4}' || true)
-    arts="$BUILD_DIR/artifacts/$t"
-    crashes=$(ls "$arts" 2>/dev/null | grep -cE '^(crash|oom|leak)-' || true)
-    timeouts=$(ls "$arts" 2>/dev/null | grep -cE '^timeout-' || true)
-    printf '| `%s` | %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$runs" "${rate:--}" \
-      "${wall:--}" "${rss:--}" "${cov:--}" "$crashes" "$timeouts"
+    awk -F'\t' -v t="$t" '
+      FNR > 1 && $2 == t {
+        n++; runs += $4; secs += $5; if ($6 != "yes") killed++; else {fr += $4; fs += $5}
+        if ($7 > rss) rss = $7; cov = $8; ft = $9; cr += $10; to += $11
+        if (!($3 in c)) {c[$3] = 1; commits++}
+      }
+      END {
+        if (!n) exit
+        note = n " segments"; if (killed) note = note ", " killed " unfinished"
+        note = note ", " commits " commit" (commits > 1 ? "s" : "")
+        rate = fs > 0 ? int(fr / fs) : "-"
+        printf "| `%s` | %d (%s) | %s | %d:%02d:%02d | %d | %d / %d | %d | %d |\n", t, runs,
+          note, rate, secs / 3600, (secs % 3600) / 60, secs % 60, rss, cov, ft, cr, to
+      }' "$LEDGER"
   done
   exit 0
 fi
@@ -96,6 +125,7 @@ case "${1:-}" in
   --campaign) MODE=campaign N="$2"; shift 2 ;;
   --build-only) MODE=build; shift ;;
   *) echo "usage: $0 --seconds N | --runs N | --campaign N | --build-only [TARGET...]" >&2
+     echo "       $0 --table | --record" >&2
      exit 2 ;;
 esac
 TARGETS=("$@")
@@ -128,6 +158,7 @@ run_target() {
   [ -f "$ROOT/fuzz/dict/$t.dict" ] && args+=(-dict="$ROOT/fuzz/dict/$t.dict")
   local start end rc=0
   start=$(date +%s)
+  [ "$MODE" = campaign ] || : > "$log"
   # The targets run in a scratch directory: the agent's and the CLI's harnesses may
   # create relative paths named by the input. It is on tmpfs when there is one (the
   # CLI's checkpoint root is rewritten, with fsyncs, before each `ckpt` input: twice
@@ -143,7 +174,7 @@ run_target() {
   [ "$MODE" != seconds ] && [ -z "$asan" ] && asan=malloc_context_size=0
   (cd "$scratch" &&
     ASAN_OPTIONS="$asan" /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
-    >"$log" 2>&1 || rc=$?
+    >>"$log" 2>&1 || rc=$?
   end=$(date +%s)
   # A target that crashed prints no final stats: nothing to grep is no reason to stop.
   local stats cov
@@ -158,22 +189,42 @@ run_target() {
     return 1
   fi
 }
+# merge_corpus TARGET: after a finished segment, the checked-in corpus becomes the
+# smallest subset of it and of the segment's new inputs that keeps their coverage
+# (libFuzzer's -set_cover_merge=1), and the next segment starts from it.
+merge_corpus() {
+  local t="$1" merged="$BUILD_DIR/merge/$t" old="$BUILD_DIR/merge/$t.old"
+  rm -rf "$merged" "$old"
+  mkdir -p "$merged" "$ROOT/fuzz/corpus/$t"
+  if ASAN_OPTIONS=malloc_context_size=0 "$BUILD_DIR/fuzz/$t" -set_cover_merge=1 \
+      -rss_limit_mb=2048 -timeout=10 -max_len="${MAX_LEN[$t]:-16384}" \
+      "$merged" "$ROOT/fuzz/corpus/$t" "$BUILD_DIR/corpus/$t" \
+      >"$BUILD_DIR/merge/$t.log" 2>&1 && [ -n "$(ls -A "$merged")" ]; then
+    # Reproducers of fixed defects stay whatever they cover.
+    cp -n "$ROOT/fuzz/corpus/$t"/regress-* "$merged"/ 2>/dev/null || true
+    mv "$ROOT/fuzz/corpus/$t" "$old" && mv "$merged" "$ROOT/fuzz/corpus/$t" && rm -rf "$old"
+    rm -rf "$BUILD_DIR/corpus/$t"
+    echo "   corpus: $(ls "$ROOT/fuzz/corpus/$t" | wc -l) inputs after the merge"
+  else
+    echo "   corpus merge failed (kept both): $BUILD_DIR/merge/$t.log" >&2
+  fi
+}
 for t in "${TARGETS[@]}"; do
   if [ "$MODE" = campaign ]; then
     dir="$BUILD_DIR/campaign/$t"
     mkdir -p "$dir"
     segment="${FUZZ_SEGMENT:-1000000}"
     while :; do
-      total=0 n=0
-      for g in "$dir"/seg-*.log; do
-        [ -f "$g" ] || continue
-        total=$((total + $(seg_runs "$g"))) n=$((n + 1))
-      done
+      record
+      total=$(ledger_total "$t")
       [ "$total" -ge "$N" ] && { echo "== fuzz: $t has $total of $N executions"; break; }
       want=$((N - total < segment ? N - total : segment))
-      log=$(printf '%s/seg-%03d.log' "$dir" "$n")
-      echo "== fuzz: $t segment $n ($want inputs; $total of $N done)"
-      run_target "$t" "$log" -runs="$want" || { failed+=("$t"); break; }
+      log="$dir/$(date -u +%Y%m%dT%H%M%SZ).log"
+      echo "commit $(git -C "$ROOT" rev-parse --short=12 HEAD)" > "$log"
+      echo "== fuzz: $t segment $(basename "$log" .log) ($want inputs; $total of $N done)"
+      run_target "$t" "$log" -runs="$want" || { record; failed+=("$t"); break; }
+      record
+      merge_corpus "$t"
     done
     continue
   fi
