@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -225,6 +226,80 @@ TEST_F(SlurmE2E, SallocRunsTheJobOneAgentPerNodeThroughANodeLoss) {
   ASSERT_TRUE(comment.ok()) << comment.status().ToString();
   EXPECT_EQ(comment->output.rfind("bulwark: Succeeded  step 60  ETTR 0.", 0), 0u)
       << comment->output;
+  ExpectNoLeftovers();
+}
+
+// `bulwark replay --nodes` inside an allocation: a NaN recorded by a job on this machine
+// is re-run on the named Slurm host, which first shows it can read the checkpoint; and
+// what it refuses: another number of hosts, a host outside the allocation, --nodes
+// outside one, a host that cannot read a valid checkpoint.
+TEST_F(SlurmE2E, ReplayOnNamedHost) {
+  StartCluster();
+  const std::string spec =
+      WriteSpec("rps", 1, 2, 30,
+                std::string(kFastPolicy) + "chaos: [{kind: nan_loss, atStep: 25, rank: 0}]\n");
+  auto [rc, out] = RunProcess(RunArgs(spec), SlurmEnv(), 120);  // the local backend
+  ASSERT_EQ(rc, 0) << out;
+  const long ck = Report()["incidents"][0]["replay"].value("checkpoint_step", -1L);
+  ASSERT_GE(ck, 10) << Report().dump(2);
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/ckpt/step-%012ld", ck);
+  const std::string job = Allocate(3);
+  ASSERT_FALSE(job.empty());
+  const auto env = InAllocation(job, 3);
+  const std::vector<std::string> replay = {Bulwark(), "replay",  "rps",
+                                           "1",       "--store", dir_ + "/bulwark.db"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = replay;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  auto [ok_rc, json] = RunProcess(with({"--nodes", "node2", "-o", "json"}), env, 120);
+  ASSERT_EQ(ok_rc, 0) << json;
+  // The outcome is the last thing printed, after the agents' lines (srun's output).
+  const size_t at = json.rfind("\n{\n");
+  const Json o = Json::parse(json.substr(at == std::string::npos ? 0 : at + 1), nullptr, false);
+  ASSERT_TRUE(o.is_object()) << json;
+  EXPECT_EQ(o["where"], "Slurm job " + job + " on node2") << json;
+  EXPECT_GT(o["compared"].get<int>(), 0) << json;
+  EXPECT_EQ(o["equal"], o["compared"]) << json;
+  EXPECT_EQ(o["passed"], true) << json;
+  EXPECT_EQ(o["cause"], "transient") << json;  // chaos is not replayed: the NaN stays away
+
+  auto [n_rc, n_out] = RunProcess(with({"--nodes", "node1,node2"}), env, 30);
+  EXPECT_EQ(n_rc, 2) << n_out;
+  EXPECT_NE(n_out.find("ran on 1 node (node-0); name 1 host, one per node, not 2"),
+            std::string::npos)
+      << n_out;
+  auto [h_rc, h_out] = RunProcess(with({"--nodes", "node9"}), env, 30);
+  EXPECT_NE(h_rc, 0) << h_out;
+  EXPECT_NE(h_out.find("host node9 is not in Slurm job " + job), std::string::npos) << h_out;
+  auto [a_rc, a_out] = RunProcess(with({"--nodes", "node2"}), SlurmEnv(), 30);
+  EXPECT_EQ(a_rc, 2) << a_out;
+  EXPECT_NE(a_out.find("--nodes names hosts of a Slurm allocation"), std::string::npos) << a_out;
+
+  // A checkpoint the host cannot read whole (a shard's bytes changed: what a host with a
+  // stale or partial copy sees): refused before anything runs, naming the host.
+  std::string shard;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ + step_dir)) {
+    if (e.is_regular_file() && (shard.empty() || e.file_size() > fs::file_size(shard))) {
+      shard = e.path().string();
+    }
+  }
+  ASSERT_FALSE(shard.empty());
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));
+    f.put('\x5a').put('\xa5');
+  }
+  auto [c_rc, c_out] = RunProcess(with({"--nodes", "node3"}), env, 120);
+  EXPECT_NE(c_rc, 0) << c_out;
+  EXPECT_NE(
+      c_out.find("host node3 cannot read the replay's checkpoint, step " + std::to_string(ck)),
+      std::string::npos)
+      << c_out;
+  auto cancel = cluster_->Run({"scancel", job});
+  EXPECT_TRUE(cancel.ok() && cancel->exit.ok()) << (cancel.ok() ? cancel->output : "");
   ExpectNoLeftovers();
 }
 

@@ -366,10 +366,15 @@ def train_bulwark(args, corpus):
         if step == args.raise_at_step and rank == 0:
             raise RuntimeError(f"a bug in the program at step {step} (--raise-at-step)")
         opt.zero_grad(set_to_none=True)
+        # The random numbers of a step (none today; dropout would draw them) depend on
+        # the step alone, so a resumed run and `bulwark replay` draw the same.
+        bulwark.seed_step(args.seed, step)
         loss_sum = 0.0
+        inputs = []
         for i, v in enumerate(virtual):
             with metrics.phase("data_wait") if full else nullphase:
                 x, y = corpus.batch(args.seed, step, v, stream, args.batch_size, args.context)
+            inputs.append(x)
             # Gradients are all-reduced once, with the last micro-batch.
             with ddp.no_sync() if i < len(virtual) - 1 else contextlib.nullcontext(), \
                     metrics.phase("compute") if full else nullphase:
@@ -387,9 +392,10 @@ def train_bulwark(args, corpus):
         step_time, prev_end = t_end - prev_end, t_end
         if full:
             bulwark.report_step(step, loss_v, tokens, samples=args.batch_size * len(virtual),
-                                lr=opt.param_groups[0]["lr"], grad_norm=float(gnorm))
+                                lr=opt.param_groups[0]["lr"], grad_norm=float(gnorm),
+                                data=inputs)
         else:
-            bulwark.report_step(step, loss_v, tokens)
+            bulwark.report_step(step, loss_v, tokens, data=inputs)
         if times:
             times.write(f"{step} {time.perf_counter() - t_step:.6f} {'on' if full else 'off'}\n")
         log_step(rank, step, start, loss_v, args, tokens, world, step_time, model, corpus)

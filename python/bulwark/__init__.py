@@ -38,11 +38,11 @@ from bulwark._lib import BulwarkError
 from bulwark._runtime import _RUNTIME, Generation, Restart, check, generation, run, steps
 
 __all__ = [
-    "BulwarkError", "Generation", "Restart", "batch_indices", "check", "check_alignment",
-    "deterministic",
+    "BulwarkError", "Generation", "Restart", "RngState", "batch_indices", "check", "check_alignment",
+    "data_digest", "deterministic",
     "generation", "init", "ordered_allreduce_hook",
     "parameter_digest", "poll_injected_nan", "poll_injected_sdc",
-    "rank", "report_step", "resume_step", "run", "seed_step", "should_checkpoint", "should_skip",
+    "rank", "report_step", "resume_step", "rng_digest", "run", "seed_step", "should_checkpoint", "should_skip",
     "skip_range", "steps", "world_size",
 ]
 
@@ -64,19 +64,26 @@ def world_size() -> int:
 
 _NAN = float("nan")
 _reported = False  # a trainer reports its own steps (auto-instrumentation then stands down)
+_deterministic = False  # deterministic() was called: report_step sends the RNG digest
 
 
 def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[float] = None,
                 lr: Optional[float] = None, grad_norm: Optional[float] = None,
                 data_wait: Optional[float] = None, compute: Optional[float] = None,
                 optimizer: Optional[float] = None, busy: Optional[float] = None,
-                _inferred: bool = False) -> None:
+                data: Any = None, _inferred: bool = False) -> None:
     """Reports a finished step (the heartbeat; non-blocking, dropped if no agent
     listens). A safe point of bulwark.run. `loss` may be a tensor (float(loss)). The
     keywords are optional measurements of the step (seconds for the phases); phases
     timed with bulwark.metrics.phase/timed since the last report fill those not given.
     `busy`: this rank's own work in the step, without waiting for other ranks (default:
-    the process's CPU time; on a GPU pass the device time), for the straggler score."""
+    the process's CPU time; on a GPU pass the device time), for the straggler score.
+
+    For replay (docs/diagnosis.md): after deterministic(), every report carries a digest
+    of this rank's random generators' state; `data` (the step's input: a tensor, bytes,
+    or a list/tuple of them or of numbers) adds a digest of it. A re-run of the step
+    compares both with the record, so a loss that differs because the trainer drew
+    other random numbers or read other data is not blamed on the hardware."""
     global _reported
     if not _inferred:
         _reported = True
@@ -92,6 +99,10 @@ def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[fl
                      ("busy_s", busy)):
         setattr(m, field, _NAN if v is None else float(v))
     m.inferred = 1 if _inferred else 0
+    if _deterministic:
+        m.rng_digest = rng_digest()
+    if data is not None:
+        m.data_digest = data_digest(data)
     _lib.check(_lib.lib().bw_report_step_ex(int(step), float(loss), int(tokens),
                                             ctypes.byref(m)), "report_step")
     _RUNTIME.check()
@@ -179,6 +190,8 @@ def deterministic(seed: int) -> List[str]:
     before building the model. Returns what it could not make deterministic, one
     sentence each (empty: nothing known): the data order and the generator state after a
     resume are the trainer's (see seed_step), and so are DataLoader workers."""
+    global _deterministic
+    _deterministic = True
     gaps: List[str] = []
     if not _seed_all(seed):
         return ["torch is not installed: only Python's and NumPy's generators were seeded"]
@@ -231,6 +244,103 @@ def ordered_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-de
         return out.div_(world)
 
     return fut.then(ordered_sum)
+
+
+def rng_digest() -> int:
+    """A 64-bit digest (never 0) of this process's random generators' state: Python's,
+    NumPy's and torch's (CPU, and every CUDA device once CUDA is initialised). Two
+    processes that drew the same random numbers from the same seeds have equal ones."""
+    import pickle
+    import random
+    import sys
+    h = hashlib.blake2b(digest_size=8)
+    h.update(pickle.dumps(random.getstate(), protocol=4))
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        state = np_random.get_state()
+        h.update(state[1].tobytes())
+        h.update(repr(state[2:]).encode())
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        h.update(torch.get_rng_state().numpy().tobytes())
+        cuda = getattr(torch, "cuda", None)
+        if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            for s in cuda.get_rng_state_all():
+                h.update(s.cpu().numpy().tobytes())
+    return int.from_bytes(h.digest(), "little") or 1
+
+
+class RngState:
+    """This process's random generators — Python's, NumPy's (if imported) and torch's
+    (CPU, and every CUDA device once CUDA is initialised) — as a Stateful for
+    bulwark.checkpoint: put `"rng": bulwark.RngState()` beside the model in the state
+    saved each checkpoint, and a resumed run (or `bulwark replay`, which resumes from the
+    incident's checkpoint) continues the random streams where the first run was, for a
+    trainer that does not seed each step with seed_step. Each rank saves its own."""
+
+    def state_dict(self) -> dict:
+        import random
+        import sys
+        out: dict = {"python": random.getstate()}
+        np_random = sys.modules.get("numpy.random")
+        if np_random is not None:
+            out["numpy"] = np_random.get_state()
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            out["torch"] = torch.get_rng_state()
+            cuda = getattr(torch, "cuda", None)
+            if cuda is not None and cuda.is_available() and cuda.is_initialized():
+                out["cuda"] = list(cuda.get_rng_state_all())
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        import random
+        import sys
+        if "python" in state:
+            py = state["python"]
+            # Saved as a tuple; a checkpoint round trip may give lists back.
+            random.setstate((py[0], tuple(py[1]), py[2]))
+        if "numpy" in state:
+            import numpy
+            numpy.random.set_state(tuple(state["numpy"]))
+        torch = sys.modules.get("torch")
+        if "torch" in state:
+            if torch is None:
+                import torch  # noqa: F811
+            torch.set_rng_state(state["torch"].to("cpu", torch.uint8))
+        if "cuda" in state and torch is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.to("cpu", torch.uint8) for s in state["cuda"]])
+
+
+def data_digest(data: Any) -> int:
+    """A 64-bit digest (never 0) of a step's input: a tensor (its dtype, shape and
+    bytes), bytes, a number or string, or a list/tuple of these. TypeError otherwise."""
+    h = hashlib.blake2b(digest_size=8)
+
+    def add(x: Any) -> None:
+        if isinstance(x, (bytes, bytearray, memoryview)):
+            h.update(b"b")
+            h.update(bytes(x))
+        elif isinstance(x, (list, tuple)):
+            h.update(b"[%d" % len(x))
+            for e in x:
+                add(e)
+        elif isinstance(x, (bool, int, float, str)):
+            h.update(repr((type(x).__name__, x)).encode())
+        elif hasattr(x, "detach") and hasattr(x, "dtype"):  # a torch tensor: dtype, shape, bits
+            import torch
+            t = x.detach().cpu().contiguous()
+            h.update(repr((str(t.dtype), tuple(t.shape))).encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif hasattr(x, "tobytes") and hasattr(x, "dtype"):  # a NumPy array
+            h.update(repr((str(x.dtype), tuple(x.shape))).encode())
+            h.update(x.tobytes())
+        else:
+            raise TypeError("report_step(data=...): a tensor, an array, bytes, a number, a "
+                            "string or a list/tuple of them, not %s" % type(x).__name__)
+
+    add(data)
+    return int.from_bytes(h.digest(), "little") or 1
 
 
 def seed_step(seed: int, step: int) -> None:

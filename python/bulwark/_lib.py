@@ -87,7 +87,8 @@ class StepMetrics(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint), ("samples", ctypes.c_double), ("lr", ctypes.c_double),
                 ("grad_norm", ctypes.c_double), ("data_wait_s", ctypes.c_double),
                 ("compute_s", ctypes.c_double), ("optimizer_s", ctypes.c_double),
-                ("inferred", ctypes.c_int), ("busy_s", ctypes.c_double)]
+                ("inferred", ctypes.c_int), ("busy_s", ctypes.c_double),
+                ("rng_digest", ctypes.c_ulonglong), ("data_digest", ctypes.c_ulonglong)]
 
 
 def _find() -> str:

@@ -825,6 +825,15 @@ void MergeStep(Json& a, const Json& b) {
   for (const char* k : {"step", "loss", "t", "lr", "grad_norm", "attempt", "inferred"}) {
     if (b.contains(k)) a[k] = b[k];
   }
+  // The digests belong to the newest step, like its loss; an older step's must not
+  // stand for it.
+  for (const char* k : {"rng", "data"}) {
+    if (b.contains(k)) {
+      a[k] = b[k];
+    } else {
+      a.erase(k);
+    }
+  }
   a["coalesced"] = a.value("coalesced", 1) + 1;
 }
 

@@ -76,6 +76,10 @@ struct AgentOptions {
   std::string metrics_addr;
   // NVML, loaded at run time for GPU health ("" = do not look for a GPU).
   std::string nvml_library = "libnvidia-ml.so.1";
+  // The matmul check's CUDA runtime and cuBLAS ("auto": the usual names; "": the CPU
+  // only; diag::CheckSpec).
+  std::string cuda_runtime = "auto";
+  std::string cublas = "auto";
   // How this agent runs `bulwark-agent diagnose` (diag::RunOptions::agent_command);
   // empty = SelfCommand() (common/install_paths.h).
   std::vector<std::string> self_command;

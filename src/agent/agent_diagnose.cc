@@ -55,7 +55,10 @@ void Agent::HandleDiagnose(const Json& msg) {
     if (!c.is_string()) return fail("field 'checks' must hold strings");
     const std::string name = c.get<std::string>();
     if (name == "matmul") {
-      checks.push_back({"matmul", "", *budget, sdc_injected_ ? "sdc" : ""});
+      diag::CheckSpec spec{"matmul", "", *budget, sdc_injected_ ? "sdc" : ""};
+      spec.cuda_runtime = opts_.cuda_runtime;
+      spec.cublas = opts_.cublas;
+      checks.push_back(spec);
     } else if (name == "disk") {
       for (const Json& d : dirs) {
         if (!d.is_string() || d.get<std::string>().empty()) {

@@ -94,6 +94,14 @@ int Diagnose(int argc, char** argv) {
                  "disk: how much to write and read back; link: how much to stream on each link")
       ->check(CLI::Range(size_t{1}, size_t{1} << 36));
   app.add_option("--n", n, "matmul: the matrix size")->check(CLI::Range(1, 4096));
+  std::string cuda_runtime = "auto", cublas = "auto";
+  app.add_option("--cuda-runtime", cuda_runtime,
+                 "matmul: the CUDA runtime library (auto: libcudart.so.12, .11.0, .so; '': "
+                 "the CPU only)")
+      ->capture_default_str();
+  app.add_option("--cublas", cublas,
+                 "matmul: the cuBLAS library (auto: libcublas.so.12, .11, .so; '': the CPU only)")
+      ->capture_default_str();
   app.add_option("--inject", inject, "chaos: hang | sdc")->check(CLI::IsMember({"hang", "sdc"}));
   try {
     app.parse(argc, argv);
@@ -131,9 +139,14 @@ int Diagnose(int argc, char** argv) {
     std::cout << bulwark::diag::ToJson(r).dump() << std::endl;
     return 0;
   }
-  const bulwark::diag::CheckResult r = check == "matmul"
-                                           ? bulwark::diag::MatmulSelfTest(n, inject == "sdc")
-                                           : bulwark::diag::DiskSelfTest(dir, bytes);
+  bulwark::diag::MatmulOptions mo;
+  mo.n = n;
+  mo.inject_sdc = inject == "sdc";
+  if (cuda_runtime != "auto") mo.cuda_runtimes = {cuda_runtime};
+  if (cublas != "auto") mo.cublas = {cublas};
+  if (cuda_runtime.empty() || cublas.empty()) mo.cuda_runtimes.clear();
+  const bulwark::diag::CheckResult r = check == "matmul" ? bulwark::diag::MatmulSelfTest(mo)
+                                                         : bulwark::diag::DiskSelfTest(dir, bytes);
   std::cout << bulwark::diag::ToJson(r).dump() << std::endl;
   return 0;
 }
@@ -182,6 +195,12 @@ int main(int argc, char** argv) {
                  "serve Prometheus /metrics on HOST:PORT (port 0 = a free one; '' = none)");
   app.add_option("--nvml-library", o.nvml_library,
                  "NVML library loaded for GPU health ('' = do not look for GPUs)");
+  app.add_option("--cuda-runtime", o.cuda_runtime,
+                 "the compute self-test's CUDA runtime (auto: the usual names; '': the CPU only)")
+      ->capture_default_str();
+  app.add_option("--cublas", o.cublas,
+                 "the compute self-test's cuBLAS (auto: the usual names; '': the CPU only)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   size_t colon = controller.rfind(':');

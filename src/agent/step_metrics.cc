@@ -4,6 +4,12 @@
 
 namespace bulwark {
 
+bool IsDigestHex(const Json& v) {
+  if (!v.is_string()) return false;
+  const std::string& s = v.get_ref<const std::string&>();
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
 void CopyStepMetrics(const Json& in, Json* out, std::vector<std::string>* refused) {
   struct Bound {
     const char* key;
@@ -31,6 +37,16 @@ void CopyStepMetrics(const Json& in, Json* out, std::vector<std::string>* refuse
   }
   if (in.contains("inferred") && in["inferred"].is_boolean() && in["inferred"].get<bool>()) {
     (*out)["inferred"] = true;
+  }
+  for (const char* key : {"rng", "data"}) {
+    if (!in.contains(key)) continue;
+    const Json& v = in[key];
+    if (!IsDigestHex(v)) {
+      refused->push_back(std::string(key) + " (got " + v.dump().substr(0, 40) +
+                         "): must be 16 lowercase hex digits");
+      continue;
+    }
+    (*out)[key] = v;
   }
 }
 

@@ -13,8 +13,12 @@ namespace bulwark {
 
 // Copies the optional step fields of `in` that are numbers within their bounds into
 // `out` (samples ≤ 1e12; lr ≤ 1e3; grad_norm ≤ 1e30; data_wait, compute, optimizer,
-// busy in seconds ≤ 1e6; all ≥ 0), and `inferred` when true. Each field present but refused
-// is appended to `refused` as "field (got VALUE): why".
+// busy in seconds ≤ 1e6; all ≥ 0), `inferred` when true, and the replay digests `rng` and
+// `data` when each is 16 lowercase hex digits. Each field present but refused is
+// appended to `refused` as "field (got VALUE): why".
 void CopyStepMetrics(const Json& in, Json* out, std::vector<std::string>* refused);
+
+// True for a 64-bit digest as the wire carries it: a string of 16 lowercase hex digits.
+bool IsDigestHex(const Json& v);
 
 }  // namespace bulwark

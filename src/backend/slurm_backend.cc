@@ -125,7 +125,22 @@ Result<std::unique_ptr<SlurmBackend>> SlurmBackend::Create(SlurmBackendOptions o
       return Unavailable("Slurm job " + b->opts_.job_id +
                          ": NodeList: " + hosts.status().message());
     }
-    for (const std::string& n : *hosts) b->hosts_.push_back({n, "", "", "", true});
+    std::vector<std::string> use = *hosts;
+    if (!b->opts_.hosts.empty()) {
+      for (const std::string& h : b->opts_.hosts) {
+        if (std::find(hosts->begin(), hosts->end(), h) == hosts->end()) {
+          std::string all;
+          for (const std::string& n : *hosts) all += (all.empty() ? "" : ", ") + n;
+          return InvalidArgument("host " + h + " is not in Slurm job " + b->opts_.job_id +
+                                 " (its hosts: " + all +
+                                 "); name hosts of the allocation, or "
+                                 "allocate one with them (salloc --nodelist=" +
+                                 h + ")");
+        }
+      }
+      use = b->opts_.hosts;
+    }
+    for (const std::string& n : use) b->hosts_.push_back({n, "", "", "", true});
     BW_ASSIGN_OR_RETURN(o, RunToEnd(b->ProbeCommand(), b->opts_.command_timeout_s));
   }
   if (o.timed_out) {

@@ -72,6 +72,9 @@ struct SlurmBackendOptions {
   std::map<std::string, std::string> env;
   // Where srun, scontrol and scancel are ("" = looked up in env's PATH).
   std::string bin_dir;
+  // Only these hosts of the allocation, in this order (`bulwark replay --nodes`); empty =
+  // all of them. Create refuses a host the allocation does not have.
+  std::vector<std::string> hosts;
   double poll_interval_s = 1;     // scontrol at most this often
   double command_timeout_s = 10;  // an scontrol or scancel that takes longer is killed
 };

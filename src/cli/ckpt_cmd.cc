@@ -13,6 +13,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/object_tier.h"
+#include "common/json_util.h"
 #include "common/str_format.h"
 
 namespace bulwark::cli {
@@ -324,7 +325,7 @@ int CkptLs(ckpt::Env* env, const CkptLsFlags& f, std::ostream& out, std::ostream
   if (f.json) {
     Json arr = Json::array();
     for (const StepInfo& r : rows) arr.push_back(StepJson(r));
-    out << arr.dump(2) << "\n";
+    out << DumpText(arr, 2) << "\n";
     return 0;
   }
   if (rows.empty() && hidden == 0) {
@@ -439,7 +440,7 @@ int CkptInspect(ckpt::Env* env, const CkptInspectFlags& f, std::ostream& out, st
     ranks.push_back(std::move(rj));
   }
   j["ranks"] = std::move(ranks);
-  out << (f.json ? j.dump(2) + "\n" : text);
+  out << (f.json ? DumpText(j, 2) + "\n" : text);
   return rc;
 }
 
@@ -505,7 +506,7 @@ int CkptVerify(ckpt::Env* env, const CkptVerifyFlags& f, std::ostream& out, std:
               {"verified", verified},
               {"failed", failed},
               {"skipped", skipped}};
-    out << j.dump(2) << "\n";
+    out << DumpText(j, 2) << "\n";
   } else {
     out << text.str() << Fmt("%d verified, %d failed, %d skipped\n", verified, failed, skipped);
   }
@@ -579,7 +580,7 @@ int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream
               {"kept_dependencies", plan.kept_deps},
               {"untouched", plan.kept_other}};
     if (!st.ok()) j["error"] = st.ToString();
-    out << j.dump(2) << "\n";
+    out << DumpText(j, 2) << "\n";
   } else {
     const char* verb = f.dry_run ? "would remove" : "removed";
     for (long s : removed) {

@@ -532,8 +532,23 @@ int CmdRun(const RunFlags& f) {
   }
 }
 
-// `replay`: the steps before an incident again, on the local backend (replay_cmd.h).
+// `replay`: the steps before an incident again (replay_cmd.h): inside a Slurm allocation
+// on its hosts (--nodes: which), else on the local backend.
 int CmdReplay(const cli::ReplayFlags& f) {
+  const bool on_slurm = cli::UseSlurm("auto", CurrentEnv());
+  if (!f.nodes.empty() && !on_slurm) {
+    return Fail(InvalidArgument(
+        "--nodes names hosts of a Slurm allocation, and this is not inside one (SLURM_JOB_ID "
+        "is unset); run it in one: `salloc --nodes=" +
+        std::to_string(f.nodes.size()) + " --nodelist=" +
+        [&] {
+          std::string l;
+          for (const std::string& n : f.nodes) l += (l.empty() ? "" : ",") + n;
+          return l;
+        }() +
+        " bulwark replay " + f.job + " " + std::to_string(f.incident) +
+        " --nodes ...`; without --nodes it re-runs on this machine"));
+  }
   auto plan = cli::PlanReplay(f);
   if (!plan.ok()) return Fail(plan.status());
   std::error_code ec;
@@ -541,21 +556,47 @@ int CmdReplay(const cli::ReplayFlags& f) {
   auto store = Store::Open(plan->store_path);
   if (!store.ok()) return Fail(store.status());
   IgnoreError(BecomeSubreaper(), "init reaps the orphans instead");
-  LocalBackend backend(LocalAgents(plan->spec));
+  LocalBackendOptions bo = LocalAgents(plan->spec);
   ControllerOptions co;
+  std::unique_ptr<Backend> backend;
+  std::string where = "this machine";
+  if (on_slurm) {
+    auto slurm = cli::PrepareSlurmRun(plan->spec, bo.Agent(), CurrentEnv(), "", plan->hosts);
+    if (!slurm.ok()) return Fail(slurm.status());
+    std::vector<std::string> hosts;
+    for (const SlurmHost& h : slurm->backend->hosts()) {
+      if (static_cast<int>(hosts.size()) < plan->spec.nodes) hosts.push_back(h.name);
+    }
+    // Every host must read the checkpoint the re-run resumes from (hard links on this
+    // host's file system).
+    Status st =
+        cli::CheckCheckpointOnHosts(slurm->backend->job_id(), hosts, ExeDir() + "/bulwark",
+                                    plan->checkpoint_links, plan->replay.resume, CurrentEnv());
+    if (!st.ok()) return Fail(st);
+    co.bind_host = slurm->bind_host;
+    co.advertise_host = slurm->advertise_host;
+    co.rendezvous_on_agent = true;
+    where.clear();
+    for (const std::string& h : hosts) where += (where.empty() ? "" : ", ") + h;
+    where = "Slurm job " + slurm->backend->job_id() + " on " + where;
+    backend = std::move(slurm->backend);
+  } else {
+    backend = std::make_unique<LocalBackend>(bo);
+  }
   co.run_dir = plan->run_dir;
   co.echo_events = false;
   co.replay = plan->replay;
   if (f.output.empty()) {
-    std::fprintf(stderr, "[bulwark] replaying incident %d of %s from checkpoint step %ld in %s\n",
-                 f.incident, f.job.c_str(), plan->replay.resume, plan->run_dir.c_str());
+    std::fprintf(
+        stderr, "[bulwark] replaying incident %d of %s from checkpoint step %ld in %s (%s)\n",
+        f.incident, f.job.c_str(), plan->replay.resume, plan->run_dir.c_str(), where.c_str());
   }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
-  Controller c(plan->spec, co, &backend, store->get(), SystemClock::Get());
+  Controller c(plan->spec, co, backend.get(), store->get(), SystemClock::Get());
   auto r = c.Run();
-  IgnoreError(backend.Teardown(2), "the end of the replay: Teardown kills and reaps what it can");
+  IgnoreError(backend->Teardown(2), "the end of the replay: Teardown kills and reaps what it can");
   KillAndReapAllChildren();
   if (!r.ok()) return Fail(r.status());
   Json outcome = r->report.value("replay", Json());
@@ -571,6 +612,7 @@ int CmdReplay(const cli::ReplayFlags& f) {
     outcome["run_dir"] = plan->run_dir;
     outcome["code"] = plan->code_note;
     outcome["resume_step"] = plan->replay.resume;
+    outcome["where"] = where;
     std::cout << outcome.dump(2) << "\n";
   } else {
     std::cout << cli::FormatReplay(*plan, outcome);
@@ -987,8 +1029,15 @@ int Main(int argc, char** argv) {
                    "re-run even if the code in the working directory changed since");
   replay->add_option("-o,--output", replay_flags.output, "json: the outcome as JSON")
       ->check(CLI::IsMember({"json"}));
+  replay
+      ->add_option("--nodes", replay_flags.nodes,
+                   "inside a Slurm allocation: the hosts to re-run on, one per node of the "
+                   "incident, in slot order (HOST,HOST,...); default: the allocation's first "
+                   "hosts, or this machine outside one")
+      ->delimiter(',');
   replay->footer(
-      "Example: bulwark replay gpt-char 3\nExit status: 0 every compared loss was equal bit "
+      "Examples:\n  bulwark replay gpt-char 3\n  salloc -N2 bulwark replay gpt-char 3 --nodes "
+      "gpu07,gpu12   # on other machines\nExit status: 0 every compared loss was equal bit "
       "for bit, 1 a loss differed or nothing could be compared, 2 usage.");
 
   rf.argv.assign(argv, argv + argc);

@@ -24,6 +24,8 @@ int DiagnoseRun(const DiagnoseFlags& f, std::ostream& out, std::ostream& err) {
   o.matmul_n = f.matmul_n;
   o.disk_bytes = static_cast<size_t>(f.disk_mib) << 20;
   std::vector<diag::CheckSpec> checks = {{"matmul", "", f.budget_s, f.inject}};
+  checks[0].cuda_runtime = f.cuda_runtime;
+  checks[0].cublas = f.cublas;
   for (const std::string& d : f.checkpoint_dirs) checks.push_back({"disk", d, f.budget_s, ""});
   if (!f.nvml_library.empty()) checks.push_back({"gpu", f.nvml_library, f.budget_s, ""});
   const std::vector<diag::CheckResult> results = diag::RunChecks(checks, o);
@@ -49,8 +51,8 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, int* exit_code, std::ostream& out, s
   auto f = std::make_shared<DiagnoseFlags>();
   auto* cmd = app.add_subcommand(
       "diagnose",
-      "run this node's self-tests (compute, checkpoint disks, GPUs through NVML) and say if "
-      "it is healthy");
+      "run this node's self-tests (compute on every GPU through CUDA or on the CPU, "
+      "checkpoint disks, GPUs through NVML) and say if it is healthy");
   cmd->add_option("--checkpoint-dir", f->checkpoint_dirs,
                   "a checkpoint directory to write, fsync and read back (repeatable)");
   cmd->add_option("--budget", f->budget_s, "seconds each check may take; past it, it fails")
@@ -64,6 +66,14 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, int* exit_code, std::ostream& out, s
       ->capture_default_str();
   cmd->add_option("--nvml-library", f->nvml_library,
                   "the gpu check's NVIDIA management library (\"\": no gpu check)")
+      ->capture_default_str();
+  cmd->add_option("--cuda-runtime", f->cuda_runtime,
+                  "the compute check's CUDA runtime on GPUs (auto: libcudart.so.12, .11.0, .so; "
+                  "\"\": the CPU only)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--cublas", f->cublas,
+         "the compute check's cuBLAS (auto: libcublas.so.12, .11, .so; \"\": the CPU only)")
       ->capture_default_str();
   cmd->add_option("-o,--output", f->output, "json (default: a table)");
   cmd->add_option("--inject", f->inject, "chaos: make the compute check hang or be silently wrong")

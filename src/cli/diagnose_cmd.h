@@ -22,6 +22,10 @@ struct DiagnoseFlags {
   // The gpu check's NVML library ("" = no gpu check); without a driver it passes with
   // nothing to test.
   std::string nvml_library = "libnvidia-ml.so.1";
+  // The matmul check's CUDA runtime and cuBLAS ("auto": the usual names; "": the CPU
+  // only); without them it runs on the CPU.
+  std::string cuda_runtime = "auto";
+  std::string cublas = "auto";
 };
 int DiagnoseRun(const DiagnoseFlags& f, std::ostream& out, std::ostream& err);
 

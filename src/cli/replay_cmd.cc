@@ -1,9 +1,12 @@
 #include "cli/replay_cmd.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
@@ -89,6 +92,43 @@ Result<LossTable> LossesFromJson(const Json& j) {
   return t;
 }
 
+// The bundle's "digests" ({"step": {"rank": {"rng": HEX, "data": HEX}}}); absent = none
+// (a bundle of a trainer that reported none, or of a Bulwark before them).
+Result<DigestTable> DigestsFromJson(const Json& j) {
+  DigestTable t;
+  if (j.is_null()) return t;
+  if (!j.is_object()) return InvalidArgument("field 'digests' must be an object");
+  const auto hex = [](const Json& cell, const char* key, uint64_t* out) {
+    if (!cell.contains(key)) return true;
+    const Json& v = cell[key];
+    if (!v.is_string()) return false;
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return false;
+    }
+    *out = std::strtoull(s.c_str(), nullptr, 16);
+    return true;
+  };
+  for (const auto& [step, ranks] : j.items()) {
+    char* end = nullptr;
+    const long s = std::strtol(step.c_str(), &end, 10);
+    if (step.empty() || *end != '\0' || !ranks.is_object()) {
+      return InvalidArgument("field 'digests' holds a malformed step '" + step + "'");
+    }
+    for (const auto& [rank, cell] : ranks.items()) {
+      const long r = std::strtol(rank.c_str(), &end, 10);
+      StepDigests d;
+      if (rank.empty() || *end != '\0' || r < 0 || !cell.is_object() || !hex(cell, "rng", &d.rng) ||
+          !hex(cell, "data", &d.data)) {
+        return InvalidArgument("field 'digests' holds a malformed entry of step " + step +
+                               " (want {\"rng\": 16 hex digits, \"data\": 16 hex digits})");
+      }
+      if (!d.empty()) t[s][static_cast<int>(r)] = d;
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
@@ -160,6 +200,8 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
   }
   Result<LossTable> expected = LossesFromJson(b.contains("losses") ? b["losses"] : Json());
   if (!expected.ok()) return expected.status().Annotate(what + ": its bundle");
+  Result<DigestTable> digests = DigestsFromJson(b.contains("digests") ? b["digests"] : Json());
+  if (!digests.ok()) return digests.status().Annotate(what + ": its bundle");
   Result<Incident> fault = IncidentFromJson(inc);
   if (!fault.ok()) return fault.status().Annotate(what);
   const std::string yaml = b.value("spec_yaml", std::string());
@@ -200,32 +242,72 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
     plan.code_note = "CHANGED since the incident (digest " + then + " then, " + now->hash +
                      " now; --allow-code-change)";
   }
+  const int world = b.value("world", plan.spec.world_size());
+  const int ppn = std::max(1, b.value("procs_per_node", plan.spec.procs_per_node));
+  const int nodes = std::max(1, world / ppn);
+  if (b.contains("nodes") && b["nodes"].is_array()) {
+    for (const Json& n : b["nodes"]) {
+      if (n.is_string()) plan.recorded_nodes.push_back(n.get<std::string>());
+    }
+  }
+  if (!f.nodes.empty()) {
+    if (static_cast<int>(f.nodes.size()) != nodes) {
+      std::string then;
+      for (const std::string& n : plan.recorded_nodes) then += (then.empty() ? "" : ", ") + n;
+      return InvalidArgument(
+          Fmt("--nodes: %s ran on %d node%s%s; name %d host%s, one per node, "
+              "not %zu",
+              what.c_str(), nodes, nodes == 1 ? "" : "s",
+              then.empty() ? "" : (" (" + then + ")").c_str(), nodes, nodes == 1 ? "" : "s",
+              f.nodes.size()));
+    }
+    for (size_t i = 0; i < f.nodes.size(); ++i) {
+      if (f.nodes[i].empty()) return InvalidArgument("--nodes: an empty host name");
+      for (size_t j = 0; j < i; ++j) {
+        if (f.nodes[i] == f.nodes[j]) {
+          return InvalidArgument("--nodes names " + f.nodes[i] + " twice: one node per host");
+        }
+      }
+    }
+    plan.hosts = f.nodes;
+  }
   // The run: its own directory, store and checkpoint links.
   const std::string base =
       job->run_dir.empty() ? plan.spec.workdir + "/.bulwark/" + f.job : job->run_dir;
-  plan.run_dir =
+  // A directory of its own, even for two replays in the same second.
+  const std::string stem =
       Fmt("%s/replay-%d-%ld", base.c_str(), f.incident, static_cast<long>(time(nullptr)));
+  std::error_code mk;
+  fs::create_directories(base, mk);
+  for (int k = 0; plan.run_dir.empty(); ++k) {
+    const std::string dir = k == 0 ? stem : stem + "." + std::to_string(k);
+    if (::mkdir(dir.c_str(), 0755) == 0) {
+      plan.run_dir = dir;
+    } else if (errno != EEXIST || k >= 1000) {
+      return ErrnoStatus("create the replay's directory " + dir, errno);
+    }
+  }
   plan.store_path = plan.run_dir + "/replay.db";
   const std::string links = plan.run_dir + "/checkpoints";
-  for (long s : *committed) {
-    if (s > ckpt) continue;
-    BW_RETURN_IF_ERROR(LinkTree(ckpt::StepDir(ckpt_dir, s), ckpt::StepDir(links, s)));
+  for (long step : *committed) {
+    if (step > ckpt) continue;
+    BW_RETURN_IF_ERROR(LinkTree(ckpt::StepDir(ckpt_dir, step), ckpt::StepDir(links, step)));
   }
-  const int world = b.value("world", plan.spec.world_size());
-  const int ppn = std::max(1, b.value("procs_per_node", plan.spec.procs_per_node));
   JobSpec& s = plan.spec;
   s.name = f.job + "-replay-" + std::to_string(f.incident);
-  s.nodes = std::max(1, world / ppn);
+  s.nodes = nodes;
   s.procs_per_node = ppn;
   s.chaos.clear();  // faults that were injected are outside events, not the program's
   s.fault_policy.restart_budget = 0;  // a fault ends the replay: it came back or it did not
   s.fault_policy.spare_nodes = 0;
   s.fault_policy.diagnose_suspect_nodes = false;
   s.checkpoint.dir = links;
+  plan.checkpoint_links = links;
   s.checkpoint.shared_dir.clear();
   s.checkpoint.object_store.clear();
   plan.replay.fault = *fault;
   plan.replay.expected = std::move(*expected);
+  plan.replay.expected_digests = std::move(*digests);
   plan.replay.resume = ckpt;
   const Json skip = b.value("skip", Json::object());
   plan.replay.skip_from = skip.value("from", -1L);

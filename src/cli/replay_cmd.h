@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/net.h"
 #include "common/status.h"
@@ -25,6 +26,9 @@ struct ReplayFlags {
   std::string store;  // "" = the known stores (stores.h)
   bool allow_code_change = false;
   std::string output;  // "" (text) or "json"
+  // Slurm hosts to re-run on, one per node of the incident, in slot order (inside an
+  // allocation; empty = the allocation's first hosts, or this machine outside one).
+  std::vector<std::string> nodes;
 };
 
 struct ReplayPlan {
@@ -34,15 +38,19 @@ struct ReplayPlan {
   std::string store_path;            // the replay run's own store
   std::string job;                   // the recorded job's name
   int incident = 0;
-  Json fault;             // the incident as recorded
-  std::string code_note;  // how the code compares with the recorded digest
+  Json fault;                               // the incident as recorded
+  std::string code_note;                    // how the code compares with the recorded digest
+  std::vector<std::string> recorded_nodes;  // the nodes it ran on then (bundle "nodes")
+  std::vector<std::string> hosts;           // ReplayFlags::nodes, checked
+  std::string checkpoint_links;             // the checkpoint the re-run resumes from
 };
 
 // Everything the replay needs, or an error naming what is missing and the fix: an
 // unknown job or incident number, an incident without a bundle (recorded before replay
 // bundles existed) or without a checkpoint before the fault, a checkpoint retention
 // removed, a spec that no longer parses, code that changed since (unless
-// allow_code_change).
+// allow_code_change), --nodes naming another number of hosts than the incident had
+// nodes, or a host twice.
 Result<ReplayPlan> PlanReplay(const ReplayFlags& f);
 
 // The text report of a replay run's `replay` section (report["replay"]).

@@ -83,7 +83,8 @@ bool UseSlurm(const std::string& flag, const std::map<std::string, std::string>&
 
 Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
                                  const std::map<std::string, std::string>& env,
-                                 const std::string& advertise_host) {
+                                 const std::string& advertise_host,
+                                 const std::vector<std::string>& only_hosts) {
   auto alloc = slurm::AllocationFromEnv(env);
   if (!alloc.ok()) {
     if (alloc.status().code() == Code::kNotFound) {
@@ -98,7 +99,7 @@ Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
   }
   const int spares = spec.fault_policy.spare_nodes;
   const int need = spec.nodes + spares;
-  const int have = static_cast<int>(alloc->nodes.size());
+  const int have = static_cast<int>(only_hosts.empty() ? alloc->nodes.size() : only_hosts.size());
   auto list = env.find("SLURM_JOB_NODELIST");
   if (list == env.end()) list = env.find("SLURM_NODELIST");
   if (need > have) {
@@ -115,6 +116,7 @@ Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
   o.agent = agent;
   o.job_id = alloc->job_id;
   o.env = env;
+  o.hosts = only_hosts;
   SlurmRun run;
   BW_ASSIGN_OR_RETURN(run.backend, SlurmBackend::Create(std::move(o)));
   bool loopback = true;
@@ -138,6 +140,57 @@ Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
                 ") for " + Plural(spec.nodes, "node", "nodes") + " and " +
                 Plural(spares, "warm standby", "warm standbys");
   return run;
+}
+
+Status CheckCheckpointOnHosts(const std::string& job_id, const std::vector<std::string>& hosts,
+                              const std::string& bulwark, const std::string& dir, long step,
+                              const std::map<std::string, std::string>& env, double timeout_s) {
+  // srun from the run's PATH (that of `env`, else this process's), as the backend runs it.
+  std::string srun;
+  if (auto path = env.find("PATH"); path != env.end()) {
+    std::istringstream dirs(path->second);
+    for (std::string d; srun.empty() && std::getline(dirs, d, ':');) {
+      srun = FindProgram("srun", d.empty() ? "." : d);
+    }
+  }
+  if (srun.empty()) srun = FindProgram("srun", "");
+  if (srun.empty()) {
+    return FailedPrecondition("Slurm is not installed here: srun is not on PATH");
+  }
+  for (const std::string& host : hosts) {
+    SpawnOptions so;
+    so.argv = {srun,
+               "--jobid=" + job_id,
+               "--overlap",
+               "--nodes=1",
+               "--ntasks=1",
+               "--nodelist=" + host,
+               "--input=none",
+               "--job-name=bulwark:replay-check",
+               bulwark,
+               "ckpt",
+               "verify",
+               dir,
+               std::to_string(step)};
+    so.env = env;
+    auto run = RunToEnd(so, timeout_s);
+    if (!run.ok()) return Unavailable("srun on " + host + ": " + run.status().message());
+    if (run->timed_out) {
+      return Unavailable("checking the checkpoint on " + host + " took over " +
+                         std::to_string(static_cast<int>(timeout_s)) +
+                         " s (srun killed): " + Trim(run->output));
+    }
+    if (!run->exit.ok()) {
+      std::string said = Trim(run->output);
+      if (said.size() > 600) said = said.substr(0, 600) + " …";
+      return FailedPrecondition(
+          "host " + host + " cannot read the replay's checkpoint, step " + std::to_string(step) +
+          " in " + dir + " (`bulwark ckpt verify` there: " + said +
+          "); the checkpoint is where this host wrote it: put the job's run directory "
+          "(--run-dir) on a file system every host mounts, or replay on hosts that have it");
+    }
+  }
+  return Status::Ok();
 }
 
 SlurmJobComment::SlurmJobComment(std::string job_id, std::map<std::string, std::string> env,

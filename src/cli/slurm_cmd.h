@@ -44,9 +44,20 @@ struct SlurmRun {
 // allocation, or when the job needs more hosts (nodes + faultPolicy.spareNodes) than
 // the allocation has; SlurmBackend::Create's (Slurm not installed, the job not
 // running, slurmctld not answering).
+// `hosts`: only these hosts of the allocation, in this order (empty: all).
 Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
                                  const std::map<std::string, std::string>& env,
-                                 const std::string& advertise_host);
+                                 const std::string& advertise_host,
+                                 const std::vector<std::string>& hosts = {});
+
+// Whether every one of `hosts` can read checkpoint `step` under `dir`: runs
+// `<bulwark> ckpt verify DIR STEP` on each host as a job step of `job_id` (srun
+// --overlap, bounded by `timeout_s` each). FAILED_PRECONDITION naming the first host
+// that cannot and what verify said (a node-local directory this host wrote is the usual
+// cause); UNAVAILABLE when srun cannot run there.
+Status CheckCheckpointOnHosts(const std::string& job_id, const std::vector<std::string>& hosts,
+                              const std::string& bulwark, const std::string& dir, long step,
+                              const std::map<std::string, std::string>& env, double timeout_s = 60);
 
 // Keeps a Slurm job's Comment (`squeue -o %k`, `scontrol show job`) at the run's
 // progress, e.g. "bulwark: Running  step 264/400 (66%)  ETTR 0.877  restarts 3": a

@@ -102,4 +102,8 @@ Result<std::string> JStrOr(const Json& j, const char* field, const std::string& 
   return Has(j, field) ? JStr(j, field) : Result<std::string>(def);
 }
 
+std::string DumpText(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
 }  // namespace bulwark

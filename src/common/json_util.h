@@ -24,4 +24,8 @@ Result<std::string> JStrOr(const Json& j, const char* field, const std::string& 
 // A list of integers; an absent field is an empty list.
 Result<std::vector<long>> JIntListOr(const Json& j, const char* field);
 
+// `j` as text (dump(indent)), with string bytes that are not UTF-8 replaced by U+FFFD
+// instead of dump()'s exception: for output holding what a file or a peer said.
+std::string DumpText(const Json& j, int indent = -1);
+
 }  // namespace bulwark

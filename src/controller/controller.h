@@ -93,6 +93,7 @@ struct ControllerOptions {
   struct Replay {
     Incident fault;
     LossTable expected;
+    DigestTable expected_digests;  // the RNG and data digests recorded with the losses
     long resume = -1;
     long skip_from = -1, skip_to = -1;
     std::set<int> moved_ranks;  // ranks placed on other nodes than at the fault

@@ -1,6 +1,7 @@
 // Controller: agent and client messages, liveness (heartbeats, backend reports) and
 // chaos injection.
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "common/json_util.h"
@@ -53,6 +54,15 @@ std::map<int, std::vector<long>> StepsByRank(const Json& j) {
 int PortField(const Json& m, const char* field) {
   auto p = JIntOr(m, field, 0);
   return p.ok() && *p > 0 && *p < 65536 ? static_cast<int>(*p) : 0;
+}
+
+// A digest the step report carries as 16 lowercase hex digits (the agent checked them);
+// 0 when absent or malformed.
+uint64_t HexDigestOr0(const Json& m, const char* key) {
+  if (!m.contains(key) || !m[key].is_string()) return 0;
+  const std::string& s = m[key].get_ref<const std::string&>();
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos) return 0;
+  return std::strtoull(s.c_str(), nullptr, 16);
 }
 
 }  // namespace
@@ -345,7 +355,8 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
     const StepSample sample =
         StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall, *tokens);
     metrics_.OnStep(sample);
-    OnReplayLoss(*step, static_cast<int>(*rank), sample.loss);
+    OnReplayLoss(*step, static_cast<int>(*rank), sample.loss,
+                 {HexDigestOr0(m, "rng"), HexDigestOr0(m, "data")});
     if (*rank != 0) return;
     tb_.OnStep(sample);
     if (auto v = metric_faults_.OnLoss(*step, sample.loss)) OnMetricVerdict(*v);

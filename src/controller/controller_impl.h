@@ -228,7 +228,7 @@ class ControllerImpl {
   // re-run can tell its cause.
   void BeginReplayCheck(const Incident& inc, const Decision& d, int index);
   // A loss of the running attempt: recorded, and compared while a check runs.
-  void OnReplayLoss(long step, int rank, double loss);
+  void OnReplayLoss(long step, int rank, double loss, StepDigests digests);
   // An incident during a check: concludes it; the same fault again sets inc's cause.
   void ConcludeReplayWith(Incident* inc);
   void ConcludeReplay(const Classification& k, const Incident* again);

@@ -17,6 +17,8 @@
 // a fault of the program gives up (RecoveryPolicy reads Incident::cause).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <utility>
 
 #include "common/code_digest.h"
 #include "controller/controller_impl.h"
@@ -28,6 +30,28 @@ namespace {
 constexpr size_t kMaxPinned = 4;          // bundles whose checkpoints retention keeps
 constexpr long kMaxBundleSteps = 512;     // steps of losses kept in one bundle
 constexpr long kMaxBundleLosses = 16384;  // and losses in all (a large job: fewer steps)
+
+std::string Hex(uint64_t v) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(v));
+  return hex;
+}
+
+// {"step": {"rank": {"rng": HEX, "data": HEX}}}, a digest left out when not reported.
+Json DigestsJson(const DigestTable& t) {
+  Json out = Json::object();
+  for (const auto& [step, ranks] : t) {
+    Json row = Json::object();
+    for (const auto& [rank, d] : ranks) {
+      Json cell = Json::object();
+      if (d.rng != 0) cell["rng"] = Hex(d.rng);
+      if (d.data != 0) cell["data"] = Hex(d.data);
+      row[std::to_string(rank)] = std::move(cell);
+    }
+    out[std::to_string(step)] = std::move(row);
+  }
+  return out;
+}
 
 Json LossesJson(const LossTable& t) {
   Json out = Json::object();
@@ -63,6 +87,13 @@ Json ReplayOutcome(const ReplayCheck& c, const Classification& k, const Incident
                                {"recorded", c.first_diff().recorded},
                                {"replayed", c.first_diff().replayed}};
   }
+  for (const auto& [key, n] : {std::pair{"rng", c.rng()}, std::pair{"data", c.data()}}) {
+    if (n.compared == 0) continue;
+    out[key] = {{"compared", n.compared}, {"equal", n.equal}};
+    if (n.first_diff_step >= 0) {
+      out[key]["first_difference"] = {{"step", n.first_diff_step}, {"rank", n.first_diff_rank}};
+    }
+  }
   if (again != nullptr) out["ended_by"] = IncidentToJson(*again);
   return out;
 }
@@ -71,7 +102,8 @@ void ControllerImpl::BeginReplayRun() {
   if (!opts_.replay) return;
   const ControllerOptions::Replay& r = *opts_.replay;
   const long fs = FaultStep(r.fault);
-  replay_.emplace(r.fault, r.expected, r.skip_from >= 0 && r.skip_to > fs, r.moved_ranks);
+  replay_.emplace(r.fault, r.expected, r.skip_from >= 0 && r.skip_to > fs, r.moved_ranks,
+                  r.expected_digests);
   replay_incident_ = -1;
   decision_.resume_step_max = r.resume;
   decision_.resume_from_scratch = r.resume < 0;
@@ -97,9 +129,9 @@ void ControllerImpl::DigestCodeOnce() {
   code_files_ = d.ok() ? d->files : 0;
 }
 
-void ControllerImpl::OnReplayLoss(long step, int rank, double loss) {
-  if (std::isfinite(loss)) losses_.Record(step, rank, loss);
-  if (!replay_ || !replay_->OnLoss(step, rank, loss)) return;
+void ControllerImpl::OnReplayLoss(long step, int rank, double loss, StepDigests digests) {
+  if (std::isfinite(loss)) losses_.Record(step, rank, loss, digests);
+  if (!replay_ || !replay_->OnLoss(step, rank, loss, digests)) return;
   ConcludeReplay(Classify(*replay_, nullptr), nullptr);
 }
 
@@ -124,6 +156,7 @@ Json ControllerImpl::ReplayBundle(const Incident& inc) {
               {"checkpoint_step", ckpt},
               {"checkpoint_dir", spec_.checkpoint.dir},
               {"losses", LossesJson(losses_.Range(from, fault_step))},
+              {"digests", DigestsJson(losses_.DigestRange(from, fault_step))},
               {"spec_yaml", rec_.spec_yaml},
               {"spec_path", rec_.spec_path},
               {"code", {{"dir", spec_.workdir}, {"digest", code_digest_}, {"files", code_files_}}},
@@ -169,7 +202,7 @@ void ControllerImpl::ConcludeReplay(const Classification& k, const Incident* aga
   replay_incident_ = -1;
   if (idx < 0 || idx >= static_cast<int>(incidents_.size())) return;
   Json c = {{"cause", FaultCauseName(k.cause)},
-            {"evidence", k.cause == FaultCause::kUnknown && again != nullptr
+            {"evidence", k.cause == FaultCause::kUnknown && again != nullptr && k.evidence.empty()
                              ? std::string("the re-run was interrupted by another fault (") +
                                    FaultKindName(again->kind) + ") before the fault's step"
                              : k.evidence},
@@ -226,7 +259,8 @@ void ControllerImpl::BeginReplayCheck(const Incident& inc, const Decision& d, in
     }
   }
   const bool skipped = d.skip_batches_from >= 0 && d.skip_batches_to > fs;
-  replay_.emplace(inc, losses_.Range(fs - kMaxBundleSteps, fs), skipped, std::move(moved));
+  replay_.emplace(inc, losses_.Range(fs - kMaxBundleSteps, fs), skipped, std::move(moved),
+                  losses_.DigestRange(fs - kMaxBundleSteps, fs));
   replay_incident_ = index;
   replay_node_id_ = inc.node >= 0 && inc.node < static_cast<int>(slots_.size()) ? slots_[inc.node]
                                                                                 : std::string();

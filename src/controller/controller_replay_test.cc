@@ -3,12 +3,28 @@
 // (controller_fixture.h).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "controller/controller_fixture.h"
 
 namespace bulwark {
 namespace {
 
 double LossOf(long step, int rank) { return 2.0 + step * 0.01 + rank * 0.001; }
+// The RNG digest a deterministic trainer reports with that loss (16 hex digits).
+std::string RngOf(long step, int rank) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016lx", static_cast<unsigned long>(step * 10 + rank + 1));
+  return hex;
+}
+
+// One step report that differs from LossOf/RngOf.
+struct Odd {
+  long step = -1;
+  int rank = -1;
+  double loss = 0;
+  std::string rng;
+};
 
 class ControllerReplayTest : public testing::ControllerFixture {
  protected:
@@ -24,16 +40,17 @@ class ControllerReplayTest : public testing::ControllerFixture {
       Send(slot_agents[s], {{"type", "started"}, {"attempt", attempt}, {"ranks", ranks}});
     }
   }
-  // Every rank reports steps [from, to] with LossOf (rank `nan_rank` a NaN at `nan_step`:
-  // no loss, as the agent forwards it).
-  void Losses(int attempt, std::vector<int> slot_agents, long from, long to) {
+  // Every rank reports steps [from, to] with LossOf and RngOf; `odd` replaces one of them.
+  void Losses(int attempt, std::vector<int> slot_agents, long from, long to, Odd odd = {}) {
     for (long s = from; s <= to; ++s) {
       for (int r = 0; r < 4; ++r) {
+        const bool is_odd = s == odd.step && r == odd.rank;
         Send(slot_agents[r / 2], {{"type", "step"},
                                   {"attempt", attempt},
                                   {"rank", r},
                                   {"step", s},
-                                  {"loss", LossOf(s, r)},
+                                  {"loss", is_odd ? odd.loss : LossOf(s, r)},
+                                  {"rng", is_odd ? odd.rng : RngOf(s, r)},
                                   {"step_time", 0.1},
                                   {"t", clock_.NowWall()}});
       }
@@ -84,7 +101,7 @@ TEST_F(ControllerReplayTest, ANanThatDoesNotComeBackOnAStandbyQuarantinesItsNode
   EXPECT_EQ(inc["classification"]["cause"], "hardware") << inc.dump(2);
   EXPECT_NE(inc["classification"]["evidence"].get<std::string>().find(
                 "did not come back with the same data on another node (steps 1-11: 44 of 44 "
-                "losses of 4 ranks equal bit for bit)"),
+                "losses of 4 ranks equal bit for bit; RNG states 44 of 44 equal)"),
             std::string::npos)
       << inc["classification"].dump();
   EXPECT_EQ(inc["classification"]["action"], "quarantined");
@@ -93,6 +110,7 @@ TEST_F(ControllerReplayTest, ANanThatDoesNotComeBackOnAStandbyQuarantinesItsNode
   EXPECT_EQ(b["fault_step"], 12);
   EXPECT_EQ(b["checkpoint_step"], -1);  // none committed yet
   EXPECT_EQ(b["losses"]["11"]["3"], LossOf(11, 3));
+  EXPECT_EQ(b["digests"]["11"]["3"], Json({{"rng", RngOf(11, 3)}}));
   EXPECT_EQ(b["world"], 4);
   EXPECT_EQ(b["nodes"], Json::array({"node-0", "node-1"}));
   EXPECT_FALSE(b["code"]["digest"].get<std::string>().empty());
@@ -170,6 +188,55 @@ TEST_F(ControllerReplayTest, ANanThatComesBackIsTheDataAndPassingWithItSkippedCo
                 "with the data batches up to step 8 skipped, the re-run passed it"),
             std::string::npos)
       << second["classification"].dump();
+}
+
+// A NaN of rank 1 at step 12, replayed on a standby, where rank 3 (node-1, which stays)
+// computes another loss at step 5 and reports `rng` with it: the incident's
+// classification.
+class ControllerReplayDiffTest : public ControllerReplayTest {
+ protected:
+  Json Run(const std::string& rng) {
+    Begin(TwoNodeSpec("replay", 1));
+    Expect(0, "start");
+    Expect(1, "start");
+    const int standby = Connect(backend_.started[2].node_id, 102);
+    Started(0);
+    Losses(0, {0, 1}, 1, 11);
+    Incident(0, 0, "nan", "nan", 1, 12);
+    Expect(0, "stop");
+    Expect(1, "stop");
+    Stopped(0, {});
+    Expect(0, "diagnose");
+    Expect(standby, "start");
+    Expect(1, "start");
+    StartedOn(1, {standby, 1});
+    Losses(1, {standby, 1}, 1, 12, {5, 3, 9.5, rng});
+    Json report = Finish();
+    return report["incidents"][0]["classification"];
+  }
+};
+
+// The same random numbers: one of the two computations was wrong.
+TEST_F(ControllerReplayDiffTest, ADifferentLossWithTheSameRandomNumbersIsTheHardware) {
+  const Json c = Run(RngOf(5, 3));
+  EXPECT_EQ(c["cause"], "hardware") << c.dump();
+  EXPECT_NE(c["evidence"].get<std::string>().find("RNG states 44 of 44 equal"), std::string::npos)
+      << c.dump();
+}
+
+// Other random numbers: the trainer is not deterministic, and no node is blamed.
+TEST_F(ControllerReplayDiffTest, ADifferentLossWithOtherRandomNumbersBlamesNoNode) {
+  const Json c = Run("00000000deadbeef");
+  EXPECT_EQ(c["cause"], "unknown") << c.dump();
+  EXPECT_NE(c["evidence"].get<std::string>().find(
+                "rank 3's random-generator state differs from the record at step 5"),
+            std::string::npos)
+      << c.dump();
+  EXPECT_EQ(c["action"], "none");
+  // (Finish() drops the agents while node-0 is tested: that quarantine is the test's.)
+  for (const std::string& q : backend_.quarantined) {
+    EXPECT_EQ(q.find("a replay found"), std::string::npos) << q;
+  }
 }
 
 }  // namespace

@@ -11,9 +11,12 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/run.h"
+#include "gpu/cuda_blas.h"
 
 namespace bulwark::diag {
 namespace {
@@ -94,8 +97,64 @@ Result<CheckResult> CheckResultFromJson(const Json& j) {
   return r;
 }
 
-CheckResult MatmulSelfTest(int n, bool inject_sdc) {
+namespace {
+
+// The double-precision reference of a * b and each element's float-rounding bound,
+// about n * eps * sum |a_ik b_kj|.
+struct Reference {
+  std::vector<double> value, bound;
+};
+
+Reference ReferenceProduct(const std::vector<float>& a, const std::vector<float>& b, int n) {
+  Reference ref;
+  const size_t nn = static_cast<size_t>(n) * n;
+  ref.value.resize(nn);
+  ref.bound.resize(nn);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0, mag = 0;
+      for (int k = 0; k < n; ++k) {
+        const double p = static_cast<double>(a[static_cast<size_t>(i) * n + k]) *
+                         b[static_cast<size_t>(k) * n + j];
+        sum += p;
+        mag += std::fabs(p);
+      }
+      const size_t at = static_cast<size_t>(i) * n + j;
+      ref.value[at] = sum;
+      ref.bound[at] = 2.0 * n * std::numeric_limits<float>::epsilon() * mag + 1e-30;
+    }
+  }
+  return ref;
+}
+
+// One device's verdict on two runs of the same product: within the rounding bound of
+// the reference, and bitwise equal to each other.
+bool JudgeProducts(const Reference& ref, const std::vector<float>& c1, const std::vector<float>& c2,
+                   int n, double product_s, std::string* evidence) {
+  double worst = 0, worst_bound = 1;
+  for (size_t at = 0; at < ref.value.size(); ++at) {
+    const double err = std::fabs(c1[at] - ref.value[at]);
+    if (err / ref.bound[at] > worst / worst_bound) {
+      worst = err;
+      worst_bound = ref.bound[at];
+    }
+  }
+  const bool repeatable =
+      c1.size() == c2.size() && std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0;
+  const bool accurate = worst <= worst_bound;
+  const double gflops = 2.0 * n * n * static_cast<double>(n) / std::max(product_s, 1e-9) / 1e9;
+  *evidence = "max error " + Fmt("%.3g", worst) + " (bound " + Fmt("%.3g", worst_bound) + "), " +
+              (repeatable ? "bitwise repeatable" : "two runs of the same product differ") + ", " +
+              Fmt("%.2f", gflops) + " GFLOP/s";
+  if (!accurate) *evidence = "wrong result: " + *evidence;
+  return repeatable && accurate;
+}
+
+}  // namespace
+
+CheckResult MatmulSelfTest(const MatmulOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  const int n = o.n;
   CheckResult r{"matmul", false, 0, ""};
   if (n < 1 || n > 4096) {
     r.evidence = "matrix size " + std::to_string(n) + " is outside 1..4096";
@@ -106,42 +165,65 @@ CheckResult MatmulSelfTest(int n, bool inject_sdc) {
   Lcg g{0x5eed};
   for (float& x : a) x = g.Next();
   for (float& x : b) x = g.Next();
+  const Reference ref = ReferenceProduct(a, b, n);
+  const std::string size = "n=" + std::to_string(n);
+
+  std::string no_gpu = "no GPU path asked for";
+  if (!o.cuda_runtimes.empty() && !o.cublas.empty()) {
+    auto cuda = gpu::CudaBlas::Open(o.cuda_runtimes, o.cublas);
+    if (cuda.ok()) {
+      // Every device, the same inputs and the same judgement as on the CPU; a CUDA error
+      // fails the check (a device that cannot run a product is not fit to train on).
+      r.ok = true;
+      std::string parts;
+      for (int d = 0; d < (*cuda)->device_count(); ++d) {
+        std::vector<float> c1, c2;
+        const auto tm = std::chrono::steady_clock::now();
+        Status st = (*cuda)->Product(d, a, b, n, &c1);
+        const double product_s = Since(tm);
+        if (st.ok()) st = (*cuda)->Product(d, a, b, n, &c2);
+        std::string part;
+        if (!st.ok()) {
+          r.ok = false;
+          part = "CUDA failed: " + st.message();
+        } else {
+          if (o.inject_sdc && d == 0) c2[nn / 2] += 1e-3f;
+          r.ok = JudgeProducts(ref, c1, c2, n, product_s, &part) && r.ok;
+        }
+        parts += (d > 0 ? "; gpu" : "gpu") + std::to_string(d) + ": " + part;
+      }
+      r.evidence = (*cuda)->libraries() + ", " + size + ", " + parts;
+      r.seconds = Since(t0);
+      return r;
+    }
+    if (cuda.status().code() != Code::kUnavailable) {
+      // A CUDA install that is there but broken: the node cannot run GPU work.
+      r.evidence = "GPU path: " + cuda.status().message();
+      r.seconds = Since(t0);
+      return r;
+    }
+    no_gpu = cuda.status().message();
+  }
   std::vector<float> c1, c2;
   const auto tm = std::chrono::steady_clock::now();
   Product(a, b, n, &c1);
   const double product_s = Since(tm);
   Product(a, b, n, &c2);
-  if (inject_sdc) c2[nn / 2] += 1e-3f;
-  // Float rounding bounds each element's error by about n * eps * sum |a_ik b_kj|.
-  double worst = 0, worst_bound = 1;
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) {
-      double ref = 0, mag = 0;
-      for (int k = 0; k < n; ++k) {
-        const double p = static_cast<double>(a[static_cast<size_t>(i) * n + k]) *
-                         b[static_cast<size_t>(k) * n + j];
-        ref += p;
-        mag += std::fabs(p);
-      }
-      const double bound = 2.0 * n * std::numeric_limits<float>::epsilon() * mag + 1e-30;
-      const double err = std::fabs(c1[static_cast<size_t>(i) * n + j] - ref);
-      if (err / bound > worst / worst_bound) {
-        worst = err;
-        worst_bound = bound;
-      }
-    }
-  }
-  const bool repeatable = std::memcmp(c1.data(), c2.data(), nn * sizeof(float)) == 0;
-  const bool accurate = worst <= worst_bound;
-  r.ok = repeatable && accurate;
-  const double gflops = 2.0 * n * n * static_cast<double>(n) / std::max(product_s, 1e-9) / 1e9;
-  r.evidence = "n=" + std::to_string(n) + ": max error " + Fmt("%.3g", worst) + " (bound " +
-               Fmt("%.3g", worst_bound) + "), " +
-               (repeatable ? "bitwise repeatable" : "two runs of the same product differ") + ", " +
-               Fmt("%.2f", gflops) + " GFLOP/s";
-  if (!accurate) r.evidence = "wrong result: " + r.evidence;
+  if (o.inject_sdc) c2[nn / 2] += 1e-3f;
+  std::string part;
+  r.ok = JudgeProducts(ref, c1, c2, n, product_s, &part);
+  r.evidence = "cpu, " + size + ": " + part + " (" + no_gpu + ")";
   r.seconds = Since(t0);
   return r;
+}
+
+CheckResult MatmulSelfTest(int n, bool inject_sdc) {
+  MatmulOptions o;
+  o.n = n;
+  o.inject_sdc = inject_sdc;
+  o.cuda_runtimes.clear();
+  o.cublas.clear();
+  return MatmulSelfTest(o);
 }
 
 CheckResult DiskSelfTest(const std::string& dir, size_t bytes) {
@@ -248,7 +330,8 @@ std::vector<CheckResult> RunChecks(const std::vector<CheckSpec>& checks, const R
       }
       so.control_fd = c.link_listen_fd;
     } else {
-      so.argv.insert(so.argv.end(), {"--n", std::to_string(o.matmul_n)});
+      so.argv.insert(so.argv.end(), {"--n", std::to_string(o.matmul_n), "--cuda-runtime",
+                                     c.cuda_runtime, "--cublas", c.cublas});
     }
     if (!c.inject.empty()) so.argv.insert(so.argv.end(), {"--inject", c.inject});
     so.env = CurrentEnv();

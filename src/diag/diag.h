@@ -4,8 +4,8 @@
 //   matmul  a deterministic float32 matrix product (inputs from a fixed generator),
 //           computed twice and checked against a double-precision reference: a wrong
 //           result (beyond float rounding) or two runs that differ bit for bit mean
-//           the compute is not to be trusted (silent data corruption). CPU only: a
-//           CUDA path for GPUs is not written yet.
+//           the compute is not to be trusted (silent data corruption). On every GPU
+//           through cuBLAS when CUDA loads (gpu/cuda_blas.h), else on the CPU.
 //   link    one member's part of a ring all-reduce among the nodes of a diagnosis, and
 //           the bandwidth and latency of its links (diag/link.h): a slow or broken
 //           link, and the node at fault, are judged over every member's report.
@@ -13,12 +13,11 @@
 //           back and compares: a full disk, an I/O error, a read-only mount or
 //           corruption fails it; the throughput is evidence.
 //
-// RunChecks (today called by `bulwark diagnose`; the controller does not run checks
-// yet) starts `bulwark-agent diagnose --check ...` once per check, reads its one JSON
-// line and kills its process group when it exceeds its budget (SIGTERM, 1 s, SIGKILL;
-// reaped): a check that hangs is a failed check, never a stuck caller. Judge is the
-// verdict: a pure function of the results.
-// Thread-compatible; RunChecks blocks its caller for at most the sum of the budgets.
+// RunChecks (called by `bulwark diagnose` and by an agent for its controller) starts `bulwark-agent
+// diagnose --check ...` once per check, reads its one JSON line and kills its process group when it
+// exceeds its budget (SIGTERM, 1 s, SIGKILL; reaped): a check that hangs is a failed check, never a
+// stuck caller. Judge is the verdict: a pure function of the results. Thread-compatible; RunChecks
+// blocks its caller for at most the sum of the budgets.
 #pragma once
 
 #include <atomic>
@@ -28,6 +27,7 @@
 #include "common/net.h"
 #include "common/status.h"
 #include "diag/link.h"
+#include "gpu/cuda_blas.h"
 
 namespace bulwark::diag {
 
@@ -43,7 +43,21 @@ Json ToJson(const CheckResult& r);
 Result<CheckResult> CheckResultFromJson(const Json& j);
 
 // The checks, in this process (what `bulwark-agent diagnose --check` runs).
-// inject_sdc (chaos): one element of the second run is silently wrong.
+struct MatmulOptions {
+  int n = 256;
+  // Chaos: one element of the second run (on the first GPU, or the CPU) is silently wrong.
+  bool inject_sdc = false;
+  // The GPU path's libraries, each list tried in order (gpu/cuda_blas.h); either list
+  // empty = the CPU only.
+  std::vector<std::string> cuda_runtimes = gpu::CudaBlas::DefaultRuntimes();
+  std::vector<std::string> cublas = gpu::CudaBlas::DefaultBlas();
+};
+// With CUDA and cuBLAS loadable and a device: the product on every device, each judged
+// like the CPU's; a CUDA error, or a CUDA install that loads but is broken, fails the
+// check. Otherwise (no library, no driver, no device): the CPU, the reason in the
+// evidence.
+CheckResult MatmulSelfTest(const MatmulOptions& o);
+// The CPU only.
 CheckResult MatmulSelfTest(int n, bool inject_sdc = false);
 CheckResult DiskSelfTest(const std::string& dir, size_t bytes);
 
@@ -61,6 +75,10 @@ struct CheckSpec {
   uint64_t link_session = 0;
   int link_listen_fd = -1;
   double link_throttle_mib_s = 0;
+  // matmul: the CUDA runtime and cuBLAS to load ("auto": MatmulOptions' defaults; "":
+  // the CPU only).
+  std::string cuda_runtime = "auto";
+  std::string cublas = "auto";
 };
 
 struct RunOptions {

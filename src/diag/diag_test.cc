@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class DiagTest : public ::testing::Test {
  protected:
@@ -56,6 +58,86 @@ TEST_F(DiagTest, AHealthyNodePassesEveryCheck) {
   EXPECT_TRUE(v.healthy) << v.summary;
   EXPECT_EQ(v.summary, "healthy: matmul; disk:" + dir_.string() + " passed");
   EXPECT_TRUE(fs::is_empty(dir_));  // the probe file is gone
+}
+
+// The GPU path, against the fake CUDA runtime + cuBLAS (gpu/testing/fake_cuda.cc).
+class DiagGpuTest : public DiagTest {
+ protected:
+  void SetUp() override {
+    DiagTest::SetUp();
+    for (const char* v : {"BULWARK_FAKE_CUDA_DEVICES", "BULWARK_FAKE_CUDA_COUNT_ERROR",
+                          "BULWARK_FAKE_CUDA_MALLOC_ERROR", "BULWARK_FAKE_CUDA_SDC"}) {
+      unsetenv(v);
+    }
+  }
+  static MatmulOptions Fake(int n = 48) {
+    MatmulOptions o;
+    o.n = n;
+    o.cuda_runtimes = {BW_FAKE_CUDA};
+    o.cublas = {BW_FAKE_CUDA};
+    return o;
+  }
+};
+
+TEST_F(DiagGpuTest, EveryDeviceRunsTheProductAndIsJudged) {
+  setenv("BULWARK_FAKE_CUDA_DEVICES", "3", 1);
+  const CheckResult r = MatmulSelfTest(Fake());
+  EXPECT_TRUE(r.ok) << r.evidence;
+  EXPECT_THAT(r.evidence, HasSubstr(std::string(BW_FAKE_CUDA) + " + " + BW_FAKE_CUDA + ", n=48"));
+  for (const char* d : {"gpu0: max error", "; gpu1: max error", "; gpu2: max error"}) {
+    EXPECT_THAT(r.evidence, HasSubstr(d));
+  }
+  EXPECT_THAT(r.evidence, Not(HasSubstr("cpu")));
+}
+
+TEST_F(DiagGpuTest, AWrongOrFlakyDeviceFailsTheCheckAndIsNamed) {
+  setenv("BULWARK_FAKE_CUDA_DEVICES", "2", 1);
+  setenv("BULWARK_FAKE_CUDA_SDC", "1", 1);  // device 1 is always a little wrong
+  CheckResult r = MatmulSelfTest(Fake());
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.evidence, HasSubstr("gpu0: max error"));
+  EXPECT_THAT(r.evidence, HasSubstr("; gpu1: wrong result: max error"));
+  setenv("BULWARK_FAKE_CUDA_SDC", "0:flaky", 1);  // device 0 answers differently the 2nd time
+  r = MatmulSelfTest(Fake());
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.evidence, HasSubstr("gpu0: max error"));
+  EXPECT_THAT(r.evidence, HasSubstr("two runs of the same product differ"));
+}
+
+TEST_F(DiagGpuTest, ACudaErrorFailsTheCheckAndNoGpuFallsBackToTheCpu) {
+  setenv("BULWARK_FAKE_CUDA_MALLOC_ERROR", "1", 1);
+  CheckResult r = MatmulSelfTest(Fake());
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.evidence, HasSubstr("gpu0: CUDA failed: cudaMalloc: out of memory"));
+  unsetenv("BULWARK_FAKE_CUDA_MALLOC_ERROR");
+  setenv("BULWARK_FAKE_CUDA_COUNT_ERROR", "100", 1);  // a driver, no device
+  r = MatmulSelfTest(Fake());
+  EXPECT_TRUE(r.ok) << r.evidence;
+  EXPECT_THAT(r.evidence, HasSubstr("cpu, n=48: max error"));
+  EXPECT_THAT(r.evidence, HasSubstr("(no usable GPU: no CUDA-capable device is detected"));
+  // A "CUDA runtime" that loads but is not one: broken install, the check fails.
+  MatmulOptions wrong = Fake();
+  wrong.cuda_runtimes = {BW_FAKE_NVML};
+  r = MatmulSelfTest(wrong);
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.evidence, HasSubstr("GPU path: " + std::string(BW_FAKE_NVML) + " has no symbol"));
+}
+
+TEST_F(DiagGpuTest, TheAgentProcessRunsTheGpuPath) {
+  setenv("BULWARK_FAKE_CUDA_DEVICES", "2", 1);  // inherited by bulwark-agent diagnose
+  setenv("BULWARK_FAKE_CUDA_SDC", "1", 1);
+  CheckSpec c{"matmul", "", 30, ""};
+  c.cuda_runtime = BW_FAKE_CUDA;
+  c.cublas = BW_FAKE_CUDA;
+  std::vector<CheckResult> r = RunChecks({c}, Opts());
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_FALSE(r[0].ok);
+  EXPECT_THAT(r[0].evidence, HasSubstr("gpu1: wrong result"));
+  c.cuda_runtime = "";  // the CPU only
+  r = RunChecks({c}, Opts());
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_TRUE(r[0].ok) << r[0].evidence;
+  EXPECT_THAT(r[0].evidence, HasSubstr("cpu, n=128"));
 }
 
 TEST_F(DiagTest, SilentlyWrongComputeFailsTheMatmulCheck) {

@@ -37,8 +37,8 @@ std::string FaultWho(const Incident& inc) {
 
 }  // namespace
 
-void LossWindow::Record(long step, int rank, double loss) {
-  if (t_[step].insert_or_assign(rank, loss).second) ++losses_;
+void LossWindow::Record(long step, int rank, double loss, StepDigests digests) {
+  if (t_[step].insert_or_assign(rank, Entry{loss, digests}).second) ++losses_;
   while (t_.size() > 1 && (t_.size() > max_steps_ || losses_ > max_losses_)) {
     losses_ -= t_.begin()->second.size();
     t_.erase(t_.begin());
@@ -48,7 +48,18 @@ void LossWindow::Record(long step, int rank, double loss) {
 LossTable LossWindow::Range(long after, long upto) const {
   LossTable out;
   for (auto it = t_.upper_bound(after); it != t_.end() && it->first <= upto; ++it) {
-    out.insert(*it);
+    std::map<int, double>& step = out[it->first];
+    for (const auto& [rank, e] : it->second) step.emplace(rank, e.loss);
+  }
+  return out;
+}
+
+DigestTable LossWindow::DigestRange(long after, long upto) const {
+  DigestTable out;
+  for (auto it = t_.upper_bound(after); it != t_.end() && it->first <= upto; ++it) {
+    for (const auto& [rank, e] : it->second) {
+      if (!e.digests.empty()) out[it->first].emplace(rank, e.digests);
+    }
   }
   return out;
 }
@@ -84,13 +95,18 @@ long FaultStep(const Incident& inc) {
 }
 
 ReplayCheck::ReplayCheck(Incident fault, LossTable expected, bool data_skipped,
-                         std::set<int> moved_ranks)
+                         std::set<int> moved_ranks, DigestTable expected_digests)
     : fault_(std::move(fault)),
       expected_(std::move(expected)),
       data_skipped_(data_skipped),
-      moved_(std::move(moved_ranks)) {}
+      moved_(std::move(moved_ranks)),
+      expected_digests_(std::move(expected_digests)) {
+  for (const auto& [step, ranks] : expected_digests_) {
+    for (const auto& [rank, d] : ranks) rng_recorded_ = rng_recorded_ || d.rng != 0;
+  }
+}
 
-bool ReplayCheck::OnLoss(long step, int rank, double loss) {
+bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) {
   if (passed_) return true;
   const long fs = FaultStep(fault_);
   const bool fault_rank = fault_.rank < 0 || rank == fault_.rank;
@@ -114,6 +130,24 @@ bool ReplayCheck::OnLoss(long step, int rank, double loss) {
         }
       }
     }
+    const StepDigests* recorded = nullptr;
+    if (auto ds = expected_digests_.find(step); ds != expected_digests_.end()) {
+      if (auto d = ds->second.find(rank); d != ds->second.end()) recorded = &d->second;
+    }
+    if (recorded != nullptr) {
+      const auto count = [&](uint64_t recorded, uint64_t replayed, DigestCount* n) {
+        if (recorded == 0 || replayed == 0) return;
+        ++n->compared;
+        if (recorded == replayed) {
+          ++n->equal;
+        } else if (n->first_diff_step < 0 || step < n->first_diff_step) {
+          n->first_diff_step = step;
+          n->first_diff_rank = rank;
+        }
+      };
+      count(recorded->rng, digests.rng, &rng_);
+      count(recorded->data, digests.data, &data_);
+    }
   }
   if (step >= fs && fault_rank && std::isfinite(loss)) passed_ = true;
   return passed_;
@@ -128,6 +162,15 @@ std::string ReplayCheck::Summary() const {
     s += Fmt("; first difference at step %ld on rank %d: recorded %.17g, re-run %.17g", diff_.step,
              diff_.rank, diff_.recorded, diff_.replayed);
   }
+  const auto digests = [&](const char* what, const DigestCount& n) {
+    if (n.compared == 0) return;
+    s += Fmt("; %s %d of %d equal", what, n.equal, n.compared);
+    if (n.first_diff_step >= 0) {
+      s += Fmt(" (first difference at step %ld on rank %d)", n.first_diff_step, n.first_diff_rank);
+    }
+  };
+  digests("RNG states", rng_);
+  digests("data digests", data_);
   return s;
 }
 
@@ -138,6 +181,36 @@ bool SameFaultAgain(const Incident& fault, const Incident& again) {
   return fault.kind != FaultKind::kCrash || fault.subtype == again.subtype;
 }
 
+namespace {
+
+// Why losses that differ from the record say nothing of the hardware; "" when the ranks
+// drew the same random numbers and read the same data as recorded (so the computation
+// itself gave another result).
+std::string NotDeterministic(const ReplayCheck& c) {
+  if (c.rng().first_diff_step >= 0) {
+    return Fmt(
+        "rank %d's random-generator state differs from the record at step %ld: the "
+        "trainer drew other random numbers (seed each step with bulwark.seed_step), so "
+        "the difference says nothing of the hardware",
+        c.rng().first_diff_rank, c.rng().first_diff_step);
+  }
+  if (c.data().first_diff_step >= 0) {
+    return Fmt(
+        "rank %d read other data than recorded at step %ld (derive each step's batch "
+        "from the step: bulwark.batch_indices), so the difference says nothing of the "
+        "hardware",
+        c.data().first_diff_rank, c.data().first_diff_step);
+  }
+  if (!c.rng_recorded() || c.rng().compared == 0) {
+    return "the trainer reports no random-generator state with its losses (it did not call "
+           "bulwark.deterministic), so a trainer that is not deterministic cannot be told "
+           "from a machine that computed wrong";
+  }
+  return "";
+}
+
+}  // namespace
+
 Classification Classify(const ReplayCheck& c, const Incident* again) {
   const Incident& f = c.fault();
   Classification out;
@@ -147,6 +220,16 @@ Classification Classify(const ReplayCheck& c, const Incident* again) {
   const std::string losses = c.Summary();
   const bool diverged = c.first_diff().step >= 0;
   const bool moved = f.rank >= 0 && c.moved_ranks().count(f.rank) > 0;
+  const std::string undetermined = diverged ? NotDeterministic(c) : "";
+  if (!undetermined.empty()) {
+    out.evidence = Fmt("the re-run's losses differ from the record (%s), but %s: no verdict",
+                       losses.c_str(), undetermined.c_str());
+    if (again != nullptr && !SameFaultAgain(f, *again)) {
+      out.evidence =
+          "the re-run was interrupted by another fault before the fault's step; " + out.evidence;
+    }
+    return out;  // kUnknown
+  }
   if (again != nullptr && SameFaultAgain(f, *again)) {
     if (diverged) {
       // It came back, but the computation before it was not the same: no verdict on the

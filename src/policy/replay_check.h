@@ -12,7 +12,13 @@
 //              program; restarting cannot help;
 //   hardware   a NaN that did not happen again once its rank ran on other hardware, the
 //              other losses equal; or a re-run loss that differs bit for bit from the
-//              record (one of the two computations was wrong);
+//              record (one of the two computations was wrong) while every rank drew the
+//              same random numbers and read the same data: the ranks reported digests of
+//              their generators' state (and of their data) with their losses, and the
+//              re-run's equal the record's. A loss that differs without that evidence
+//              (no digests: the trainer did not ask for determinism; or a digest that
+//              differs) gets no verdict: a trainer that is not deterministic cannot be
+//              told from a machine that computed wrong;
 //   transient  a fault that did not happen again on the same hardware.
 // Which faults are checked: NaNs, loss spikes and crashes by exit status (not signals,
 // hangs, lost nodes, sdc: their re-run says nothing of their cause).
@@ -21,6 +27,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -31,17 +38,29 @@ namespace bulwark {
 
 using LossTable = std::map<long, std::map<int, double>>;  // step -> rank -> loss
 
-// The losses the ranks reported for their most recent steps: at most `max_steps` steps
-// and `max_losses` losses in all (about 48 bytes each: a job of 1,000 ranks keeps its
-// last 262 steps), the oldest steps dropped first.
+// What a rank reported of a step besides its loss, for replay: digests of its random
+// generators' state after the step and of the data it trained on (0 = not reported).
+struct StepDigests {
+  uint64_t rng = 0;
+  uint64_t data = 0;
+  bool empty() const { return rng == 0 && data == 0; }
+  bool operator==(const StepDigests&) const = default;
+};
+using DigestTable = std::map<long, std::map<int, StepDigests>>;  // step -> rank -> digests
+
+// The losses (and digests) the ranks reported for their most recent steps: at most
+// `max_steps` steps and `max_losses` losses in all (about 64 bytes each: a job of 1,000
+// ranks keeps its last 262 steps), the oldest steps dropped first.
 class LossWindow {
  public:
   explicit LossWindow(size_t max_steps = 4096, size_t max_losses = size_t{1} << 18)
       : max_steps_(max_steps), max_losses_(max_losses) {}
   // A rank's loss for a step; a later report of the same (step, rank) replaces it.
-  void Record(long step, int rank, double loss);
+  void Record(long step, int rank, double loss, StepDigests digests = {});
   // The losses of steps in (after, upto].
   LossTable Range(long after, long upto) const;
+  // The digests reported for steps in (after, upto] (ranks that reported none left out).
+  DigestTable DigestRange(long after, long upto) const;
   // Forgets the steps after `step` (a resume from `step` makes them history that did not
   // happen; the re-run records them again).
   void DropAfter(long step);
@@ -49,7 +68,11 @@ class LossWindow {
  private:
   size_t max_steps_, max_losses_;
   size_t losses_ = 0;  // entries of t_
-  LossTable t_;
+  struct Entry {
+    double loss;
+    StepDigests digests;
+  };
+  std::map<long, std::map<int, Entry>> t_;
 };
 
 // Whether a re-run can tell the cause of `inc`: NaNs, loss spikes, crashes by exit status.
@@ -64,11 +87,14 @@ class ReplayCheck {
   // `expected`: the losses recorded before the fault (steps <= FaultStep(fault)).
   // `data_skipped`: the re-run skips the data batches up to the fault step.
   // `moved_ranks`: ranks the re-run places on another node than at the fault.
-  ReplayCheck(Incident fault, LossTable expected, bool data_skipped, std::set<int> moved_ranks);
+  // `expected_digests`: the digests recorded with those losses (empty: none reported).
+  ReplayCheck(Incident fault, LossTable expected, bool data_skipped, std::set<int> moved_ranks,
+              DigestTable expected_digests = {});
 
-  // A loss of the re-run. Returns true once the check has concluded: the fault's rank
-  // (any rank when unknown) completed the fault step with a finite loss.
-  bool OnLoss(long step, int rank, double loss);
+  // A loss of the re-run, with the digests the rank reported with it. Returns true once
+  // the check has concluded: the fault's rank (any rank when unknown) completed the
+  // fault step with a finite loss.
+  bool OnLoss(long step, int rank, double loss, StepDigests digests = {});
   bool passed() const { return passed_; }
   const Incident& fault() const { return fault_; }
   bool data_skipped() const { return data_skipped_; }
@@ -83,12 +109,24 @@ class ReplayCheck {
     double recorded = 0, replayed = 0;
   };
   const Diff& first_diff() const { return diff_; }
+  // The digests compared (both the record and the re-run had one) and how many were
+  // equal; the first that differed (step -1: none).
+  struct DigestCount {
+    int compared = 0, equal = 0;
+    long first_diff_step = -1;
+    int first_diff_rank = -1;
+  };
+  const DigestCount& rng() const { return rng_; }
+  const DigestCount& data() const { return data_; }
+  // The record holds RNG digests: the trainer asked for determinism (bulwark.deterministic).
+  bool rng_recorded() const { return rng_recorded_; }
   struct StepResult {
     int compared = 0, equal = 0;
   };
   // Step by step: how many losses were compared and how many were equal.
   const std::map<long, StepResult>& steps() const { return steps_; }
-  // "steps 141-155: 60 losses of 4 ranks equal bit for bit" (or the first difference).
+  // "steps 141-155: 60 of 60 losses of 4 ranks equal bit for bit" (or the first
+  // difference), then what the digests showed.
   std::string Summary() const;
 
  private:
@@ -100,6 +138,9 @@ class ReplayCheck {
   long first_step_ = -1, last_step_ = -1;
   std::set<int> ranks_;
   Diff diff_;
+  DigestTable expected_digests_;
+  DigestCount rng_, data_;
+  bool rng_recorded_ = false;
   std::map<long, StepResult> steps_;
   bool passed_ = false;
 };

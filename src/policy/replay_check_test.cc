@@ -34,11 +34,25 @@ LossTable Recorded() {
   return t;
 }
 
-// Feeds the re-run of steps 11..upto with the recorded losses (rank 0 at `nan_step`: NaN).
+// The RNG and data digests a deterministic trainer reports with those losses.
+StepDigests DigestsOf(long s, int r) {
+  return {static_cast<uint64_t>(s * 100 + r + 1), static_cast<uint64_t>(s * 1000 + r + 7)};
+}
+DigestTable RecordedDigests() {
+  DigestTable t;
+  for (long s = 11; s <= 15; ++s) {
+    for (int r = 0; r < 2; ++r) t[s][r] = DigestsOf(s, r);
+  }
+  return t;
+}
+
+// Feeds the re-run of steps 11..upto with the recorded losses and digests (rank 0 at
+// `nan_step`: NaN).
 void Rerun(ReplayCheck* c, long upto, long nan_step = -1) {
   for (long s = 11; s <= upto; ++s) {
     for (int r = 0; r < 2; ++r) {
-      c->OnLoss(s, r, s == nan_step && r == 0 ? kNaN : static_cast<double>(s) + r / 10.0);
+      c->OnLoss(s, r, s == nan_step && r == 0 ? kNaN : static_cast<double>(s) + r / 10.0,
+                DigestsOf(s, r));
     }
   }
 }
@@ -51,6 +65,12 @@ TEST(LossWindowTest, KeepsTheNewestStepsAndForgetsTheFutureOnResume) {
   EXPECT_EQ(w.Range(3, 4).size(), 1u);
   w.DropAfter(3);
   EXPECT_EQ(w.Range(-1, 100).rbegin()->first, 3);
+  // Digests are kept with their losses; ranks that reported none are left out.
+  w.Record(3, 1, 3.5, {7, 0});
+  const DigestTable d = w.DigestRange(-1, 100);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d.at(3).size(), 1u);
+  EXPECT_EQ(d.at(3).at(1), (StepDigests{7, 0}));
   // Bounded by losses too: 4 ranks a step, at most 10 losses: the last 2 steps stay.
   LossWindow many(100, 10);
   for (long s = 1; s <= 5; ++s) {
@@ -106,20 +126,62 @@ TEST(ReplayCheckTest, ANanThatDoesNotComeBackOnTheSameNodeIsTransient) {
   EXPECT_EQ(Classify(c, nullptr).cause, FaultCause::kTransient);
 }
 
-TEST(ReplayCheckTest, ALossThatDiffersBitForBitIsTheHardware) {
+TEST(ReplayCheckTest, ALossThatDiffersBitForBitWithTheSameRandomNumbersAndDataIsTheHardware) {
   Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
-  ReplayCheck c(nan, Recorded(), false, {});
-  c.OnLoss(12, 1, std::nextafter(12.1, 13.0));  // one ulp away
+  ReplayCheck c(nan, Recorded(), false, {}, RecordedDigests());
+  EXPECT_TRUE(c.rng_recorded());
+  c.OnLoss(12, 1, std::nextafter(12.1, 13.0), DigestsOf(12, 1));  // one ulp away
   Rerun(&c, 15);
   EXPECT_EQ(c.first_diff().step, 12);
   EXPECT_EQ(c.first_diff().rank, 1);
+  EXPECT_EQ(c.rng().compared, c.rng().equal);
+  EXPECT_EQ(c.data().compared, c.data().equal);
+  EXPECT_GT(c.rng().compared, 0);
   Classification k = Classify(c, nullptr);
   EXPECT_EQ(k.cause, FaultCause::kHardware);
   EXPECT_THAT(k.evidence, HasSubstr("first difference at step 12 on rank 1"));
+  EXPECT_THAT(k.evidence, HasSubstr("RNG states 9 of 9 equal; data digests 9 of 9 equal"));
   // The same divergence with the fault coming back: still not the data's.
-  ReplayCheck again(nan, Recorded(), false, {});
-  again.OnLoss(12, 1, 0.5);
+  ReplayCheck again(nan, Recorded(), false, {}, RecordedDigests());
+  again.OnLoss(12, 1, 0.5, DigestsOf(12, 1));
   EXPECT_EQ(Classify(again, &nan).cause, FaultCause::kHardware);
+}
+
+TEST(ReplayCheckTest, ALossThatDiffersGetsNoVerdictWithoutEvidenceOfDeterminism) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  // No digests recorded: the trainer never asked for determinism.
+  ReplayCheck blind(nan, Recorded(), false, {});
+  blind.OnLoss(12, 1, std::nextafter(12.1, 13.0));
+  Rerun(&blind, 15);
+  Classification k = Classify(blind, nullptr);
+  EXPECT_EQ(k.cause, FaultCause::kUnknown);
+  EXPECT_THAT(k.evidence, HasSubstr("did not call bulwark.deterministic"));
+  EXPECT_THAT(k.evidence, HasSubstr("no verdict"));
+  EXPECT_EQ(Classify(blind, &nan).cause, FaultCause::kUnknown);  // came back: no verdict either
+  // Rank 1 drew other random numbers at step 12.
+  ReplayCheck rng(nan, Recorded(), false, {}, RecordedDigests());
+  rng.OnLoss(12, 1, std::nextafter(12.1, 13.0), {999, DigestsOf(12, 1).data});
+  Rerun(&rng, 15);
+  EXPECT_EQ(rng.rng().first_diff_step, 12);
+  k = Classify(rng, nullptr);
+  EXPECT_EQ(k.cause, FaultCause::kUnknown);
+  EXPECT_THAT(k.evidence,
+              HasSubstr("rank 1's random-generator state differs from the record at step 12"));
+  // Rank 0 read other data at step 13.
+  ReplayCheck data(nan, Recorded(), false, {}, RecordedDigests());
+  data.OnLoss(13, 0, 0.25, {DigestsOf(13, 0).rng, 12345});
+  Rerun(&data, 15);
+  k = Classify(data, nullptr);
+  EXPECT_EQ(k.cause, FaultCause::kUnknown);
+  EXPECT_THAT(k.evidence, HasSubstr("rank 0 read other data than recorded at step 13"));
+  EXPECT_THAT(data.Summary(), HasSubstr("data digests 8 of 9 equal (first difference at step "
+                                        "13 on rank 0)"));
+  // Equal losses need no digests: a NaN that did not come back elsewhere is the node's.
+  LossTable rec = Recorded();
+  rec[15][0] = kNaN;
+  ReplayCheck moved(nan, rec, false, {0, 1});
+  Rerun(&moved, 15);
+  EXPECT_EQ(Classify(moved, nullptr).cause, FaultCause::kHardware);
 }
 
 TEST(ReplayCheckTest, ACrashAtTheSameStepIsTheProgramAndOnlyByExitStatus) {

@@ -90,6 +90,13 @@ struct StepMetrics {
   // The step was inferred by Bulwark's instrumentation of an unmodified script (an
   // optimizer step), not reported by the trainer.
   bool inferred = false;
+  // Replay's determinism evidence (docs/diagnosis.md): a digest of this rank's random
+  // generators' state after the step, and of the data it trained on (0 = not reported).
+  // A re-run of the step compares them with the record, so a loss that differs because
+  // the trainer drew other random numbers or read other data is not taken for wrong
+  // hardware.
+  uint64_t rng_digest = 0;
+  uint64_t data_digest = 0;
   static constexpr double kNotMeasured = __builtin_nan("");
 };
 

@@ -255,6 +255,12 @@ int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_me
     if (has(offsetof(bw_step_metrics, inferred))) sm.optimizer_s = c.optimizer_s;
     if (has(offsetof(bw_step_metrics, inferred) + sizeof(int))) sm.inferred = c.inferred != 0;
     if (has(offsetof(bw_step_metrics, busy_s) + sizeof(double))) sm.busy_s = c.busy_s;
+    if (has(offsetof(bw_step_metrics, rng_digest) + sizeof(unsigned long long))) {
+      sm.rng_digest = c.rng_digest;
+    }
+    if (has(offsetof(bw_step_metrics, data_digest) + sizeof(unsigned long long))) {
+      sm.data_digest = c.data_digest;
+    }
   }
   Status st = TheClient().ReportStep(step, loss, tokens, sm);
   return st.ok() ? BW_OK : Fail(st);

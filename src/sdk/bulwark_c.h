@@ -59,6 +59,9 @@ typedef struct bw_step_metrics {
   double samples, lr, grad_norm, data_wait_s, compute_s, optimizer_s;
   int inferred;  /* the step was inferred by instrumentation (an optimizer step) */
   double busy_s; /* the rank's own work in the step; NaN = its CPU time */
+  /* Digests of the rank's random generators after the step and of the step's data,
+   * for replay (0 = not reported). */
+  unsigned long long rng_digest, data_digest;
 } bw_step_metrics;
 int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_metrics* m);
 /* Seconds bulwark.metrics.timed waits more per batch (chaos slow_data); 0 = none. */

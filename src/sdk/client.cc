@@ -22,6 +22,13 @@ double ProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// A 64-bit digest as the wire carries it: 16 lowercase hex digits.
+std::string DigestHex(uint64_t digest) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return hex;
+}
+
 }  // namespace
 namespace {
 
@@ -219,6 +226,8 @@ Status Client::ReportStep(long step, double loss, long long tokens, const StepMe
   if (std::isfinite(busy) && busy >= 0) msg["busy"] = busy;
   last_cpu_ = cpu;
   if (m.inferred) msg["inferred"] = true;
+  if (m.rng_digest != 0) msg["rng"] = DigestHex(m.rng_digest);
+  if (m.data_digest != 0) msg["data"] = DigestHex(m.data_digest);
   const double step_time = now - last_mark_;
   last_mark_ = now;
   stall_s_ = 0.0;
@@ -600,9 +609,8 @@ Status Client::ReportDigest(long step, uint64_t digest, const std::string& group
   if (step < 0) return InvalidArgument("report_digest: step must be >= 0");
   std::lock_guard<std::mutex> l(mu_);
   if (!initialized_) return FailedPrecondition("report_digest called before init()");
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
-  Json msg = {{"type", "digest"}, {"rank", cfg_.rank}, {"step", step}, {"digest", hex}};
+  Json msg = {
+      {"type", "digest"}, {"rank", cfg_.rank}, {"step", step}, {"digest", DigestHex(digest)}};
   if (!group.empty()) msg["group"] = group;
   SendLocked(msg.dump());
   return Status::Ok();

@@ -18,8 +18,9 @@ std::string ScalarAt(const YAML::Node& root, const char* key) {
   return n.IsDefined() && n.IsScalar() ? n.Scalar() : "";
 }
 
+// `name_line`: the line of the spec's `name:` (0 = unknown).
 Result<LoadedManifest> FromJobSpec(const std::string& text, const std::string& source,
-                                   const std::string& base_dir, Target target) {
+                                   const std::string& base_dir, Target target, int name_line) {
   spec_internal::JobFieldsOptions o;
   o.base_dir = base_dir;
   if (target == Target::kKubernetes) o.paths = spec_internal::PathMode::kContainer;
@@ -31,6 +32,17 @@ Result<LoadedManifest> FromJobSpec(const std::string& text, const std::string& s
   m.job.job = std::move(spec).value();
   m.job.pod.gpus_per_node = m.job.job.procs_per_node;
   if (target == Target::kKubernetes) {
+    // The job's name becomes the TrainJob's metadata.name (and its Services' names).
+    if (!internal::IsDns1035Label(m.job.name)) {
+      return InvalidArgument(
+          source + (name_line > 0 ? ":" + std::to_string(name_line) : std::string()) +
+          ": name: on Kubernetes the job's name is its TrainJob's metadata.name, which must be " +
+          (m.job.name.size() > 63 ? std::string("at most 63 characters")
+                                  : std::string("a DNS-1035 label (lowercase letters, digits "
+                                                "and '-', starting with a letter)")) +
+          " (got \"" + spec_internal::OneLine(m.job.name) +
+          "\"); rename the job, e.g. name: gpt-char");
+    }
     if (m.job.job.checkpoint.dir.empty()) {
       m.job.job.checkpoint.dir = "/bulwark/local/" + m.job.ns + "/" + m.job.name;
     }
@@ -55,7 +67,12 @@ Result<LoadedManifest> ParseManifestUnbounded(const std::string& text,
     // Not a plain mapping; the job spec parser reports it.
   }
   if (api_version.empty() && kind.empty()) {
-    return FromJobSpec(text, source_name, base_dir, target);
+    int name_line = 0;
+    try {
+      if (root.IsMap() && root["name"].IsDefined()) name_line = root["name"].Mark().line + 1;
+    } catch (const std::exception&) {
+    }
+    return FromJobSpec(text, source_name, base_dir, target, name_line);
   }
   internal::ParseContext ctx{source_name, true, base_dir, target};
   LoadedManifest m;
@@ -73,8 +90,10 @@ Result<LoadedManifest> ParseManifestUnbounded(const std::string& text,
   if (kind == "TrainJob" && api_version.rfind("trainer.kubeflow.org/", 0) == 0) {
     const int line = root["apiVersion"].Mark().line + 1;
     return InvalidArgument(
-        source_name + ":" + std::to_string(line) + ": apiVersion: this is Kubeflow Trainer's "
-        "TrainJob (" + spec_internal::OneLine(api_version) + "), not Bulwark's (got " +
+        source_name + ":" + std::to_string(line) +
+        ": apiVersion: this is Kubeflow Trainer's "
+        "TrainJob (" +
+        spec_internal::OneLine(api_version) + "), not Bulwark's (got " +
         spec_internal::OneLine(api_version + " " + kind) +
         "); write it as a bulwark.dev/v1alpha1 TrainJob (docs/trainjob.md): "
         "spec.trainer.image -> spec.pod.image, spec.trainer.command and args -> "

@@ -345,6 +345,16 @@ TEST(TrainJobTest, ManifestKindsAreTold) {
   EXPECT_EQ(k8s->job.job.checkpoint.dir, "/bulwark/local/default/a");
   EXPECT_THAT(k8s->notes.at(0), HasSubstr("no pod section"));
 
+  // A job spec's name fit for this machine but not for a TrainJob's metadata.name (found by
+  // fuzz_pytorchjob: it loaded, and the TrainJob rendered from it did not parse back).
+  const std::string digit = "# a job\nname: 1hello\ncommand: [x]\n";
+  EXPECT_TRUE(ParseManifest(digit, "job.yaml", "/j", Target::kLocal).ok());
+  auto bad_name = ParseManifest(digit, "job.yaml", "/j", Target::kKubernetes);
+  EXPECT_THAT(bad_name.status().message(),
+              AllOf(HasSubstr("job.yaml:2: name: on Kubernetes the job's name is its TrainJob's "
+                              "metadata.name, which must be a DNS-1035 label"),
+                    HasSubstr("(got \"1hello\"); rename the job")));
+
   auto other = ParseManifest("apiVersion: batch/v1\nkind: Job\n", "job.yaml", "/j", Target::kLocal);
   EXPECT_THAT(other.status().message(),
               AllOf(HasSubstr("job.yaml:2: kind: not a manifest Bulwark runs (got batch/v1 Job)"),

@@ -30,6 +30,7 @@ class BulwarkTest(unittest.TestCase):
         for v in _VARS:
             os.environ.pop(v, None)
         self.agent = None
+        bulwark._deterministic = False  # deterministic() holds for the process
 
     def tearDown(self):
         if self.agent is not None:
@@ -167,6 +168,43 @@ class BulwarkTest(unittest.TestCase):
         gaps = bulwark.deterministic(3)
         self.assertIsInstance(gaps, list)
         self.assertTrue(all(isinstance(g, str) and g for g in gaps))
+
+    def test_step_reports_carry_rng_and_data_digests_for_replay(self):
+        import random
+        import torch
+        self.bind_agent()
+        bulwark.init()
+        self.recv()  # hello
+        bulwark.report_step(1, 0.5, data=[1, 2])
+        m = self.recv()
+        self.assertNotIn("rng", m)  # no determinism asked for: no RNG digest
+        self.assertEqual(m["data"], format(bulwark.data_digest([1, 2]), "016x"))
+        bulwark.deterministic(5)
+        bulwark.seed_step(5, 7)
+        torch.rand(3)
+        bulwark.report_step(7, 0.5, data=torch.arange(6).reshape(2, 3))
+        first = self.recv()
+        self.assertRegex(first["rng"], "^[0-9a-f]{16}$")
+        bulwark.seed_step(5, 7)  # the same step again: the same random numbers
+        torch.rand(3)
+        bulwark.report_step(7, 0.5, data=torch.arange(6).reshape(2, 3))
+        again = self.recv()
+        self.assertEqual(again["rng"], first["rng"])
+        self.assertEqual(again["data"], first["data"])
+        bulwark.seed_step(5, 7)
+        torch.rand(4)  # one more draw: another state
+        random.random()
+        bulwark.report_step(7, 0.5)
+        self.assertNotEqual(self.recv()["rng"], first["rng"])
+        # Data digests: type, shape and bits count; nothing else is accepted.
+        t = torch.arange(6)
+        self.assertNotEqual(bulwark.data_digest(t), bulwark.data_digest(t.reshape(2, 3)))
+        self.assertNotEqual(bulwark.data_digest(t), bulwark.data_digest(t.float()))
+        self.assertNotEqual(bulwark.data_digest([1, 2]), bulwark.data_digest([1.0, 2.0]))
+        self.assertEqual(bulwark.data_digest(torch.ones(2, dtype=torch.bfloat16)),
+                         bulwark.data_digest(torch.ones(2, dtype=torch.bfloat16)))
+        with self.assertRaisesRegex(TypeError, "not object"):
+            bulwark.data_digest(object())
 
     def test_check_alignment_of_plain_buffers(self):
         self.bind_agent()
