@@ -107,5 +107,15 @@ TEST(JsonUtil, TypedFieldsNameTheField) {
   EXPECT_FALSE(JIntOr(j, "bad", 7).ok());
 }
 
+// What a file said may hold bytes that are not UTF-8: dump() throws on them
+// (type_error.316: `bulwark ckpt ls --json` aborted so, found by fuzz_ckpt), DumpText
+// prints U+FFFD instead.
+TEST(JsonUtil, DumpTextReplacesBytesThatAreNotUtf8) {
+  const Json j = {{"reason", std::string("bad \xff\xfe bytes")}};
+  EXPECT_THROW((void)j.dump(), nlohmann::json::type_error);
+  EXPECT_EQ(DumpText(j), "{\"reason\":\"bad \xef\xbf\xbd\xef\xbf\xbd bytes\"}");
+  EXPECT_EQ(DumpText(Json{{"a", 1}}, 2), "{\n  \"a\": 1\n}");
+}
+
 }  // namespace
 }  // namespace bulwark
