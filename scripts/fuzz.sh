@@ -107,7 +107,7 @@ if [ "${1:-}" = --table ]; then
     awk -F'\t' -v t="$t" '
       FNR > 1 && $2 == t {
         n++; runs += $4; secs += $5; if ($6 != "yes") killed++; else {fr += $4; fs += $5}
-        if ($7 > rss) rss = $7; cov = $8; ft = $9; cr += $10; to += $11
+        if ($7 > rss) rss = $7; if ($8 > 0) {cov = $8; ft = $9}; cr += $10; to += $11
         if (!($3 in c)) {c[$3] = 1; commits++}
       }
       END {
