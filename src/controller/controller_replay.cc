@@ -130,7 +130,7 @@ void ControllerImpl::DigestCodeOnce() {
 }
 
 void ControllerImpl::OnReplayLoss(long step, int rank, double loss, StepDigests digests) {
-  if (std::isfinite(loss)) losses_.Record(step, rank, loss, digests);
+  if (std::isfinite(loss) || !digests.empty()) losses_.Record(step, rank, loss, digests);
   if (!replay_ || !replay_->OnLoss(step, rank, loss, digests)) return;
   ConcludeReplay(Classify(*replay_, nullptr), nullptr);
 }

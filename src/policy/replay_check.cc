@@ -48,8 +48,9 @@ void LossWindow::Record(long step, int rank, double loss, StepDigests digests) {
 LossTable LossWindow::Range(long after, long upto) const {
   LossTable out;
   for (auto it = t_.upper_bound(after); it != t_.end() && it->first <= upto; ++it) {
-    std::map<int, double>& step = out[it->first];
-    for (const auto& [rank, e] : it->second) step.emplace(rank, e.loss);
+    for (const auto& [rank, e] : it->second) {
+      if (std::isfinite(e.loss)) out[it->first].emplace(rank, e.loss);
+    }
   }
   return out;
 }
@@ -112,8 +113,10 @@ bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) 
   const bool fault_rank = fault_.rank < 0 || rank == fault_.rank;
   // Batches skipped up to the fault step: the re-run computes other things, nothing to
   // compare; only whether the fault comes back matters.
-  if (!data_skipped_ && step <= fs && !(step == fs && fault_rank)) {
-    auto s = expected_.find(step);
+  // The fault rank's loss at the fault step is the fault itself, not compared; its
+  // digests are (the NaN's step re-ran on the same data, or not).
+  if (!data_skipped_ && step <= fs) {
+    auto s = step == fs && fault_rank ? expected_.end() : expected_.find(step);
     if (s != expected_.end()) {
       auto r = s->second.find(rank);
       if (r != s->second.end()) {
@@ -155,9 +158,11 @@ bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) 
 
 std::string ReplayCheck::Summary() const {
   if (data_skipped_) return "the re-run skipped the data batches up to the fault step";
-  if (compared_ == 0) return "no loss of the re-run had a recorded counterpart to compare";
-  std::string s = Fmt("steps %ld-%ld: %d of %d losses of %zu rank%s equal bit for bit", first_step_,
-                      last_step_, equal_, compared_, ranks_.size(), ranks_.size() == 1 ? "" : "s");
+  std::string s =
+      compared_ == 0
+          ? std::string("no loss of the re-run had a recorded counterpart to compare")
+          : Fmt("steps %ld-%ld: %d of %d losses of %zu rank%s equal bit for bit", first_step_,
+                last_step_, equal_, compared_, ranks_.size(), ranks_.size() == 1 ? "" : "s");
   if (diff_.step >= 0) {
     s += Fmt("; first difference at step %ld on rank %d: recorded %.17g, re-run %.17g", diff_.step,
              diff_.rank, diff_.recorded, diff_.replayed);
@@ -220,10 +225,16 @@ Classification Classify(const ReplayCheck& c, const Incident* again) {
   const std::string losses = c.Summary();
   const bool diverged = c.first_diff().step >= 0;
   const bool moved = f.rank >= 0 && c.moved_ranks().count(f.rank) > 0;
-  const std::string undetermined = diverged ? NotDeterministic(c) : "";
+  // A digest that differs says the re-run drew other random numbers or read other data:
+  // then neither equal nor different losses, nor the fault's absence, say anything.
+  const bool digest_differs = c.rng().first_diff_step >= 0 || c.data().first_diff_step >= 0;
+  const std::string undetermined = diverged || digest_differs ? NotDeterministic(c) : "";
   if (!undetermined.empty()) {
-    out.evidence = Fmt("the re-run's losses differ from the record (%s), but %s: no verdict",
-                       losses.c_str(), undetermined.c_str());
+    out.evidence = diverged
+                       ? Fmt("the re-run's losses differ from the record (%s), but %s: no verdict",
+                             losses.c_str(), undetermined.c_str())
+                       : Fmt("the re-run did not compute what was recorded (%s): %s: no verdict",
+                             losses.c_str(), undetermined.c_str());
     if (again != nullptr && !SameFaultAgain(f, *again)) {
       out.evidence =
           "the re-run was interrupted by another fault before the fault's step; " + out.evidence;

@@ -55,9 +55,10 @@ class LossWindow {
  public:
   explicit LossWindow(size_t max_steps = 4096, size_t max_losses = size_t{1} << 18)
       : max_steps_(max_steps), max_losses_(max_losses) {}
-  // A rank's loss for a step; a later report of the same (step, rank) replaces it.
+  // A rank's loss for a step; a later report of the same (step, rank) replaces it. A loss
+  // that is not finite (the NaN of a fault) is kept for its digests only.
   void Record(long step, int rank, double loss, StepDigests digests = {});
-  // The losses of steps in (after, upto].
+  // The finite losses of steps in (after, upto].
   LossTable Range(long after, long upto) const;
   // The digests reported for steps in (after, upto] (ranks that reported none left out).
   DigestTable DigestRange(long after, long upto) const;

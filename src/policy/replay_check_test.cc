@@ -65,11 +65,15 @@ TEST(LossWindowTest, KeepsTheNewestStepsAndForgetsTheFutureOnResume) {
   EXPECT_EQ(w.Range(3, 4).size(), 1u);
   w.DropAfter(3);
   EXPECT_EQ(w.Range(-1, 100).rbegin()->first, 3);
-  // Digests are kept with their losses; ranks that reported none are left out.
+  // Digests are kept with their losses; ranks that reported none are left out; a NaN is
+  // kept for its digests, not among the losses.
+  w.Record(3, 2, std::numeric_limits<double>::quiet_NaN(), {9, 9});
+  EXPECT_EQ(w.Range(-1, 100).at(3).count(2), 0u);
+  EXPECT_EQ(w.DigestRange(-1, 100).at(3).at(2), (StepDigests{9, 9}));
   w.Record(3, 1, 3.5, {7, 0});
   const DigestTable d = w.DigestRange(-1, 100);
   ASSERT_EQ(d.size(), 1u);
-  EXPECT_EQ(d.at(3).size(), 1u);
+  EXPECT_EQ(d.at(3).size(), 2u);
   EXPECT_EQ(d.at(3).at(1), (StepDigests{7, 0}));
   // Bounded by losses too: 4 ranks a step, at most 10 losses: the last 2 steps stay.
   LossWindow many(100, 10);
@@ -119,6 +123,28 @@ TEST(ReplayCheckTest, ANanThatDoesNotComeBackOnAnotherNodeIsTheNodes) {
   EXPECT_THAT(k.evidence, HasSubstr("did not come back with the same data on another node"));
 }
 
+// The NaN's own step: its loss is the fault, but its digests say whether the re-run of
+// that step read the same data; other data is no verdict, not the node's fault.
+TEST(ReplayCheckTest, ANansStepIsComparedByItsDigests) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  LossTable rec = Recorded();
+  rec[15].erase(0);  // the NaN: no loss, as LossWindow::Range gives it
+  ReplayCheck same(nan, rec, false, {0, 1}, RecordedDigests());
+  Rerun(&same, 15);
+  ASSERT_TRUE(same.passed());
+  Classification k = Classify(same, nullptr);
+  EXPECT_EQ(k.cause, FaultCause::kHardware);
+  EXPECT_THAT(k.evidence, HasSubstr("data digests 9 of 9 equal"));
+  ReplayCheck other(nan, rec, false, {0, 1}, RecordedDigests());
+  Rerun(&other, 14);
+  other.OnLoss(15, 0, 1.5, {DigestsOf(15, 0).rng, 4242});  // step 15 read another batch
+  ASSERT_TRUE(other.passed());
+  k = Classify(other, nullptr);
+  EXPECT_EQ(k.cause, FaultCause::kUnknown);
+  EXPECT_THAT(k.evidence, HasSubstr("the re-run did not compute what was recorded"));
+  EXPECT_THAT(k.evidence, HasSubstr("rank 0 read other data than recorded at step 15"));
+}
+
 TEST(ReplayCheckTest, ANanThatDoesNotComeBackOnTheSameNodeIsTransient) {
   Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
   ReplayCheck c(nan, Recorded(), false, {});
@@ -140,7 +166,7 @@ TEST(ReplayCheckTest, ALossThatDiffersBitForBitWithTheSameRandomNumbersAndDataIs
   Classification k = Classify(c, nullptr);
   EXPECT_EQ(k.cause, FaultCause::kHardware);
   EXPECT_THAT(k.evidence, HasSubstr("first difference at step 12 on rank 1"));
-  EXPECT_THAT(k.evidence, HasSubstr("RNG states 9 of 9 equal; data digests 9 of 9 equal"));
+  EXPECT_THAT(k.evidence, HasSubstr("RNG states 10 of 10 equal; data digests 10 of 10 equal"));
   // The same divergence with the fault coming back: still not the data's.
   ReplayCheck again(nan, Recorded(), false, {}, RecordedDigests());
   again.OnLoss(12, 1, 0.5, DigestsOf(12, 1));
@@ -174,7 +200,7 @@ TEST(ReplayCheckTest, ALossThatDiffersGetsNoVerdictWithoutEvidenceOfDeterminism)
   k = Classify(data, nullptr);
   EXPECT_EQ(k.cause, FaultCause::kUnknown);
   EXPECT_THAT(k.evidence, HasSubstr("rank 0 read other data than recorded at step 13"));
-  EXPECT_THAT(data.Summary(), HasSubstr("data digests 8 of 9 equal (first difference at step "
+  EXPECT_THAT(data.Summary(), HasSubstr("data digests 9 of 10 equal (first difference at step "
                                         "13 on rank 0)"));
   // Equal losses need no digests: a NaN that did not come back elsewhere is the node's.
   LossTable rec = Recorded();
