@@ -247,26 +247,20 @@ def ordered_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-de
 
 
 def rng_digest() -> int:
-    """A 64-bit digest (never 0) of this process's random generators' state: Python's,
-    NumPy's and torch's (CPU, and every CUDA device once CUDA is initialised). Two
-    processes that drew the same random numbers from the same seeds have equal ones."""
+    """A 64-bit digest (never 0) of this process's random generators' state (RngState):
+    Python's, NumPy's and torch's (CPU, and every CUDA device once CUDA is initialised).
+    Two processes that drew the same random numbers from the same seeds have equal ones."""
     import pickle
-    import random
-    import sys
     h = hashlib.blake2b(digest_size=8)
-    h.update(pickle.dumps(random.getstate(), protocol=4))
-    np_random = sys.modules.get("numpy.random")
-    if np_random is not None:
-        state = np_random.get_state()
-        h.update(state[1].tobytes())
-        h.update(repr(state[2:]).encode())
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        h.update(torch.get_rng_state().numpy().tobytes())
-        cuda = getattr(torch, "cuda", None)
-        if cuda is not None and cuda.is_available() and cuda.is_initialized():
-            for s in cuda.get_rng_state_all():
-                h.update(s.cpu().numpy().tobytes())
+    state = RngState().state_dict()
+    h.update(pickle.dumps(state["python"], protocol=4))
+    if "numpy" in state:
+        h.update(state["numpy"][1].tobytes())
+        h.update(repr(state["numpy"][2:]).encode())
+    if "torch" in state:
+        h.update(state["torch"].numpy().tobytes())
+    for s in state.get("cuda", []):
+        h.update(s.cpu().numpy().tobytes())
     return int.from_bytes(h.digest(), "little") or 1
 
 
