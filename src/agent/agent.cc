@@ -724,8 +724,7 @@ void Agent::HandleDatagram(const std::string& payload) {
                  : !step.ok()   ? step.status()
                  : !digest.ok() ? digest.status()
                                 : group.status();
-    if (bad.ok() && (*step < 0 || digest->size() != 16 ||
-                     digest->find_first_not_of("0123456789abcdef") != std::string::npos)) {
+    if (bad.ok() && (*step < 0 || !IsDigestHex(m["digest"]))) {
       bad = InvalidArgument("digest: 'step' must be >= 0 and 'digest' 16 lowercase hex digits");
     }
     if (bad.ok() && group->size() > 64) bad = InvalidArgument("digest: 'group' over 64 bytes");

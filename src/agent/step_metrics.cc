@@ -5,9 +5,8 @@
 namespace bulwark {
 
 bool IsDigestHex(const Json& v) {
-  if (!v.is_string()) return false;
-  const std::string& s = v.get_ref<const std::string&>();
-  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+  uint64_t ignored = 0;
+  return ParseDigestHex(v, &ignored);
 }
 
 void CopyStepMetrics(const Json& in, Json* out, std::vector<std::string>* refused) {

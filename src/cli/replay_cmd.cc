@@ -15,6 +15,7 @@
 #include "ckpt/env.h"
 #include "cli/stores.h"
 #include "common/code_digest.h"
+#include "common/json_util.h"
 #include "common/str_format.h"
 #include "controller/incident_json.h"
 #include "store/store.h"
@@ -99,15 +100,7 @@ Result<DigestTable> DigestsFromJson(const Json& j) {
   if (j.is_null()) return t;
   if (!j.is_object()) return InvalidArgument("field 'digests' must be an object");
   const auto hex = [](const Json& cell, const char* key, uint64_t* out) {
-    if (!cell.contains(key)) return true;
-    const Json& v = cell[key];
-    if (!v.is_string()) return false;
-    const std::string& s = v.get_ref<const std::string&>();
-    if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos) {
-      return false;
-    }
-    *out = std::strtoull(s.c_str(), nullptr, 16);
-    return true;
+    return !cell.contains(key) || ParseDigestHex(cell[key], out);
   };
   for (const auto& [step, ranks] : j.items()) {
     char* end = nullptr;

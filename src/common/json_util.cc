@@ -1,6 +1,8 @@
 #include "common/json_util.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace bulwark {
 namespace {
@@ -104,6 +106,20 @@ Result<std::string> JStrOr(const Json& j, const char* field, const std::string& 
 
 std::string DumpText(const Json& j, int indent) {
   return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string DigestHex(uint64_t digest) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return hex;
+}
+
+bool ParseDigestHex(const Json& v, uint64_t* out) {
+  if (!v.is_string()) return false;
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos) return false;
+  *out = std::strtoull(s.c_str(), nullptr, 16);
+  return true;
 }
 
 }  // namespace bulwark

@@ -3,6 +3,7 @@
 // logged and dropped, never crashes the receiver. Pure functions; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,6 +24,12 @@ Result<double> JNumOr(const Json& j, const char* field, double def);
 Result<std::string> JStrOr(const Json& j, const char* field, const std::string& def);
 // A list of integers; an absent field is an empty list.
 Result<std::vector<long>> JIntListOr(const Json& j, const char* field);
+
+// A 64-bit digest as the wire carries it (the alignment check's `digest`, a step
+// report's `rng`/`data`): 16 lowercase hex digits.
+std::string DigestHex(uint64_t digest);
+// True, with *out set, when `v` is such a string.
+bool ParseDigestHex(const Json& v, uint64_t* out);
 
 // `j` as text (dump(indent)), with string bytes that are not UTF-8 replaced by U+FFFD
 // instead of dump()'s exception: for output holding what a file or a peer said.

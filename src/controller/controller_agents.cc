@@ -59,10 +59,8 @@ int PortField(const Json& m, const char* field) {
 // A digest the step report carries as 16 lowercase hex digits (the agent checked them);
 // 0 when absent or malformed.
 uint64_t HexDigestOr0(const Json& m, const char* key) {
-  if (!m.contains(key) || !m[key].is_string()) return 0;
-  const std::string& s = m[key].get_ref<const std::string&>();
-  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos) return 0;
-  return std::strtoull(s.c_str(), nullptr, 16);
+  uint64_t d = 0;
+  return m.contains(key) && ParseDigestHex(m[key], &d) ? d : 0;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "common/code_digest.h"
+#include "common/json_util.h"
 #include "controller/controller_impl.h"
 #include "controller/incident_json.h"
 
@@ -31,12 +32,6 @@ constexpr size_t kMaxPinned = 4;          // bundles whose checkpoints retention
 constexpr long kMaxBundleSteps = 512;     // steps of losses kept in one bundle
 constexpr long kMaxBundleLosses = 16384;  // and losses in all (a large job: fewer steps)
 
-std::string Hex(uint64_t v) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(v));
-  return hex;
-}
-
 // {"step": {"rank": {"rng": HEX, "data": HEX}}}, a digest left out when not reported.
 Json DigestsJson(const DigestTable& t) {
   Json out = Json::object();
@@ -44,8 +39,8 @@ Json DigestsJson(const DigestTable& t) {
     Json row = Json::object();
     for (const auto& [rank, d] : ranks) {
       Json cell = Json::object();
-      if (d.rng != 0) cell["rng"] = Hex(d.rng);
-      if (d.data != 0) cell["data"] = Hex(d.data);
+      if (d.rng != 0) cell["rng"] = DigestHex(d.rng);
+      if (d.data != 0) cell["data"] = DigestHex(d.data);
       row[std::to_string(rank)] = std::move(cell);
     }
     out[std::to_string(step)] = std::move(row);

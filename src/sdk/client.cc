@@ -10,6 +10,7 @@
 #include <ctime>
 #include <thread>
 
+#include "common/json_util.h"
 #include "common/net.h"
 #include "sdk/bulwark.h"
 
@@ -20,13 +21,6 @@ double ProcessCpuSeconds() {
   timespec ts{};
   if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return -1;
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// A 64-bit digest as the wire carries it: 16 lowercase hex digits.
-std::string DigestHex(uint64_t digest) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
-  return hex;
 }
 
 }  // namespace
