@@ -107,7 +107,7 @@ class SlurmE2E : public E2EBase {
 };
 
 TEST_F(SlurmE2E, RunRefusesBadInputNamingTheCauseAndTheFix) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string spec = WriteSpec("bad", 2, 1, 20, kFastPolicy);  // 2 nodes + 1 spare
 
   fs::create_directories(dir_ + "/empty-bin");
@@ -181,7 +181,7 @@ TEST_F(SlurmE2E, RunRefusesBadInputNamingTheCauseAndTheFix) {
 TEST_F(SlurmE2E, SrunRefusingAStepIsShownInItsOwnWords) {
   SlurmClusterOptions o;
   o.extra_config = "MaxStepCount=1\n";  // the second step of any job is refused
-  StartCluster(o);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
   const std::string spec =
       WriteSpec("refused", 2, 1, 20,
                 "faultPolicy: {restartBudget: 1, heartbeat: {intervalSeconds: 0.5, misses: 3}}\n");
@@ -197,7 +197,7 @@ TEST_F(SlurmE2E, SrunRefusingAStepIsShownInItsOwnWords) {
 }
 
 TEST_F(SlurmE2E, SallocRunsTheJobOneAgentPerNodeThroughANodeLoss) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string spec =
       WriteSpec("alloc", 2, 2, 60,
                 std::string(kFastPolicy) + "chaos: [{kind: kill_agent, atStep: 30, node: 1}]\n");
@@ -234,7 +234,7 @@ TEST_F(SlurmE2E, SallocRunsTheJobOneAgentPerNodeThroughANodeLoss) {
 // what it refuses: another number of hosts, a host outside the allocation, --nodes
 // outside one, a host that cannot read a valid checkpoint.
 TEST_F(SlurmE2E, ReplayOnNamedHost) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string spec =
       WriteSpec("rps", 1, 2, 30,
                 std::string(kFastPolicy) + "chaos: [{kind: nan_loss, atStep: 25, rank: 0}]\n");
@@ -306,7 +306,7 @@ TEST_F(SlurmE2E, ReplayOnNamedHost) {
 // `bulwark run` SIGKILLed (no chance to tear down): its sruns die with it
 // (PR_SET_PDEATHSIG), and Slurm ends their steps, agents and ranks with them.
 TEST_F(SlurmE2E, AKilledRunLeavesNoStepRunning) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string spec = WriteSpec("killed", 2, 2, 100000, kFastPolicy);
   const std::string job = Allocate(3);
   SpawnOptions so;
@@ -338,7 +338,7 @@ TEST_F(SlurmE2E, AKilledRunLeavesNoStepRunning) {
 }
 
 TEST_F(SlurmE2E, RunAllocateRequestsTheAllocationWithSalloc) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string spec = WriteSpec("allocated", 2, 2, 40, kFastPolicy);
   std::vector<std::string> argv = RunArgs(spec);
   argv.insert(argv.end(), {"--allocate", "--time", "10:00"});
@@ -357,7 +357,7 @@ TEST_F(SlurmE2E, RunAllocateRequestsTheAllocationWithSalloc) {
 }
 
 TEST_F(SlurmE2E, SlurmScriptIsCheckedAndRunsUnderSbatch) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string spec = WriteSpec("scripted", 2, 2, 40, kFastPolicy);  // 3 nodes in all
   auto script = [&](std::vector<std::string> flags) {
     std::vector<std::string> argv = {Bulwark(), "slurm", "script", spec};
@@ -411,7 +411,7 @@ TEST_F(SlurmE2E, SlurmScriptIsCheckedAndRunsUnderSbatch) {
 // is past the NaN: Slurm marks that node NOT_RESPONDING, then DOWN. Every fault is
 // recovered and the job finishes with its ETTR report.
 TEST_F(SlurmE2E, DemoUnderSbatch) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   std::ostringstream y;
   y << "name: demo\nnodes: 2\nprocsPerNode: 2\n"
     << "command: [\"/usr/bin/python3\", \"" << src_

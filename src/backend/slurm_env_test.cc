@@ -115,6 +115,7 @@ class SlurmOracleTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     cluster_ = std::move(c).value().release();
   }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr) << "the cluster did not start (above)"; }
   static void TearDownTestSuite() {
     delete cluster_;
     cluster_ = nullptr;

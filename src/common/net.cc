@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <random>
 
 #include "common/clock.h"
 
@@ -98,6 +100,26 @@ Result<Fd> TcpConnect(const std::string& host, int port, double timeout_s) {
 Result<int> PickFreePort(const std::string& host) {
   BW_ASSIGN_OR_RETURN(Fd fd, TcpListen(host, 0));
   return LocalPort(fd.get());
+}
+
+Result<int> PickFixturePort(const std::string& host) {
+  constexpr int kLow = 10000;
+  int high = 32768;  // Linux's default first ephemeral port
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0;
+  if (range >> first && first > kLow + 1000) high = first;
+  if (high <= kLow + 1000) return PickFreePort(host);  // no room below the range
+  static thread_local std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(kLow, high - 1);
+  Status last = Status::Ok();
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = pick(rng);
+    auto fd = TcpListen(host, port);
+    if (fd.ok()) return port;
+    last = fd.status();
+  }
+  return Unavailable("no free port in [" + std::to_string(kLow) + ", " + std::to_string(high) +
+                     ") on " + host + " after 200 tries: " + last.ToString());
 }
 
 Status JsonLineConn::Send(const Json& msg) {

@@ -48,6 +48,13 @@ Fd TcpAcceptNonBlocking(int listen_fd);
 Result<Fd> TcpConnect(const std::string& host, int port, double timeout_s);
 // Finds a free TCP port on host by binding port 0 (racy by nature; callers retry).
 Result<int> PickFreePort(const std::string& host);
+// A port for a server started later by another process (a test fixture's daemons): random
+// in [10000, the first port of /proc/sys/net/ipv4/ip_local_port_range), free now. The
+// kernel gives outgoing connections ports of the ephemeral range, so one made by anything
+// on this machine can take a port PickFreePort returned before the daemon binds it; ports
+// below that range are taken only by explicit binds. Still racy between such binders:
+// callers retry a daemon that reports "Address already in use".
+Result<int> PickFixturePort(const std::string& host);
 
 // A line-delimited JSON stream over a connected, non-blocking socket.
 class JsonLineConn {

@@ -97,6 +97,16 @@ bool Executable(const std::string& path) { return ::access(path.c_str(), X_OK) =
 }  // namespace
 
 Result<std::unique_ptr<SlurmCluster>> SlurmCluster::Start(SlurmClusterOptions opts) {
+  for (int attempt = 1;; ++attempt) {
+    auto c = StartOnce(opts);
+    if (c.ok() || attempt == 3 ||
+        c.status().message().find("Address already in use") == std::string::npos) {
+      return c;
+    }
+  }
+}
+
+Result<std::unique_ptr<SlurmCluster>> SlurmCluster::StartOnce(SlurmClusterOptions opts) {
   for (const std::string& path :
        {opts.sbin_dir + "/slurmctld", opts.sbin_dir + "/slurmd", opts.sbin_dir + "/slurmstepd",
         opts.bin_dir + "/srun", opts.bin_dir + "/sbatch", opts.bin_dir + "/scontrol",
@@ -160,7 +170,7 @@ Status SlurmCluster::WriteConfig() {
   const passwd* pw = ::getpwuid(::geteuid());
   if (pw == nullptr) return Internal("no passwd entry for uid " + std::to_string(::geteuid()));
   const std::string user = pw->pw_name;
-  BW_ASSIGN_OR_RETURN(ctld_port_, PickFreePort("127.0.0.1"));
+  BW_ASSIGN_OR_RETURN(ctld_port_, PickFixturePort("127.0.0.1"));
   std::ostringstream conf;
   conf << "# Written by bulwark::testing::SlurmCluster (src/backend/testing/slurm_cluster.h).\n"
        << "ClusterName=bulwark\n"
@@ -197,7 +207,7 @@ Status SlurmCluster::WriteConfig() {
   std::string nodes;
   for (int i = 1; i <= opts_.nodes; ++i) {
     const std::string name = opts_.node_prefix + std::to_string(i);
-    BW_ASSIGN_OR_RETURN(int port, PickFreePort("127.0.0.1"));
+    BW_ASSIGN_OR_RETURN(int port, PickFixturePort("127.0.0.1"));
     node_names_.push_back(name);
     node_ports_[name] = port;
     nodes += (nodes.empty() ? "" : ",") + name;

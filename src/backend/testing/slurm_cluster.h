@@ -16,6 +16,9 @@
 //  * Start() returns once `sinfo` shows every node idle (polled, bounded by
 //    start_timeout_s), or an error naming the daemon that failed with its log's tail.
 //    Slurm not installed: FAILED_PRECONDITION naming the packages and scripts/setup.sh.
+//    Ports are picked below the ephemeral range (PickFixturePort); a daemon that still
+//    finds its port taken (another test's server) makes Start() try again on new ports
+//    in a new working directory, at most 3 times.
 //  * Every daemon is spawned in its own process group with PR_SET_PDEATHSIG. Stop()
 //    (also run by the destructor) SIGKILLs every slurmstepd of this cluster with the job
 //    processes under it, terminates and reaps every daemon, and removes the working
@@ -133,6 +136,7 @@ class SlurmCluster {
   void Stop();
 
  private:
+  static Result<std::unique_ptr<SlurmCluster>> StartOnce(SlurmClusterOptions opts);
   explicit SlurmCluster(SlurmClusterOptions opts) : opts_(std::move(opts)) {}
   struct Daemon {
     std::string name;  // "slurmctld" or the node name

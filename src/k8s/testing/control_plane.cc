@@ -245,8 +245,8 @@ Status ControlPlane::StartAll() {
   BW_RETURN_IF_ERROR(WriteFile("sa.pub", sa.cert_pem));
 
   // etcd.
-  BW_ASSIGN_OR_RETURN(int client_port, PickFreePort("127.0.0.1"));
-  BW_ASSIGN_OR_RETURN(int peer_port, PickFreePort("127.0.0.1"));
+  BW_ASSIGN_OR_RETURN(int client_port, PickFixturePort("127.0.0.1"));
+  BW_ASSIGN_OR_RETURN(int peer_port, PickFixturePort("127.0.0.1"));
   etcd_url_ = "http://127.0.0.1:" + std::to_string(client_port);
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
   BW_RETURN_IF_ERROR(
@@ -260,7 +260,7 @@ Status ControlPlane::StartAll() {
   BW_RETURN_IF_ERROR(WaitReady("etcd", etcd_url_ + "/health", left(), false));
 
   // kube-apiserver.
-  BW_ASSIGN_OR_RETURN(int api_port, PickFreePort("127.0.0.1"));
+  BW_ASSIGN_OR_RETURN(int api_port, PickFixturePort("127.0.0.1"));
   url_ = "https://127.0.0.1:" + std::to_string(api_port);
   std::vector<std::string> args = {
       "--etcd-servers=" + etcd_url_,
@@ -332,7 +332,7 @@ Status ControlPlane::StartScheduler() {
       if (p.info.name == "kube-scheduler" && p.exit.empty()) return Status::Ok();
     }
   }
-  BW_ASSIGN_OR_RETURN(int port, PickFreePort("127.0.0.1"));
+  BW_ASSIGN_OR_RETURN(int port, PickFixturePort("127.0.0.1"));
   BW_RETURN_IF_ERROR(
       Launch(
           "kube-scheduler", opts_.bin_dir + "/kube-scheduler",

@@ -195,8 +195,8 @@ Status Kueue::StartAll() {
   BW_RETURN_IF_ERROR(KueueWriteFile(dir_ + "/certs/tls.key", serving.key_pem));
   BW_RETURN_IF_ERROR(KueueWriteFile(dir_ + "/certs/ca.crt", ca.cert_pem));
 
-  BW_ASSIGN_OR_RETURN(int webhook_port, PickFreePort("127.0.0.1"));
-  BW_ASSIGN_OR_RETURN(int health_port, PickFreePort("127.0.0.1"));
+  BW_ASSIGN_OR_RETURN(int webhook_port, PickFixturePort("127.0.0.1"));
+  BW_ASSIGN_OR_RETURN(int health_port, PickFixturePort("127.0.0.1"));
   webhook_url_ = "https://127.0.0.1:" + std::to_string(webhook_port);
   const Json selector = {{"matchLabels", {{opts_.namespace_label, opts_.namespace_value}}}};
   // Kueue reads YAML; JSON is YAML.

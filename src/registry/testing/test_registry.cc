@@ -76,8 +76,7 @@ Result<std::string> TarHeader(const std::string& name, char type, uint64_t size,
 
 std::string Base(const PushTarget& to) { return "http://" + to.host + "/v2/" + to.repository; }
 
-internal::HttpRequest Req(const PushTarget& to, const std::string& method,
-                          const std::string& url) {
+internal::HttpRequest Req(const PushTarget& to, const std::string& method, const std::string& url) {
   internal::HttpRequest r;
   r.method = method;
   r.url = url;
@@ -91,8 +90,7 @@ Status PushBlob(const PushTarget& to, const std::string& data, const std::string
   BW_ASSIGN_OR_RETURN(internal::HttpResponse start,
                       internal::Send(Req(to, "POST", Base(to) + "/blobs/uploads/")));
   if (start.status != 202) {
-    return Internal("POST blobs/uploads/: HTTP " + std::to_string(start.status) + " " +
-                    start.body);
+    return Internal("POST blobs/uploads/: HTTP " + std::to_string(start.status) + " " + start.body);
   }
   std::string loc = start.headers["location"];
   if (loc.rfind("/", 0) == 0) loc = "http://" + to.host + loc;
@@ -151,8 +149,8 @@ Result<std::string> TarDirectory(const std::string& dir) {
   return tar;
 }
 
-Result<PushedImage> PushImage(const PushTarget& to, const std::string& tag,
-                              const std::string& dir, const ImageSpec& spec) {
+Result<PushedImage> PushImage(const PushTarget& to, const std::string& tag, const std::string& dir,
+                              const ImageSpec& spec) {
   BW_ASSIGN_OR_RETURN(const std::string layer, TarDirectory(dir));
   PushedImage out;
   out.layer_digest = internal::Sha256Digest(layer);
@@ -188,8 +186,7 @@ Result<PushedImage> PushImage(const PushTarget& to, const std::string& tag,
   const std::string manifest_text = manifest.dump();
   out.manifest_digest = internal::Sha256Digest(manifest_text);
   out.manifest_size = manifest_text.size();
-  BW_RETURN_IF_ERROR(
-      PutManifest(to, tag.empty() ? out.manifest_digest : tag, mt, manifest_text));
+  BW_RETURN_IF_ERROR(PutManifest(to, tag.empty() ? out.manifest_digest : tag, mt, manifest_text));
   return out;
 }
 
@@ -222,7 +219,7 @@ Result<std::unique_ptr<TestRegistry>> TestRegistry::Start(const TestRegistryOpti
   char tmpl[] = "/tmp/bw-registry-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return ErrnoStatus("mkdtemp /tmp/bw-registry-XXXXXX", errno);
   r->dir_ = tmpl;
-  BW_ASSIGN_OR_RETURN(r->port_, PickFreePort("127.0.0.1"));
+  BW_ASSIGN_OR_RETURN(r->port_, PickFixturePort("127.0.0.1"));
   std::string auth;
   if (!opts.user.empty()) {
     BW_ASSIGN_OR_RETURN(const std::string hash, Bcrypt(opts.password));
@@ -232,9 +229,12 @@ Result<std::unique_ptr<TestRegistry>> TestRegistry::Start(const TestRegistryOpti
   const std::string config =
       "version: 0.1\n"
       "log:\n  level: warn\n  accesslog:\n    disabled: true\n"
-      "storage:\n  filesystem:\n    rootdirectory: " + r->dir_ + "/data\n"
+      "storage:\n  filesystem:\n    rootdirectory: " +
+      r->dir_ +
+      "/data\n"
       "  delete:\n    enabled: true\n"
-      "http:\n  addr: 127.0.0.1:" + std::to_string(r->port_) + "\n" + auth;
+      "http:\n  addr: 127.0.0.1:" +
+      std::to_string(r->port_) + "\n" + auth;
   BW_RETURN_IF_ERROR(WriteFile(r->dir_ + "/config.yml", config));
   SpawnOptions so;
   so.argv = {kRegistryBin, "serve", r->dir_ + "/config.yml"};
