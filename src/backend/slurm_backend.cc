@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include "common/clock.h"
@@ -97,7 +99,9 @@ Result<std::unique_ptr<SlurmBackend>> SlurmBackend::Create(SlurmBackendOptions o
   }
   std::unique_ptr<SlurmBackend> b(new SlurmBackend(std::move(opts)));
   const auto path = b->opts_.env.find("PATH");
-  for (const char* prog : {"srun", "scontrol", "scancel"}) {
+  std::vector<const char*> progs = {"srun", "scontrol", "scancel"};
+  if (b->opts_.grow_nodes > 0) progs.push_back("salloc");
+  for (const char* prog : progs) {
     const std::string p = b->Bin(prog);
     if (!Executable(p, path == b->opts_.env.end() ? "" : path->second)) {
       return FailedPrecondition(
@@ -140,7 +144,8 @@ Result<std::unique_ptr<SlurmBackend>> SlurmBackend::Create(SlurmBackendOptions o
       }
       use = b->opts_.hosts;
     }
-    for (const std::string& n : use) b->hosts_.push_back({n, "", "", "", true});
+    for (const std::string& n : use) b->hosts_.push_back({n, "", "", "", true, b->opts_.job_id});
+    b->SetGrowArgs(job_line);
     BW_ASSIGN_OR_RETURN(o, RunToEnd(b->ProbeCommand(), b->opts_.command_timeout_s));
   }
   if (o.timed_out) {
@@ -199,9 +204,16 @@ std::string SlurmBackend::CapacityMessage() const {
     }
     uses += (uses.empty() ? "" : ", ") + h.name + " " + use;
   }
+  std::string grow;
+  if (opts_.grow_nodes <= 0) {
+    grow =
+        "; a lost node's replacement waits for a host (let the job ask Slurm for more: the "
+        "spec's slurm.growNodes; or allocate more spare nodes)";
+  } else {
+    grow = "; " + (grow_note_.empty() ? std::string("growing the allocation") : grow_note_);
+  }
   return "no capacity: every host of Slurm job " + opts_.job_id + " is in use or lost (" + uses +
-         "); a lost node's replacement waits for a host (grow the allocation, or allocate "
-         "more spare nodes)";
+         ")" + grow;
 }
 
 Status SlurmBackend::StartNode(const NodeRequest& req) {
@@ -213,15 +225,21 @@ Status SlurmBackend::StartNode(const NodeRequest& req) {
   while (true) {
     const SlurmHost* host = nullptr;
     for (const SlurmHost& h : hosts_) {
+      // A grown host has no state until the probe after its grant.
       bool busy = !h.in_job || blocked_.count(h.name) || drained_.count(h.name) ||
-                  suspect_.count(h.name) || SlurmStateUnusable(h.state);
+                  suspect_.count(h.name) || h.state.empty() || SlurmStateUnusable(h.state);
       for (const auto& [id, s] : steps_) busy = busy || s.host == h.name;
       if (!busy) {
         host = &h;
         break;
       }
     }
-    if (host == nullptr) return Unavailable(CapacityMessage());
+    if (host == nullptr) {
+      if (job_name_.empty()) job_name_ = req.job;
+      last_wanted_ = Now();
+      MaybeGrow();
+      return Unavailable(CapacityMessage());
+    }
     Status st = LaunchOn(*host, req);
     if (st.code() != Code::kUnavailable) return st;
   }
@@ -235,7 +253,8 @@ Status SlurmBackend::LaunchOn(const SlurmHost& host, const NodeRequest& req) {
   s.host = host.name;
   s.name = "bulwark:" + req.job + ":" + req.node_id;
   SpawnOptions so;
-  so.argv = {Bin("srun"),           "--verbose",  "--jobid=" + opts_.job_id, "--overlap",
+  const std::string& job = host.job.empty() ? opts_.job_id : host.job;
+  so.argv = {Bin("srun"),           "--verbose",  "--jobid=" + job,          "--overlap",
              "--nodes=1",           "--ntasks=1", "--nodelist=" + host.name, "--input=none",
              "--job-name=" + s.name};
   for (std::string& a : AgentArgv(cmd, req)) so.argv.push_back(std::move(a));
@@ -357,14 +376,22 @@ std::string SlurmBackend::SrunTail(const Step& s) const {
 SpawnOptions SlurmBackend::ProbeCommand() const {
   std::string list;
   for (const SlurmHost& h : hosts_) list += (list.empty() ? "" : ",") + h.name;
+  std::string grown;
+  for (const auto& g : grows_) {
+    if (!g->job_id.empty()) grown += (grown.empty() ? "" : " ") + g->job_id;
+  }
   SpawnOptions so;
+  // A grown job that ended long ago is unknown to scontrol: its error is ignored.
   so.argv = {"/bin/sh",
              "-c",
-             "\"$1\" --oneliner show job \"$2\" && \"$1\" --oneliner show node \"$3\"",
+             "\"$1\" --oneliner show job \"$2\" && "
+             "for j in $4; do \"$1\" --oneliner show job \"$j\" || true; done && "
+             "\"$1\" --oneliner show node \"$3\"",
              "sh",
              Bin("scontrol"),
              opts_.job_id,
-             list};
+             list,
+             grown};
   so.env = opts_.env;
   so.capture_output = true;
   return so;
@@ -381,10 +408,16 @@ Status SlurmBackend::StartProbe() {
 
 bool SlurmBackend::ApplyProbe(const std::string& output, double started, std::string* error) {
   std::string job_line;
+  std::map<std::string, std::string> grown_lines;  // by job id
   std::map<std::string, SlurmHost> nodes;
   for (const std::string& l : Lines(output)) {
     if (l.rfind("JobId=", 0) == 0) {
-      job_line = l;
+      const std::string id = Field(l, "JobId");
+      if (id == opts_.job_id || job_line.empty()) {
+        job_line = l;
+      } else {
+        grown_lines[id] = l;
+      }
     } else if (l.rfind("NodeName=", 0) == 0) {
       SlurmHost h;
       h.name = Field(l, "NodeName");
@@ -402,10 +435,29 @@ bool SlurmBackend::ApplyProbe(const std::string& output, double started, std::st
   auto in_job = slurm::ExpandHostlist(Field(job_line, "NodeList"));
   std::vector<std::string> now_in = in_job.ok() ? *in_job : std::vector<std::string>{};
   if (hosts_.empty()) {
-    for (const std::string& n : now_in) hosts_.push_back({n, "", "", "", true});
+    for (const std::string& n : now_in) hosts_.push_back({n, "", "", "", true, opts_.job_id});
+  }
+  // Each grown job's hosts: added when first seen; in it while it runs.
+  std::map<std::string, std::vector<std::string>> grown_in;
+  for (const auto& [id, line] : grown_lines) {
+    auto list = slurm::ExpandHostlist(Field(line, "NodeList"));
+    std::vector<std::string>& in = grown_in[id];
+    if (Field(line, "JobState") == "RUNNING" && list.ok()) in = *list;
+    for (const std::string& n : in) {
+      if (std::none_of(hosts_.begin(), hosts_.end(),
+                       [&](const SlurmHost& h) { return h.name == n && h.job == id; })) {
+        hosts_.push_back({n, "", "", "", true, id});
+        std::fprintf(stderr, "[bulwark] slurm: grown allocation %s runs on %s\n", id.c_str(),
+                     n.c_str());
+      }
+    }
   }
   for (SlurmHost& h : hosts_) {
-    h.in_job = std::find(now_in.begin(), now_in.end(), h.name) != now_in.end();
+    if (h.job.empty() || h.job == opts_.job_id) {
+      h.in_job = std::find(now_in.begin(), now_in.end(), h.name) != now_in.end();
+    } else if (auto g = grown_in.find(h.job); g != grown_in.end()) {
+      h.in_job = std::find(g->second.begin(), g->second.end(), h.name) != g->second.end();
+    }
     if (auto it = nodes.find(h.name); it != nodes.end()) {
       h.addr = it->second.addr;
       h.state = it->second.state;
@@ -495,7 +547,9 @@ std::vector<NodeLoss> SlurmBackend::Poll() {
       probe_.reset();
       next_probe_ = now + opts_.poll_interval_s;
     }
-  } else if (now >= next_probe_) {
+  }
+  PollGrows(now);
+  if (!probe_ && now >= next_probe_) {
     Status st = StartProbe();
     if (!st.ok()) {
       std::fprintf(stderr, "[bulwark] slurm: %s\n", st.message().c_str());
@@ -550,6 +604,191 @@ std::vector<NodeLoss> SlurmBackend::Poll() {
     ++it;
   }
   return lost;
+}
+
+void SlurmBackend::SetGrowArgs(const std::string& job_line) {
+  grow_args_.clear();
+  auto set = [](const std::string& v) { return !v.empty() && v != "(null)"; };
+  if (const std::string v = Field(job_line, "Partition"); set(v)) {
+    grow_args_.push_back("--partition=" + v);
+  }
+  if (const std::string v = Field(job_line, "Account"); set(v)) {
+    grow_args_.push_back("--account=" + v);
+  }
+  if (const std::string v = Field(job_line, "QOS"); set(v)) grow_args_.push_back("--qos=" + v);
+  if (const std::string v = Field(job_line, "Features"); set(v)) {
+    grow_args_.push_back("--constraint=" + v);
+  }
+  if (const std::string v = Field(job_line, "TimeLimit");
+      set(v) && v != "UNLIMITED" && v != "Partition_Limit") {
+    grow_args_.push_back("--time=" + v);
+  }
+}
+
+std::vector<std::string> SlurmBackend::grown_jobs() const {
+  std::vector<std::string> out;
+  for (const auto& g : grows_) {
+    if (!g->job_id.empty() && !g->withdrawn && !g->exit) out.push_back(g->job_id);
+  }
+  return out;
+}
+
+void SlurmBackend::MaybeGrow() {
+  if (opts_.grow_nodes <= 0) return;
+  for (const auto& g : grows_) {
+    if (g->withdrawn || g->exit) continue;
+    if (g->job_id.empty()) return;  // a request is pending
+    const bool placeable = std::any_of(hosts_.begin(), hosts_.end(), [&](const SlurmHost& h) {
+      return h.job == g->job_id && !h.state.empty();
+    });
+    if (!placeable) return;  // granted; its host is not probed yet
+  }
+  const double now = Now();
+  if (grow_used_ >= opts_.grow_nodes) {
+    grow_note_ = "the job may not ask Slurm for more nodes (slurm.growNodes: " +
+                 std::to_string(opts_.grow_nodes) + ", all used); raise it, or allocate more " +
+                 "spare nodes";
+    return;
+  }
+  if (now < next_grow_) return;
+  // A new machine: none this job has (in use, lost, drained or suspect).
+  std::string exclude;
+  std::set<std::string> seen;
+  for (const SlurmHost& h : hosts_) {
+    if (seen.insert(h.name).second) exclude += (exclude.empty() ? "" : ",") + h.name;
+  }
+  SpawnOptions so;
+  so.argv = {
+      Bin("salloc"),
+      "--no-kill",
+      "--nodes=1",
+      "--ntasks-per-node=1",
+      "--exclusive",
+      "--job-name=bulwark:" + (job_name_.empty() ? std::string("job") : job_name_) + ":grow"};
+  so.argv.insert(so.argv.end(), grow_args_.begin(), grow_args_.end());
+  if (!exclude.empty()) so.argv.push_back("--exclude=" + exclude);
+  // The held command: the allocation lives while this process does.
+  for (std::string a :
+       {std::string("--"), std::string("/bin/sh"), std::string("-c"),
+        std::string("tail --pid=\"$1\" -f /dev/null; exec \"$2\" \"$SLURM_JOB_ID\""),
+        std::string("sh"), std::to_string(::getpid()), Bin("scancel")}) {
+    so.argv.push_back(std::move(a));
+  }
+  // Not the job's own allocation variables: salloc makes a new one.
+  for (const auto& [k, v] : opts_.env) {
+    if (k.rfind("SLURM_", 0) != 0 || k == "SLURM_CONF") so.env[k] = v;
+  }
+  so.capture_output = true;
+  so.new_process_group = true;
+  auto c = Spawn(so);
+  if (!c.ok()) {
+    grow_note_ = "cannot ask Slurm for a node: " + c.status().message();
+    next_grow_ = now + opts_.grow_retry_s;
+    return;
+  }
+  auto g = std::make_unique<Grow>();
+  g->salloc = std::move(*c);
+  grows_.push_back(std::move(g));
+  ++grow_used_;
+  std::string shown;
+  for (size_t i = 0; i < so.argv.size() && so.argv[i] != "--"; ++i) {
+    shown += (shown.empty() ? "" : " ") + so.argv[i];
+  }
+  grow_note_ = "asked Slurm for one more node (" + shown + "), pending";
+  std::fprintf(stderr, "[bulwark] slurm: no free host: %s\n", grow_note_.c_str());
+}
+
+void SlurmBackend::EndGrow(Grow& g, double now) {
+  if (g.withdrawn) return;
+  g.withdrawn = true;
+  g.hup_at = now;
+  ::kill(g.salloc.pid, SIGHUP);  // not yet reaped: the pid is still salloc's
+}
+
+void SlurmBackend::PollGrows(double now) {
+  static const std::regex kGranted("Granted job allocation ([0-9]+)");
+  for (auto it = grows_.begin(); it != grows_.end();) {
+    Grow& g = **it;
+    if (!g.eof) g.output += ReadAvailable(g.salloc.output.get(), &g.eof);
+    std::smatch m;
+    if (g.job_id.empty() && std::regex_search(g.output, m, kGranted)) {
+      g.job_id = m[1];
+      g.idle_since = now;
+      grow_note_ = "Slurm granted one more node (job " + g.job_id + ")";
+      std::fprintf(stderr, "[bulwark] slurm: %s\n", grow_note_.c_str());
+      if (!probe_) next_probe_ = now;
+    }
+    if (!g.exit) g.exit = Reap(g.salloc.pid);
+    if (g.exit) {
+      if (!g.eof) g.output += ReadAvailable(g.salloc.output.get(), &g.eof);
+      if (g.job_id.empty() && !g.withdrawn) {
+        // Refused: salloc's own words.
+        std::string said;
+        for (const std::string& l : Lines(g.output)) {
+          if (l.find("error") != std::string::npos || said.empty()) said = l;
+        }
+        grow_note_ = "Slurm refused one more node (" + g.exit->Describe() + ": " + Trim(said) +
+                     "); asking again in " + std::to_string(static_cast<int>(opts_.grow_retry_s)) +
+                     " s";
+        std::fprintf(stderr, "[bulwark] slurm: %s\n", grow_note_.c_str());
+        next_grow_ = now + opts_.grow_retry_s;
+        --grow_used_;
+      }
+      // Its hosts go: given back, withdrawn, or ended by Slurm (a step there is then lost
+      // by the probe, which sees the job end first).
+      if (!g.job_id.empty()) {
+        const bool running_here = std::any_of(steps_.begin(), steps_.end(), [&](const auto& kv) {
+          for (const SlurmHost& h : hosts_) {
+            if (h.job == g.job_id && h.name == kv.second.host) return true;
+          }
+          return false;
+        });
+        if (running_here) {
+          for (SlurmHost& h : hosts_) {
+            if (h.job == g.job_id) h.in_job = false;
+          }
+          ++it;
+          continue;  // kept until the probe reports the step lost
+        }
+        std::erase_if(hosts_, [&](const SlurmHost& h) { return h.job == g.job_id; });
+      }
+      it = grows_.erase(it);
+      continue;
+    }
+    if (g.job_id.empty() && !g.withdrawn && now - last_wanted_ > opts_.grow_unwanted_s) {
+      std::fprintf(stderr,
+                   "[bulwark] slurm: withdrawing the request for one more node: no node has "
+                   "waited for a host for %.0f s\n",
+                   now - last_wanted_);
+      EndGrow(g, now);
+      --grow_used_;
+      grow_note_.clear();
+    } else if (!g.job_id.empty() && !g.withdrawn) {
+      bool used = false;
+      for (const auto& [id, st] : steps_) {
+        for (const SlurmHost& h : hosts_) used = used || (h.job == g.job_id && h.name == st.host);
+      }
+      if (used) {
+        g.idle_since = now;
+      } else if (now - g.idle_since > opts_.grow_idle_s) {
+        std::fprintf(stderr,
+                     "[bulwark] slurm: giving back grown allocation %s: no node ran there for "
+                     "%.0f s\n",
+                     g.job_id.c_str(), now - g.idle_since);
+        EndGrow(g, now);
+      }
+    } else if (g.withdrawn && !g.killed && now - g.hup_at > kTermWaitS) {
+      IgnoreError(SignalGroup(g.salloc.pgid, SIGKILL), "salloc may have ended already");
+      g.killed = true;
+      if (!g.job_id.empty()) {
+        SpawnOptions so;
+        so.argv = {Bin("scancel"), g.job_id};
+        so.env = opts_.env;
+        if (auto c = Spawn(so); c.ok()) helpers_.push_back(std::move(*c));
+      }
+    }
+    ++it;
+  }
 }
 
 Status SlurmBackend::KillNode(const std::string& node_id) {
@@ -639,6 +878,27 @@ Status SlurmBackend::Teardown(double grace_s) {
     TerminateGroup(probe_->child.pid, probe_->child.pgid, 0);
     probe_.reset();
   }
+  // Grown allocations: given back (salloc relinquishes on SIGHUP), else cancelled.
+  const double now = Now();
+  for (auto& g : grows_) {
+    if (!g->exit) EndGrow(*g, now);
+  }
+  for (auto& g : grows_) {
+    if (!g->exit) g->exit = WaitExit(g->salloc.pid, kTermWaitS);
+    if (g->exit) continue;
+    TerminateGroup(g->salloc.pid, g->salloc.pgid, 0);
+    if (!g->job_id.empty()) {
+      SpawnOptions so;
+      so.argv = {Bin("scancel"), g->job_id};
+      so.env = opts_.env;
+      auto r = RunToEnd(so, opts_.command_timeout_s);
+      if (!r.ok() || !r->exit.ok()) {
+        std::fprintf(stderr, "[bulwark] slurm: scancel %s: %s\n", g->job_id.c_str(),
+                     r.ok() ? Trim(r->output).c_str() : r.status().message().c_str());
+      }
+    }
+  }
+  grows_.clear();
   for (Child& c : helpers_) {
     if (!WaitExit(c.pid, opts_.command_timeout_s)) TerminateGroup(c.pid, c.pgid, 0);
   }

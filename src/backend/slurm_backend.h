@@ -48,6 +48,26 @@
 // on a host that is DOWN cannot be reached by Slurm either: its agent ends its ranks
 // when it loses the controller (its orphan timeout).
 //
+// Growing (SlurmBackendOptions::grow_nodes > 0, the spec's slurm.growNodes). When no
+// host is free, StartNode (still UNAVAILABLE "no capacity") asks Slurm for one more node
+// as a separate one-node allocation, in the background:
+//   salloc --no-kill --nodes=1 --ntasks-per-node=1 --exclusive
+//          --job-name=bulwark:<job>:grow [the job's --partition --account --qos
+//          --constraint --time, as `scontrol show job` gave them] --exclude=<every host
+//          this backend knows> -- /bin/sh -c 'tail --pid=<this pid> -f /dev/null;
+//          exec scancel "$SLURM_JOB_ID"'
+// One request at a time, at most grow_nodes over the backend's life (a refused or
+// withdrawn one does not count). Once salloc says "Granted job allocation N", the next
+// probe adds N's host, and StartNode places on it with --jobid=N. The held command ends
+// the allocation if this process dies, even by SIGKILL (tail polls this pid each
+// second). A request that no StartNode has wanted for grow_unwanted_s (the lost node
+// came back) is withdrawn, and a granted allocation that runs no node for grow_idle_s is
+// given back (SIGHUP makes salloc relinquish it; scancel if salloc does not end within
+// 5 s); Teardown gives back all of them. salloc's refusal ("Invalid account", "Requested
+// node configuration is not available") is printed once and shown in the capacity
+// message; the next request waits grow_retry_s. Permissions: any user who may submit
+// jobs to the partition.
+//
 // Threading: the controller's thread only, like every Backend; not thread-safe.
 #pragma once
 
@@ -77,6 +97,11 @@ struct SlurmBackendOptions {
   std::vector<std::string> hosts;
   double poll_interval_s = 1;     // scontrol at most this often
   double command_timeout_s = 10;  // an scontrol or scancel that takes longer is killed
+  // Growing (above): nodes that may be requested beyond the allocation; 0 = never.
+  int grow_nodes = 0;
+  double grow_idle_s = 60;      // a grown allocation running no node is given back after
+  double grow_unwanted_s = 30;  // a pending request nobody wanted since is withdrawn
+  double grow_retry_s = 30;     // after a refused request, the next one waits this long
 };
 
 // One host of the allocation as the last scontrol probe showed it.
@@ -86,6 +111,7 @@ struct SlurmHost {
   std::string state;   // State, e.g. "MIXED", "DOWN+NOT_RESPONDING"
   std::string reason;  // Reason ("" when none)
   bool in_job = true;  // still part of the job's NodeList
+  std::string job;     // the allocation it belongs to: the job's, or one grown
 };
 
 // Whether a node State ("IDLE", "MIXED+DRAIN", "DOWN+NOT_RESPONDING") means the node
@@ -131,6 +157,8 @@ class SlurmBackend : public Backend {
   // The host node_id runs on, or "".
   std::string HostOf(const std::string& node_id) const;
   const std::string& job_id() const { return opts_.job_id; }
+  // The allocations requested beyond the job's (granted, not yet given back), in order.
+  std::vector<std::string> grown_jobs() const;
 
  private:
   struct Step {
@@ -156,7 +184,28 @@ class SlurmBackend : public Backend {
     bool eof = false;
   };
 
+  struct Grow {  // a one-node allocation requested beyond the job's (salloc)
+    Child salloc;
+    std::string output;  // salloc's messages
+    bool eof = false;
+    std::string job_id;  // once granted
+    double idle_since = 0;
+    bool withdrawn = false;  // SIGHUP sent: withdrawn (pending) or given back (granted)
+    double hup_at = -1;
+    bool killed = false;
+    std::optional<ExitInfo> exit;
+  };
+
   explicit SlurmBackend(SlurmBackendOptions opts) : opts_(std::move(opts)) {}
+  // Starts a grow request if growing is on, none is under way and the budget allows.
+  void MaybeGrow();
+  // Reads, reaps, withdraws and gives back grown allocations.
+  void PollGrows(double now);
+  // SIGHUPs salloc (it relinquishes the allocation or withdraws the request).
+  void EndGrow(Grow& g, double now);
+  // Reads the job's partition, account, QOS, features and time limit from its
+  // `scontrol show job` line into grow_args_.
+  void SetGrowArgs(const std::string& job_line);
   std::string Bin(const std::string& name) const;
   // Reads what srun wrote; forwards whole lines.
   void Drain(Step& s, bool flush);
@@ -195,6 +244,13 @@ class SlurmBackend : public Backend {
   double next_probe_ = 0;
   std::string probe_error_;  // the last probe failure reported (once per message)
   std::string job_state_ = "RUNNING";
+  std::vector<std::unique_ptr<Grow>> grows_;
+  int grow_used_ = 0;                   // requests that count against grow_nodes
+  double last_wanted_ = -1e9;           // the last StartNode that found no host (mono)
+  double next_grow_ = 0;                // no request before (after a refusal)
+  std::string grow_note_;               // what growing does now, for the capacity message
+  std::string job_name_;                // Bulwark's job, from the first NodeRequest
+  std::vector<std::string> grow_args_;  // the job's --partition etc., for salloc
 };
 
 }  // namespace bulwark

@@ -93,8 +93,9 @@ class SlurmBackendTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<SlurmBackend> Create(const std::string& job) {
-    auto b = SlurmBackend::Create(Options(job));
+  std::unique_ptr<SlurmBackend> Create(const std::string& job) { return Create(Options(job)); }
+  std::unique_ptr<SlurmBackend> Create(const SlurmBackendOptions& o) {
+    auto b = SlurmBackend::Create(o);
     EXPECT_TRUE(b.ok()) << b.status().ToString();
     return b.ok() ? std::move(*b) : nullptr;
   }
@@ -443,6 +444,116 @@ TEST_F(SlurmBackendTest, DrainNodeDrainsAndExcludesOrIsPermissionDenied) {
       << denied.message();
   EXPECT_EQ(Or(cluster_->NodeState(other)).find("DRAIN"), std::string::npos);
   fs::remove_all(bin);
+}
+
+// The job state of Slurm job `job` ("" once Slurm no longer lists it).
+std::string JobState(SlurmCluster* c, const std::string& job) {
+  auto r = c->Run({"squeue", "--noheader", "--jobs=" + job, "--states=all", "--format=%T %j"});
+  if (!r.ok() || !r->exit.ok()) return "";
+  std::string out = r->output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+TEST_F(SlurmBackendTest, GrowsOneNodeAllocationWhenNoHostIsFreeAndGivesItBack) {
+  const std::string job = Allocate(1);
+  ASSERT_FALSE(job.empty());
+  SlurmBackendOptions o = Options(job);
+  o.grow_nodes = 1;
+  o.grow_idle_s = 1;
+  auto created = Create(o);
+  ASSERT_NE(created, nullptr);
+  SlurmBackend* b = created.get();
+  ASSERT_TRUE(b->StartNode(Req("node-0", 0)).ok());
+  Status none = b->StartNode(Req("node-1", 1));
+  ASSERT_EQ(none.code(), Code::kUnavailable) << none.ToString();
+  EXPECT_NE(
+      none.message().find("asked Slurm for one more node (" + cluster_->bin_dir() + "/salloc"),
+      std::string::npos)
+      << none.message();
+  EXPECT_NE(none.message().find("--exclude=" + b->HostOf("node-0")), std::string::npos)
+      << none.message() << ": a new machine, not one the job has";
+  // The controller retries: once the grant is probed, node-1 goes there.
+  Status st = none;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)b->Poll();
+        st = b->StartNode(Req("node-1", 1));
+        return st.ok();
+      },
+      30))
+      << st.ToString();
+  ASSERT_EQ(b->grown_jobs().size(), 1u);
+  const std::string grown = b->grown_jobs()[0];
+  EXPECT_NE(grown, job);
+  const auto w = Where("node-1");
+  EXPECT_NE(w[0], b->HostOf("node-0"));
+  EXPECT_EQ(w[1].rfind(grown + ".", 0), 0u) << w[1] << ": a step of the grown allocation";
+  EXPECT_EQ(JobState(cluster_.get(), grown), "RUNNING bulwark:t:grow");
+  // The budget is one node.
+  Status more = b->StartNode(Req("node-2", -1));
+  EXPECT_EQ(more.code(), Code::kUnavailable);
+  EXPECT_NE(more.message().find("slurm.growNodes: 1, all used"), std::string::npos)
+      << more.message();
+  // Released, the grown allocation is given back after grow_idle_s.
+  Stop("node-1");
+  ASSERT_TRUE(b->ReleaseNode("node-1", 10).ok());
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        (void)b->Poll();
+        return b->grown_jobs().empty() &&
+               JobState(cluster_.get(), grown).rfind("RUNNING", 0) == std::string::npos;
+      },
+      30))
+      << JobState(cluster_.get(), grown);
+  EXPECT_EQ(JobState(cluster_.get(), job).rfind("RUNNING", 0), 0u) << "the job's own runs on";
+  Stop("node-0");
+  EXPECT_TRUE(b->Teardown(10).ok());
+}
+
+TEST_F(SlurmBackendTest, GrowRefusedBySlurmIsToldAndTeardownGivesBackWhatGrew) {
+  // Two of the three hosts: one can be grown, then Slurm has none left to give.
+  const std::string job = Allocate(2);
+  ASSERT_FALSE(job.empty());
+  SlurmBackendOptions o = Options(job);
+  o.grow_nodes = 3;
+  o.grow_retry_s = 60;
+  auto created = Create(o);
+  ASSERT_NE(created, nullptr);
+  SlurmBackend* b = created.get();
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "node-" + std::to_string(i);
+    Status st;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          (void)b->Poll();
+          st = b->StartNode(Req(id, i));
+          return st.ok();
+        },
+        30))
+        << id << ": " << st.ToString();
+  }
+  ASSERT_EQ(b->grown_jobs().size(), 1u);
+  const std::string grown = b->grown_jobs()[0];
+  // A fourth: every host of the cluster is this job's and excluded; salloc says so.
+  Status st;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        (void)b->Poll();
+        st = b->StartNode(Req("node-3", -1));
+        return st.message().find("Slurm refused one more node") != std::string::npos;
+      },
+      30))
+      << st.ToString();
+  EXPECT_NE(st.message().find("Requested node configuration is not available"), std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("asking again in 60 s"), std::string::npos) << st.ToString();
+  // Teardown ends the steps and gives the grown allocation back.
+  for (int i = 0; i < 3; ++i) Stop("node-" + std::to_string(i));
+  EXPECT_TRUE(b->Teardown(10).ok());
+  EXPECT_TRUE(WaitFor(
+      [&] { return JobState(cluster_.get(), grown).rfind("RUNNING", 0) == std::string::npos; }, 20))
+      << JobState(cluster_.get(), grown);
 }
 
 }  // namespace
