@@ -82,9 +82,38 @@ class SlurmE2E : public E2EBase {
             "--run-dir", dir_ + "/run", "--store", dir_ + "/bulwark.db"};
   }
 
+  // `bulwark run SPEC` (RunArgs) inside allocation `job` of `nodes` nodes, as a child.
+  Child SpawnRun(const std::string& spec, const std::string& job, int nodes) {
+    SpawnOptions so;
+    so.argv = RunArgs(spec);
+    so.env = CurrentEnv();
+    for (const auto& [k, v] : InAllocation(job, nodes)) so.env[k] = v;
+    auto child = Spawn(so);
+    EXPECT_TRUE(child.ok()) << child.status().ToString();
+    return child.ok() ? std::move(*child) : Child{};
+  }
+
+  // Appends what `c` writes to *out until *out holds `what`, the output ends (*eof), or
+  // timeout_s passes; whether it holds `what`.
+  static bool ReadUntil(const Child& c, std::string* out, bool* eof, const std::string& what,
+                        double timeout_s) {
+    const double deadline = Now() + timeout_s;
+    while (out->find(what) == std::string::npos && !*eof && Now() < deadline) {
+      PollReadable({c.output.get()}, 0.2);
+      *out += ReadAvailable(c.output.get(), eof);
+    }
+    return out->find(what) != std::string::npos;
+  }
+
   Json Report() {
     const std::string text = ReadFile(dir_ + "/report.json");
     return text.empty() ? Json() : Json::parse(text, nullptr, false);
+  }
+
+  // The job's JobState ("" when scontrol cannot say).
+  std::string State(const std::string& job) const {
+    auto s = cluster_->JobState(job);
+    return s.ok() ? *s : "";
   }
 
   // Polls the job's state until it is one of the final ones.
@@ -303,37 +332,92 @@ TEST_F(SlurmE2E, ReplayOnNamedHost) {
   ExpectNoLeftovers();
 }
 
-// `bulwark run` SIGKILLed (no chance to tear down): its sruns die with it
-// (PR_SET_PDEATHSIG), and Slurm ends their steps, agents and ranks with them.
-TEST_F(SlurmE2E, AKilledRunLeavesNoStepRunning) {
+// slurm.growNodes: a two-node allocation for a job of two nodes and a standby. The
+// standby's host is asked of Slurm (a one-node allocation beside the job's); once the
+// standby is ready, the machine of slot 1 crashes (its slurmd, steps and processes
+// killed), the standby on the grown host takes the slot, the job finishes, and the grown
+// allocation is given back.
+TEST_F(SlurmE2E, GrowsTheAllocationForItsStandby) {
   ASSERT_NO_FATAL_FAILURE(StartCluster());
-  const std::string spec = WriteSpec("killed", 2, 2, 100000, kFastPolicy);
-  const std::string job = Allocate(3);
-  SpawnOptions so;
-  so.argv = RunArgs(spec);
-  so.env = CurrentEnv();
-  for (const auto& [k, v] : InAllocation(job, 3)) so.env[k] = v;
-  auto child = Spawn(so);
-  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  // 600 steps of 30 ms: the standby is ready within a few seconds of the start.
+  const std::string spec =
+      WriteSpec("grow", 2, 2, 600, std::string(kFastPolicy) + "slurm: {growNodes: 1}\n", "",
+                ", TINY_STEP_TIME: \"0.03\"");
+  const std::string job = Allocate(2);
+  ASSERT_FALSE(job.empty());
+  Child child = SpawnRun(spec, job, 2);
+  ASSERT_GT(child.pid, 0);
   std::string out;
   bool eof = false;
-  const double deadline = Now() + 120;
-  while (out.find("CheckpointCommitted") == std::string::npos && !eof && Now() < deadline) {
-    PollReadable({child->output.get()}, 0.2);
-    out += ReadAvailable(child->output.get(), &eof);
-  }
-  ASSERT_NE(out.find("CheckpointCommitted"), std::string::npos) << out;
+  auto read_until = [&](const std::string& what, double timeout_s) {
+    return ReadUntil(child, &out, &eof, what, timeout_s);
+  };
+  ASSERT_TRUE(read_until("NodeReady: node-2 is a warm standby", 120)) << out;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex("Slurm granted one more node \\(job ([0-9]+)\\)")))
+      << out;
+  const std::string grown = m[1];
+  EXPECT_NE(out.find("[bulwark] slurm: grown allocation " + grown + " runs on node3"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[bulwark] slurm: node-2 on node3 (step " + grown + "."), std::string::npos)
+      << out;
+  EXPECT_EQ(State(grown), "RUNNING");
+  ASSERT_NE(out.find("[bulwark] slurm: node-1 on node2 "), std::string::npos) << out;
+  ASSERT_TRUE(cluster_->CrashNode("node2").ok());
+  EXPECT_TRUE(read_until("StandbyPromoted: node-2 takes slot 1", 120)) << out;
+  read_until("\n=== never printed ===", 180);  // to the end of its output
+  auto exit = WaitExit(child.pid, 30);
+  ASSERT_TRUE(exit.has_value()) << out;
+  EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << out;
+  const Json r = Report();
+  EXPECT_EQ(r["phase"], "Succeeded") << out;
+  EXPECT_EQ(r["last_step"], 600);
+  const Json* lost = FirstIncident(r, "node_lost");
+  ASSERT_NE(lost, nullptr) << r.dump(2);
+  EXPECT_EQ((*lost)["action"], "replace_node") << lost->dump(2);
+  // Given back: Slurm no longer runs it; the job's own allocation is the user's to end.
+  EXPECT_NE(State(grown), "RUNNING");
+  EXPECT_EQ(State(job), "RUNNING");
+  auto cancel = cluster_->Run({"scancel", job});
+  EXPECT_TRUE(cancel.ok() && cancel->exit.ok());
+  ExpectNoLeftovers();
+}
+
+// `bulwark run` SIGKILLed (no chance to tear down): its sruns die with it
+// (PR_SET_PDEATHSIG), and Slurm ends their steps, agents and ranks with them; the
+// allocation it grew for its standby ends too (its held command watches the run).
+TEST_F(SlurmE2E, AKilledRunLeavesNoStepRunning) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  const std::string spec =
+      WriteSpec("killed", 2, 2, 100000, std::string(kFastPolicy) + "slurm: {growNodes: 1}\n");
+  const std::string job = Allocate(2);
+  Child child = SpawnRun(spec, job, 2);
+  ASSERT_GT(child.pid, 0);
+  std::string out;
+  bool eof = false;
+  ASSERT_TRUE(ReadUntil(child, &out, &eof, "CheckpointCommitted", 120)) << out;
   auto steps = [&] {
     auto r = cluster_->Run({"squeue", "--steps", "--noheader", "--jobs=" + job, "--format=%i %j"});
     return r.ok() ? r->output : r.status().ToString();
   };
-  EXPECT_NE(steps().find("bulwark:killed:node-2"), std::string::npos) << steps();
-  ::kill(child->pid, SIGKILL);
-  ASSERT_TRUE(WaitExit(child->pid, 10).has_value());
+  EXPECT_NE(steps().find("bulwark:killed:node-1"), std::string::npos) << steps();
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex("Slurm granted one more node \\(job ([0-9]+)\\)")))
+      << out;
+  const std::string grown = m[1];
+  auto running = [&](const std::string& j) { return State(j) == "RUNNING"; };
+  ASSERT_TRUE(running(grown));
+  ::kill(child.pid, SIGKILL);
+  ASSERT_TRUE(WaitExit(child.pid, 10).has_value());
   const double t0 = Now();
-  while (!steps().empty() && Now() < t0 + 30) PollReadable({}, 0.2);
+  while ((!steps().empty() || running(grown)) && Now() < t0 + 30) PollReadable({}, 0.2);
   EXPECT_EQ(steps(), "") << "steps outlived the killed bulwark run";
-  std::printf("bulwark run SIGKILLed: its steps gone after %.1f s\n", Now() - t0);
+  EXPECT_FALSE(running(grown)) << "the grown allocation outlived the killed bulwark run";
+  std::printf("bulwark run SIGKILLed: its steps and grown allocation gone after %.1f s\n",
+              Now() - t0);
   ExpectNoLeftovers();
 }
 
@@ -380,9 +464,18 @@ TEST_F(SlurmE2E, SlurmScriptIsCheckedAndRunsUnderSbatch) {
             std::string::npos)
       << out;
 
-  // The script, as printed, submitted with sbatch.
-  WriteSpec("scripted", 2, 2, 40, kFastPolicy);
-  std::tie(rc, out) = script({"--partition", "debug", "--time", "10:00"});
+  // The spec's slurm section: checked the same way, named as the spec's.
+  WriteSpec("scripted", 2, 2, 40, std::string(kFastPolicy) + "slurm: {partition: gpu}\n");
+  std::tie(rc, out) = script({});
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("the spec's slurm.partition gpu: no such partition on this cluster"),
+            std::string::npos)
+      << out;
+
+  // The script, as printed, submitted with sbatch: the spec's values, a flag winning.
+  WriteSpec("scripted", 2, 2, 40,
+            std::string(kFastPolicy) + "slurm: {partition: debug, time: \"5:00\"}\n");
+  std::tie(rc, out) = script({"--time", "10:00"});
   ASSERT_EQ(rc, 0) << out;
   for (const char* line : {"#!/bin/bash\n", "\n#SBATCH --nodes=3\n", "\n#SBATCH --no-kill\n",
                            "\n#SBATCH --job-name=scripted\n", "\n#SBATCH --partition=debug\n",

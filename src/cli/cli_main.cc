@@ -114,7 +114,7 @@ struct RunFlags {
   std::string advertise_host;
   // --allocate: outside an allocation, run this command again under salloc
   bool allocate = false;
-  cli::SlurmRequest slurm_request;  // --partition, --account, --time, --constraint
+  cli::SlurmRequest slurm_request;  // --partition, --account, --qos, --time, --constraint
   std::vector<std::string> argv;    // this process's command line, for --allocate
 };
 
@@ -344,11 +344,10 @@ int CmdRun(const RunFlags& f) {
   JobSpec* spec = &manifest->job.job;
   const bool in_allocation = cli::UseSlurm("auto", CurrentEnv());
   const cli::SlurmRequest& req = f.slurm_request;
-  if (!f.allocate && !(req.partition.empty() && req.account.empty() && req.time.empty() &&
-                       req.constraint.empty())) {
+  if (!f.allocate && !req.empty()) {
     return Fail(InvalidArgument(
-        "--partition, --account, --time and --constraint describe the allocation --allocate "
-        "requests: add --allocate (or give them to salloc/sbatch yourself)"));
+        "--partition, --account, --qos, --time and --constraint describe the allocation "
+        "--allocate requests: add --allocate (or give them to salloc/sbatch yourself)"));
   }
   if (f.allocate && f.backend == "local") {
     return Fail(InvalidArgument("--allocate asks Slurm for nodes; drop --backend local"));
@@ -917,6 +916,7 @@ int Main(int argc, char** argv) {
                 "spare nodes) and run the job in it");
   run->add_option("--partition", rf.slurm_request.partition, "--allocate: the Slurm partition");
   run->add_option("--account", rf.slurm_request.account, "--allocate: the Slurm account");
+  run->add_option("--qos", rf.slurm_request.qos, "--allocate: the Slurm quality of service");
   run->add_option("--time", rf.slurm_request.time, "--allocate: the time limit, e.g. 2:00:00");
   run->add_option("--constraint", rf.slurm_request.constraint,
                   "--allocate: node features, e.g. a100");

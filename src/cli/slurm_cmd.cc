@@ -65,6 +65,11 @@ std::string FindProgram(const std::string& name, const std::string& dir) {
 }
 
 // Checks one flag's value against the characters Slurm allows there.
+Status CheckFlag(const std::string& flag, const std::string& value) {
+  const std::string problem = SlurmValueProblem(flag, value);
+  if (problem.empty()) return Status::Ok();
+  return InvalidArgument("--" + flag + " \"" + value + "\": not " + problem);
+}
 Status CheckFlag(const std::string& flag, const std::string& value, const std::regex& re,
                  const std::string& expect) {
   if (value.empty() || std::regex_match(value, re)) return Status::Ok();
@@ -102,7 +107,9 @@ Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
   const int have = static_cast<int>(only_hosts.empty() ? alloc->nodes.size() : only_hosts.size());
   auto list = env.find("SLURM_JOB_NODELIST");
   if (list == env.end()) list = env.find("SLURM_NODELIST");
-  if (need > have) {
+  // Growing may add the standbys, not the nodes the job starts on.
+  const int grow = only_hosts.empty() ? spec.slurm.grow_nodes : 0;
+  if (need > have && (have < spec.nodes || need - have > grow)) {
     return InvalidArgument("job '" + spec.name + "' needs " + std::to_string(need) +
                            " Slurm nodes (nodes: " + std::to_string(spec.nodes) +
                            " + faultPolicy.spareNodes: " + std::to_string(spares) +
@@ -110,13 +117,18 @@ Result<SlurmRun> PrepareSlurmRun(const JobSpec& spec, const AgentCommand& agent,
                            (list == env.end() ? std::string() : " (" + list->second + ")") +
                            "; allocate " + std::to_string(need) +
                            " (salloc/sbatch --nodes=" + std::to_string(need) +
-                           " --no-kill), or lower nodes or faultPolicy.spareNodes");
+                           " --no-kill), or lower nodes or faultPolicy.spareNodes" +
+                           (have >= spec.nodes ? ", or let it ask Slurm for the standbys "
+                                                 "(slurm.growNodes: " +
+                                                     std::to_string(need - have) + ")"
+                                               : std::string()));
   }
   SlurmBackendOptions o;
   o.agent = agent;
   o.job_id = alloc->job_id;
   o.env = env;
   o.hosts = only_hosts;
+  o.grow_nodes = grow;
   SlurmRun run;
   BW_ASSIGN_OR_RETURN(run.backend, SlurmBackend::Create(std::move(o)));
   bool loopback = true;
@@ -248,18 +260,9 @@ void SlurmJobComment::Set(const std::string& text) {
 Status CheckSlurmRequest(const JobSpec& spec, const SlurmRequest& req, const std::string& bin_dir,
                          std::ostream& err) {
   // What Slurm accepts in each flag (and nothing a shell would read).
-  const std::regex name_re("[A-Za-z0-9_.+-]+");
-  const std::regex time_re(
-      "[0-9]+|[0-9]+:[0-9]{1,2}|[0-9]+:[0-9]{1,2}:[0-9]{1,2}|[0-9]+-[0-9]+|"
-      "[0-9]+-[0-9]+:[0-9]{1,2}|[0-9]+-[0-9]+:[0-9]{1,2}:[0-9]{1,2}|UNLIMITED|INFINITE");
-  const std::regex constraint_re("[A-Za-z0-9_.*:,&|!()\\[\\]-]+");
-  for (const Status& st :
-       {CheckFlag("partition", req.partition, name_re, "a partition name (letters, digits, _.+-)"),
-        CheckFlag("account", req.account, name_re, "an account name (letters, digits, _.+-)"),
-        CheckFlag("time", req.time, time_re,
-                  "a Slurm time limit: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"),
-        CheckFlag("constraint", req.constraint, constraint_re,
-                  "a Slurm constraint (features joined by & | , without spaces)")}) {
+  for (const Status& st : {CheckFlag("partition", req.partition), CheckFlag("account", req.account),
+                           CheckFlag("qos", req.qos), CheckFlag("time", req.time),
+                           CheckFlag("constraint", req.constraint)}) {
     BW_RETURN_IF_ERROR(st);
   }
   const int spares = spec.fault_policy.spare_nodes;
@@ -296,8 +299,9 @@ Status CheckSlurmRequest(const JobSpec& spec, const SlurmRequest& req, const std
     }
   }
   if (!req.partition.empty() && chosen.empty()) {
-    return InvalidArgument("--partition " + req.partition +
-                           ": no such partition on this cluster (it has: " + names +
+    const bool from_spec = req.partition == spec.slurm.partition;
+    return InvalidArgument((from_spec ? "the spec's slurm.partition " : "--partition ") +
+                           req.partition + ": no such partition on this cluster (it has: " + names +
                            "); pick one of them (sinfo --summarize lists them)");
   }
   if (total >= 0 && total < need) {
@@ -310,6 +314,18 @@ Status CheckSlurmRequest(const JobSpec& spec, const SlurmRequest& req, const std
   return Status::Ok();
 }
 
+SlurmRequest WithSpecDefaults(const JobSpec& spec, SlurmRequest flags) {
+  const SlurmSpec& s = spec.slurm;
+  for (auto [flag, value] : {std::pair{&flags.partition, &s.partition},
+                             {&flags.account, &s.account},
+                             {&flags.qos, &s.qos},
+                             {&flags.time, &s.time},
+                             {&flags.constraint, &s.constraint}}) {
+    if (flag->empty()) *flag = *value;
+  }
+  return flags;
+}
+
 std::vector<std::string> AllocationOptions(const JobSpec& spec, const SlurmRequest& req) {
   std::vector<std::string> o = {
       "--job-name=" + spec.name,
@@ -317,6 +333,7 @@ std::vector<std::string> AllocationOptions(const JobSpec& spec, const SlurmReque
       "--ntasks-per-node=1", "--exclusive", "--no-kill"};
   if (!req.partition.empty()) o.push_back("--partition=" + req.partition);
   if (!req.account.empty()) o.push_back("--account=" + req.account);
+  if (!req.qos.empty()) o.push_back("--qos=" + req.qos);
   if (!req.time.empty()) o.push_back("--time=" + req.time);
   if (!req.constraint.empty()) o.push_back("--constraint=" + req.constraint);
   return o;
@@ -347,7 +364,8 @@ int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err)
     return fail(st);
   }
   if (f.output.empty()) return fail(InvalidArgument("--output: must not be empty"));
-  if (Status st = CheckSlurmRequest(spec, f.request, f.bin_dir, err); !st.ok()) return fail(st);
+  const SlurmRequest req = WithSpecDefaults(spec, f.request);
+  if (Status st = CheckSlurmRequest(spec, req, f.bin_dir, err); !st.ok()) return fail(st);
   std::error_code ec;
   const std::string spec_path = fs::absolute(f.spec, ec).lexically_normal().string();
   const std::string bulwark = f.bulwark.empty() ? ExeDir() + "/bulwark" : f.bulwark;
@@ -359,7 +377,7 @@ int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err)
       << "# One bulwark-agent per node runs as a job step (srun); --no-kill keeps the\n"
       << "# allocation when a node fails (Bulwark replaces it with a standby) and --exclusive\n"
       << "# gives each agent's ranks the whole node.\n";
-  for (const std::string& o : AllocationOptions(spec, f.request)) out << "#SBATCH " << o << "\n";
+  for (const std::string& o : AllocationOptions(spec, req)) out << "#SBATCH " << o << "\n";
   out << "#SBATCH --output=" << f.output << "\n";
   out << "\nexec " << ShellQuote(bulwark) << " run " << ShellQuote(spec_path) << " --backend slurm";
   for (const std::string& a : f.run_args) out << " " << ShellQuote(a);
@@ -367,8 +385,9 @@ int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err)
   return 0;
 }
 
-Status ExecUnderSalloc(const JobSpec& spec, const SlurmRequest& req,
+Status ExecUnderSalloc(const JobSpec& spec, const SlurmRequest& flags,
                        const std::vector<std::string>& command) {
+  const SlurmRequest req = WithSpecDefaults(spec, flags);
   BW_RETURN_IF_ERROR(CheckSlurmRequest(spec, req, "", std::cerr));
   const std::string salloc = FindProgram("salloc", "");
   if (salloc.empty()) {
@@ -401,6 +420,7 @@ CLI::App* AddSlurmCommand(CLI::App& app, int* exit_code, std::ostream& out, std:
   script->add_option("--partition", flags->request.partition,
                      "#SBATCH --partition (checked if Slurm is here)");
   script->add_option("--account", flags->request.account, "#SBATCH --account");
+  script->add_option("--qos", flags->request.qos, "#SBATCH --qos");
   script->add_option("--time", flags->request.time, "#SBATCH --time, e.g. 1-00:00:00");
   script->add_option("--constraint", flags->request.constraint, "#SBATCH --constraint, e.g. a100");
   script->add_option("--output", flags->output, "#SBATCH --output (%x job name, %j job id)");

@@ -1,7 +1,7 @@
 // Bulwark on Slurm from the command line (docs/slurm.md):
 //  * `bulwark run` inside an allocation: PrepareSlurmRun checks the allocation against
 //    the job and creates the SlurmBackend (backend/slurm_backend.h);
-//  * `bulwark slurm script SPEC [--partition P] [--account A] [--time T]
+//  * `bulwark slurm script SPEC [--partition P] [--account A] [--qos Q] [--time T]
 //    [--constraint C] [--output PATTERN] [-- RUN FLAGS]`: prints an sbatch script that
 //    allocates the job's nodes plus its warm standbys and runs `bulwark run SPEC` in the
 //    allocation.
@@ -91,9 +91,18 @@ class SlurmJobComment {
 };
 
 // What an allocation is asked for beyond the job's nodes (sbatch/salloc flags).
+// What the allocation asks for. A flag given on the command line wins over the spec's
+// `slurm:` value of the same name (WithSpecDefaults).
 struct SlurmRequest {
-  std::string partition, account, time, constraint;
+  std::string partition, account, qos, time, constraint;
+  bool empty() const {
+    return partition.empty() && account.empty() && qos.empty() && time.empty() &&
+           constraint.empty();
+  }
 };
+
+// `flags` with each value it leaves empty taken from `spec.slurm`.
+SlurmRequest WithSpecDefaults(const JobSpec& spec, SlurmRequest flags);
 
 // Checks `req`'s values against what Slurm accepts (INVALID_ARGUMENT naming the flag),
 // and, when scontrol (in `bin_dir`, "" = PATH) is there and answers, that the partition
@@ -104,10 +113,12 @@ Status CheckSlurmRequest(const JobSpec& spec, const SlurmRequest& req, const std
                          std::ostream& err);
 
 // The sbatch/salloc options for `spec`: --job-name, --nodes (nodes + spares),
-// --ntasks-per-node=1, --exclusive, --no-kill, then the request's.
+// --ntasks-per-node=1, --exclusive, --no-kill, then the request's (--partition,
+// --account, --qos, --time, --constraint).
 std::vector<std::string> AllocationOptions(const JobSpec& spec, const SlurmRequest& req);
 
-// `bulwark run --allocate` outside an allocation: checks the request, then replaces
+// `bulwark run --allocate` outside an allocation: checks the request (`flags` over the
+// spec's slurm section), then replaces
 // this process with `salloc <AllocationOptions> -- <command>` (command: this run's own
 // argv; inside the allocation it runs on Slurm). Returns only on error: the request's,
 // FAILED_PRECONDITION when salloc is not on PATH, or exec's.

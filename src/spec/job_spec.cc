@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <sstream>
 #include <system_error>
 
@@ -50,6 +51,7 @@ class Parser {
     if (auto it = f.find("faultPolicy"); it != f.end()) ParseFaultPolicy(it->second);
     if (auto it = f.find("elastic"); it != f.end()) ParseElastic(it->second);
     if (auto it = f.find("monitoring"); it != f.end()) ParseMonitoring(it->second);
+    if (auto it = f.find("slurm"); it != f.end()) ParseSlurm(it->second);
     if (auto it = f.find("chaos"); it != f.end()) ParseChaos(it->second);
     return f;
   }
@@ -368,6 +370,26 @@ class Parser {
     ReadBoolField(f, "lossSpikeRollback", &m.loss_spike_rollback);
   }
 
+  void ParseSlurm(const Entry& e) {
+    auto f = r_.Fields(e.value, e.line, e.path, e.hint, kSlurmFields);
+    SlurmSpec& s = spec_.slurm;
+    for (auto [key, out] : {std::pair{"partition", &s.partition},
+                            {"account", &s.account},
+                            {"qos", &s.qos},
+                            {"time", &s.time},
+                            {"constraint", &s.constraint}}) {
+      auto it = f.find(key);
+      if (it == f.end() || !r_.ReadString(it->second, out)) continue;
+      std::string problem = out->empty() ? "must not be empty" : SlurmValueProblem(key, *out);
+      if (problem.empty()) continue;
+      if (!out->empty()) problem = "not " + problem;
+      r_.Error(it->second.line, it->second.path, problem, SpecReader::Describe(it->second.value),
+               it->second.hint);
+      out->clear();
+    }
+    ReadIntField(f, "growNodes", &s.grow_nodes);
+  }
+
   void ParseChaos(const Entry& e) {
     if (e.value.IsNull()) return;
     if (!e.value.IsSequence()) {
@@ -570,6 +592,33 @@ std::map<std::string, Entry> ParseJobFields(SpecReader& r, const YAML::Node& map
 }
 
 }  // namespace spec_internal
+
+std::string SlurmValueProblem(const std::string& key, const std::string& value) {
+  static const std::regex name_re("[A-Za-z0-9_.+-]+");
+  static const std::regex time_re(
+      "[0-9]+|[0-9]+:[0-9]{1,2}|[0-9]+:[0-9]{1,2}:[0-9]{1,2}|[0-9]+-[0-9]+|"
+      "[0-9]+-[0-9]+:[0-9]{1,2}|[0-9]+-[0-9]+:[0-9]{1,2}:[0-9]{1,2}|UNLIMITED|INFINITE");
+  static const std::regex constraint_re("[A-Za-z0-9_.*:,&|!()\\[\\]-]+");
+  struct Form {
+    const char* key;
+    const std::regex* re;
+    const char* expect;
+  };
+  static const Form kForms[] = {
+      {"partition", &name_re, "a partition name (letters, digits, _.+-)"},
+      {"account", &name_re, "an account name (letters, digits, _.+-)"},
+      {"qos", &name_re, "a QOS name (letters, digits, _.+-)"},
+      {"time", &time_re,
+       "a Slurm time limit: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"},
+      {"constraint", &constraint_re,
+       "a Slurm constraint (features joined by & | , without spaces)"},
+  };
+  for (const Form& f : kForms) {
+    if (key != f.key) continue;
+    return value.empty() || std::regex_match(value, *f.re) ? "" : f.expect;
+  }
+  return "a Slurm option this check does not know (" + key + ")";
+}
 
 const char* ChaosKindName(ChaosKind k) {
   switch (k) {

@@ -127,6 +127,30 @@ struct MonitoringSpec {
   bool operator==(const MonitoringSpec&) const = default;
 };
 
+// Where the job runs on Slurm (docs/slurm.md, "The slurm section"): what the allocation
+// of `bulwark run --allocate` and `bulwark slurm script` asks for (their flags of the
+// same names override these), and how many nodes a job that has used up its allocation's
+// spare hosts may ask Slurm for beyond it.
+struct SlurmSpec {
+  std::string partition;   // --partition ("" = the cluster's default)
+  std::string account;     // --account
+  std::string qos;         // --qos
+  std::string time;        // --time, e.g. "2:00:00"
+  std::string constraint;  // --constraint (node features), e.g. "a100&ib"
+  // Nodes requested beyond the allocation (each a one-node allocation of the same
+  // partition, account, QOS, features and time limit), at most this many over the run;
+  // 0 = never (a lost node's replacement waits for a host of the allocation).
+  int grow_nodes = 0;
+  bool operator==(const SlurmSpec&) const = default;
+};
+
+// What Slurm accepts as the value of `key` (partition, account, qos, time, constraint):
+// "" when `value` is empty or such a value, else the form it must have ("a partition name
+// (letters, digits, _.+-)"). The characters allowed exclude everything a shell reads, so
+// the value may stand in a script. Shared by the spec's slurm section and the CLI's flags.
+// Pure.
+std::string SlurmValueProblem(const std::string& key, const std::string& value);
+
 struct JobSpec {
   std::string name;  // DNS-1123 label
   int nodes = 1;     // with elastic: the most nodes (the size it grows back to)
@@ -142,6 +166,7 @@ struct JobSpec {
   FaultPolicySpec fault_policy;
   ElasticSpec elastic;
   MonitoringSpec monitoring;
+  SlurmSpec slurm;  // job specs only (a TrainJob has no slurm section)
   std::vector<ChaosFault> chaos;
   std::string source_path;  // file it was parsed from ("" for strings)
 

@@ -428,6 +428,40 @@ inline constexpr FieldDef kJobFields[] = {
      .max_items = kMaxChaosFaults},
 };
 
+inline constexpr FieldDef kSlurmFields[] = {
+    {.key = "partition",
+     .hint = "set slurm.partition to a partition of the cluster (sinfo --summarize lists them)",
+     .type = FieldType::kString},
+    {.key = "account",
+     .hint = "set slurm.account to the Slurm account to charge (sacctmgr show assoc user=$USER)",
+     .type = FieldType::kString},
+    {.key = "qos",
+     .hint = "set slurm.qos to a quality of service of the account (sacctmgr show qos)",
+     .type = FieldType::kString},
+    {.key = "time",
+     .hint = "set slurm.time to the allocation's time limit as a quoted string: MINUTES, "
+             "HH:MM:SS or D-HH:MM:SS (e.g. time: \"2:00:00\")",
+     .type = FieldType::kString},
+    {.key = "constraint",
+     .hint = "set slurm.constraint to node features joined by & | , without spaces (e.g. a100&ib)",
+     .type = FieldType::kString},
+    {.key = "growNodes",
+     .hint = "set slurm.growNodes to how many nodes the job may ask Slurm for beyond its "
+             "allocation when its spare hosts are used up, 0 (never) to 1024",
+     .type = FieldType::kInt,
+     .min = 0,
+     .max = kMaxNodes},
+};
+
+// `slurm`: a job spec's own (a TrainJob runs on Kubernetes and has none).
+inline constexpr FieldDef kSlurmField = {
+    .key = "slurm",
+    .hint =
+        "set slurm to a mapping with any of: partition, account, qos, time, constraint, "
+        "growNodes (docs/slurm.md)",
+    .type = FieldType::kObject,
+    .children = kSlurmFields};
+
 inline constexpr FieldDef kNameField = {
     .key = "name",
     .hint =
@@ -436,11 +470,12 @@ inline constexpr FieldDef kNameField = {
     .type = FieldType::kString,
     .required = true};
 
-// The keys of a job spec's top level: `name`, then the job fields.
+// The keys of a job spec's top level: `name`, then the job fields, then `slurm`.
 inline std::span<const FieldDef> TopFields() {
   static const std::vector<FieldDef> fields = [] {
     std::vector<FieldDef> v{kNameField};
     v.insert(v.end(), std::begin(kJobFields), std::end(kJobFields));
+    v.push_back(kSlurmField);
     return v;
   }();
   return fields;

@@ -165,6 +165,43 @@ TEST(JobSpecTest, NonDefaultValuesAreRead) {
   EXPECT_EQ(r->fault_policy.WarmRanks(8), 0);
 }
 
+TEST(JobSpecTest, SlurmSectionIsReadAndCheckedAsSlurmWouldTakeIt) {
+  auto r = ParseJobSpec(
+      "name: j\ncommand: [x]\nslurm:\n  partition: gpu-a\n  account: ml.team\n  qos: high\n"
+      "  time: 1-12:00:00\n  constraint: a100&ib\n  growNodes: 2\n",
+      "s", "/b");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->slurm.partition, "gpu-a");
+  EXPECT_EQ(r->slurm.account, "ml.team");
+  EXPECT_EQ(r->slurm.qos, "high");
+  EXPECT_EQ(r->slurm.time, "1-12:00:00");
+  EXPECT_EQ(r->slurm.constraint, "a100&ib");
+  EXPECT_EQ(r->slurm.grow_nodes, 2);
+  auto plain = ParseJobSpec("name: j\ncommand: [x]\n", "s", "/b");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->slurm, SlurmSpec{});
+  // Every problem, each naming its line and field: what a shell would read, a time Slurm
+  // does not take, an empty value, a typo, a negative count.
+  auto bad = ParseJobSpec(
+      "name: j\ncommand: [x]\nslurm:\n  partition: \"gpu; rm -rf /\"\n  time: 2h\n"
+      "  account: \"\"\n  constrant: a100\n  growNodes: -1\n",
+      "job.yaml", "/b");
+  ASSERT_FALSE(bad.ok());
+  const std::string m = bad.status().message();
+  for (const char* want :
+       {"job.yaml:4: slurm.partition: not a partition name (letters, digits, _.+-) (got \"gpu; "
+        "rm -rf /\"); set slurm.partition to a partition of the cluster",
+        "job.yaml:5: slurm.time: not a Slurm time limit: MINUTES, MM:SS, HH:MM:SS",
+        "job.yaml:6: slurm.account: must not be empty",
+        "job.yaml:7: slurm.constrant: unknown field (got constrant); did you mean \"constraint\"?",
+        "job.yaml:8: slurm.growNodes:"}) {
+    EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
+  }
+  EXPECT_EQ(SlurmValueProblem("time", "UNLIMITED"), "");
+  EXPECT_EQ(SlurmValueProblem("constraint", "[rack1*2&rack2*4]"), "");
+  EXPECT_NE(SlurmValueProblem("qos", "a b"), "");
+}
+
 TEST(JobSpecTest, InProcessFieldsNameTheFieldAndTheFix) {
   auto r = ParseJobSpec(
       "name: j\ncommand: [x]\nfaultPolicy:\n  inProcessRestart: maybe\n"

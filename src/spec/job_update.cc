@@ -39,6 +39,9 @@ Result<JobUpdate> PlanJobUpdate(const JobSpec& running, const JobSpec& next) {
          "the job resizes within the bounds it runs with; start a new job with new bounds");
   refuse(!(running.monitoring == next.monitoring), "monitoring", "", "",
          "the job's metrics are judged by the thresholds it started with; start a new job");
+  refuse(!(running.slurm == next.slurm), "slurm", "", "",
+         "the job's allocation was requested with it; keep the section as it is, or start a "
+         "new job");
   refuse(running.chaos != next.chaos, "chaos", "", "",
          "the fault schedule of a running job is fixed; inject faults with `bulwark chaos`");
   if (!refused.empty()) {
@@ -51,8 +54,9 @@ Result<JobUpdate> PlanJobUpdate(const JobSpec& running, const JobSpec& next) {
   if (running.env != next.env) u.fields.push_back("env");
   if (running.workdir != next.workdir) u.fields.push_back("workdir");
   if (u.fields.empty()) {
-    return FailedPrecondition("nothing to update: command, args, env and workdir are those the "
-                              "job runs with");
+    return FailedPrecondition(
+        "nothing to update: command, args, env and workdir are those the "
+        "job runs with");
   }
   return u;
 }

@@ -46,10 +46,14 @@ TEST(PlanJobUpdate, TheShapeAndTheStateOfTheJobAreRefusedWithTheFieldAndWhy) {
   other.fault_policy.restart_budget = 3;
   other.chaos.clear();
   other.name = "gpt2";
+  other.slurm.grow_nodes = 2;
   const std::string m2 = PlanJobUpdate(Job(), other).status().message();
   EXPECT_NE(m2.find("name: gpt -> gpt2"), std::string::npos) << m2;
   EXPECT_NE(m2.find("faultPolicy cannot change in place"), std::string::npos) << m2;
   EXPECT_NE(m2.find("chaos cannot change in place"), std::string::npos) << m2;
+  EXPECT_NE(m2.find("slurm cannot change in place: the job's allocation was requested with it"),
+            std::string::npos)
+      << m2;
 }
 
 TEST(PlanJobUpdate, NothingToUpdateIsAPreconditionFailure) {

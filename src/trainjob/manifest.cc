@@ -49,6 +49,11 @@ Result<LoadedManifest> FromJobSpec(const std::string& text, const std::string& s
     m.notes.push_back(source +
                       ": a job spec has no pod section: write it as a TrainJob to set the image, "
                       "GPUs and volumes (bulwark render --trainjob prints one)");
+    if (!(m.job.job.slurm == SlurmSpec{})) {
+      m.notes.push_back(source +
+                        ": slurm: ignored on Kubernetes (it says how the job runs on "
+                        "Slurm; the TrainJob has no such section)");
+    }
   }
   return m;
 }

@@ -344,6 +344,11 @@ TEST(TrainJobTest, ManifestKindsAreTold) {
   EXPECT_EQ(k8s->job.job.workdir, "");
   EXPECT_EQ(k8s->job.job.checkpoint.dir, "/bulwark/local/default/a");
   EXPECT_THAT(k8s->notes.at(0), HasSubstr("no pod section"));
+  EXPECT_EQ(k8s->notes.size(), 1u);
+  auto with_slurm = ParseManifest("name: a\ncommand: [x]\nslurm: {partition: gpu}\n", "job.yaml",
+                                  "/j", Target::kKubernetes);
+  ASSERT_TRUE(with_slurm.ok()) << with_slurm.status().message();
+  EXPECT_THAT(with_slurm->notes.back(), HasSubstr("job.yaml: slurm: ignored on Kubernetes"));
 
   // A job spec's name fit for this machine but not for a TrainJob's metadata.name (found by
   // fuzz_pytorchjob: it loaded, and the TrainJob rendered from it did not parse back).
