@@ -141,6 +141,11 @@ fi
 if [ "${FUZZ_NO_BUILD:-0}" != "1" ]; then
   echo "== fuzz: building ${TARGETS[*]}"
   cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}"
+  # The commit the binaries are built from, for the ledger (the tree may move on while a
+  # campaign runs them with FUZZ_NO_BUILD=1); "+dirty" when the tree had changes.
+  built="$(git -C "$ROOT" rev-parse --short=12 HEAD)"
+  git -C "$ROOT" diff --quiet HEAD -- src fuzz CMakeLists.txt 2>/dev/null || built="$built+dirty"
+  echo "$built" > "$BUILD_DIR/built-commit"
 fi
 [ "$MODE" = build ] && exit 0
 
@@ -228,7 +233,8 @@ for t in "${TARGETS[@]}"; do
       [ "$total" -ge "$N" ] && { echo "== fuzz: $t has $total of $N executions"; break; }
       want=$((N - total < segment ? N - total : segment))
       log="$dir/$(date -u +%Y%m%dT%H%M%SZ).log"
-      echo "commit $(git -C "$ROOT" rev-parse --short=12 HEAD)" > "$log"
+      echo "commit $(cat "$BUILD_DIR/built-commit" 2>/dev/null ||
+        git -C "$ROOT" rev-parse --short=12 HEAD)" > "$log"
       echo "== fuzz: $t segment $(basename "$log" .log) ($want inputs; $total of $N done)"
       run_target "$t" "$log" -runs="$want" || { record; failed+=("$t"); break; }
       record
