@@ -171,7 +171,7 @@ void RunCli(bulwark::fuzz::MemEnv* env) {
   Check(rc == 0 || rc == 1 || rc == 2, "ckpt inspect exit code");
   rc = bulwark::cli::CkptVerify(env, {kRoot, "", true, false}, out, err);
   Check(rc == 0 || rc == 1 || rc == 2, "ckpt verify exit code");
-  rc = bulwark::cli::CkptGc(env, {kRoot, "1", "0", true, true}, out, err);
+  rc = bulwark::cli::CkptGc(env, {kRoot, "1", "0", true, true, {}, true}, out, err);
   Check(rc == 0 || rc == 1 || rc == 2, "ckpt gc --dry-run exit code");
 }
 

@@ -13,6 +13,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/object_tier.h"
+#include "cli/replay_pins.h"
 #include "common/json_util.h"
 #include "common/str_format.h"
 
@@ -201,7 +202,7 @@ Result<std::vector<long>> ListStepDirs(ckpt::Env* env, const std::string& root) 
 }
 
 GcPlan ComputeGcPlan(ckpt::Env* env, const std::string& root, const std::vector<long>& step_dirs,
-                     int keep, long golden_every) {
+                     int keep, long golden_every, const std::map<long, std::string>& pinned) {
   std::map<long, std::vector<long>> deps;  // committed step -> direct dependencies
   std::map<long, std::string> uncommitted;
   for (long s : step_dirs) {
@@ -212,12 +213,13 @@ GcPlan ComputeGcPlan(ckpt::Env* env, const std::string& root, const std::vector<
       uncommitted[s] = NotCommittedReason(m.status());
     }
   }
-  return ComputeGcPlan(deps, uncommitted, step_dirs, keep, golden_every);
+  return ComputeGcPlan(deps, uncommitted, step_dirs, keep, golden_every, pinned);
 }
 
 GcPlan ComputeGcPlan(const std::map<long, std::vector<long>>& deps,
                      const std::map<long, std::string>& uncommitted,
-                     const std::vector<long>& step_dirs, int keep, long golden_every) {
+                     const std::vector<long>& step_dirs, int keep, long golden_every,
+                     const std::map<long, std::string>& pinned) {
   GcPlan p;
   if (deps.empty()) {
     for (long s : step_dirs) p.kept_other.push_back(s);
@@ -227,6 +229,7 @@ GcPlan ComputeGcPlan(const std::map<long, std::vector<long>>& deps,
   ckpt::RetainOptions ro;
   ro.keep = keep;
   ro.golden_every = golden_every;
+  for (const auto& [step, by] : pinned) ro.pinned.push_back(step);
   p.remove = ckpt::PlanRetain(deps, step_dirs, ro);  // the decision; the rest explains it
   std::set<long> kept;
   int n = 0;
@@ -235,6 +238,8 @@ GcPlan ComputeGcPlan(const std::map<long, std::vector<long>>& deps,
       p.kept_newest.insert(it->first);
     } else if (golden_every > 0 && it->first % golden_every == 0) {
       p.kept_golden.insert(it->first);
+    } else if (auto pin = pinned.find(it->first); pin != pinned.end()) {
+      p.kept_pinned.emplace(it->first, pin->second);
     } else {
       continue;
     }
@@ -266,6 +271,7 @@ GcPlan ComputeGcPlan(const std::map<long, std::vector<long>>& deps,
       p.why[s] = "committed; not among the newest " + std::to_string(keep) +
                  (golden_every > 0 ? ", not golden (every " + std::to_string(golden_every) + ")"
                                    : std::string()) +
+                 (pinned.empty() ? "" : ", not pinned by a replay bundle") +
                  ", no kept step depends on it";
     }
   }
@@ -537,6 +543,10 @@ int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream
   ckpt::RetainOptions ro;
   ro.keep = static_cast<int>(keep);
   ro.golden_every = golden;
+  // What `bulwark replay` needs stays, as the controller's retention keeps it.
+  std::map<long, std::string> pinned;
+  if (!f.ignore_replay_pins) pinned = ReplayPinnedSteps(f.dir, f.stores);
+  for (const auto& [step, by] : pinned) ro.pinned.push_back(step);
   GcPlan plan;
   std::vector<long> removed;
   Status st;
@@ -559,7 +569,7 @@ int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream
         uncommitted[s.step] = NotCommittedReason(s.status);
       }
     }
-    plan = ComputeGcPlan(deps, uncommitted, steps, ro.keep, golden);
+    plan = ComputeGcPlan(deps, uncommitted, steps, ro.keep, golden, pinned);
     if (!f.dry_run) st = tier->Retain(ro, &removed);
   } else {
     Result<std::vector<long>> steps = ListStepDirs(env, f.dir);
@@ -567,7 +577,7 @@ int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream
       err << "bulwark ckpt gc: " << steps.status().message() << "\n";
       return 1;
     }
-    plan = ComputeGcPlan(env, f.dir, *steps, ro.keep, golden);
+    plan = ComputeGcPlan(env, f.dir, *steps, ro.keep, golden, pinned);
     if (!f.dry_run) st = ckpt::Retain(env, f.dir, ro, &removed);
   }
   if (f.dry_run) removed = plan.remove;
@@ -578,7 +588,11 @@ int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream
               {"kept_newest", plan.kept_newest},
               {"kept_golden", plan.kept_golden},
               {"kept_dependencies", plan.kept_deps},
+              {"kept_pinned", Json::array()},
               {"untouched", plan.kept_other}};
+    for (const auto& [step, by] : plan.kept_pinned) {
+      j["kept_pinned"].push_back({{"step", step}, {"by", by}});
+    }
     if (!st.ok()) j["error"] = st.ToString();
     out << DumpText(j, 2) << "\n";
   } else {
@@ -592,6 +606,9 @@ int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream
     auto list = [](const std::set<long>& s) { return s.empty() ? std::string("-") : Join(s); };
     out << "kept: newest " << list(plan.kept_newest) << "; golden " << list(plan.kept_golden)
         << "; dependencies " << list(plan.kept_deps);
+    for (const auto& [step, by] : plan.kept_pinned) {
+      out << "; step " << step << " (pinned by " << by << ")";
+    }
     if (!plan.kept_other.empty()) {
       out << "; untouched (at/after newest committed) " << Join(plan.kept_other);
     }
@@ -654,6 +671,11 @@ CLI::App* AddCkptCommands(CLI::App& app, int* exit_code, std::ostream& out, std:
                   "also keep committed steps divisible by this (0: none)");
   gcc->add_flag("--dry-run", gc->dry_run, "print what would be removed; remove nothing");
   gcc->add_flag("--json", gc->json, "print JSON");
+  gcc->add_option("--store", gc->stores,
+                  "read replay bundles' pins from this job store (repeatable; default: every "
+                  "store `bulwark get` knows)");
+  gcc->add_flag("--ignore-replay-pins", gc->ignore_replay_pins,
+                "also remove steps kept for `bulwark replay` of recorded incidents");
   gcc->callback([=, &out, &err] { *exit_code = CkptGc(env, *gc, out, err); });
   return ckpt;
 }

@@ -58,6 +58,10 @@ struct CkptGcFlags {
   std::string golden_every = "0";
   bool dry_run = false;
   bool json = false;
+  // Where the replay bundles pinning steps of `dir` are read (ReplayPinnedSteps):
+  // empty = the known stores. `ignore_replay_pins` removes pinned steps too.
+  std::vector<std::string> stores;
+  bool ignore_replay_pins = false;
 };
 int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream& err);
 
@@ -70,15 +74,17 @@ struct GcPlan {
   std::vector<long> remove;         // ascending
   std::map<long, std::string> why;  // step in `remove` -> reason
   std::set<long> kept_newest, kept_golden, kept_deps;  // committed steps kept, by reason
-  std::vector<long> kept_other;  // uncommitted dirs at or after `newest` (never touched)
+  std::map<long, std::string> kept_pinned;  // committed steps a replay bundle needs -> whose
+  std::vector<long> kept_other;             // uncommitted dirs at or after `newest` (never touched)
 };
 GcPlan ComputeGcPlan(ckpt::Env* env, const std::string& root, const std::vector<long>& step_dirs,
-                     int keep, long golden_every);
+                     int keep, long golden_every, const std::map<long, std::string>& pinned = {});
 // The same from what a tier scan found (pure): committed step -> its dependencies,
 // uncommitted step -> why. `remove` is ckpt::PlanRetain's decision; the rest explains it.
 GcPlan ComputeGcPlan(const std::map<long, std::vector<long>>& committed_deps,
                      const std::map<long, std::string>& uncommitted,
-                     const std::vector<long>& step_dirs, int keep, long golden_every);
+                     const std::vector<long>& step_dirs, int keep, long golden_every,
+                     const std::map<long, std::string>& pinned = {});
 
 // Step numbers of the "step-<12 digits>" directories under `root`, ascending.
 Result<std::vector<long>> ListStepDirs(ckpt::Env* env, const std::string& root);

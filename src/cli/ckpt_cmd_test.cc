@@ -15,7 +15,9 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/object_tier.h"
+#include "cli/stores.h"
 #include "objstore/s3_test_server.h"
+#include "store/store.h"
 
 namespace bulwark::cli {
 namespace {
@@ -31,10 +33,15 @@ class CkptCmdTest : public ::testing::Test {
     std::string tmpl = "/tmp/bw_ckpt_cmd_testXXXXXX";
     ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
+    // The store registry `gc` reads replay pins from: this test's own (empty at first).
+    state_ = dir_ + "-state";
+    fs::create_directories(state_);
+    ::setenv("XDG_STATE_HOME", state_.c_str(), 1);
   }
   void TearDown() override {
     std::error_code ec;
     fs::remove_all(dir_, ec);
+    fs::remove_all(state_, ec);
   }
 
   // Saves `step` on every rank: "w" (float32 [4,4], rank's half of [8,4], same data
@@ -126,7 +133,7 @@ class CkptCmdTest : public ::testing::Test {
   }
 
   ckpt::Env* env_ = ckpt::Env::Default();
-  std::string dir_;
+  std::string dir_, state_;
   std::ostringstream out_, err_;
 };
 
@@ -264,6 +271,46 @@ TEST_F(CkptCmdTest, GcDryRunMatchesRealRun) {
   for (long s : {10, 20, 25}) EXPECT_FALSE(StepExists(s)) << s;
   for (long s : {30, 40}) EXPECT_TRUE(StepExists(s)) << s;
   EXPECT_NE(out_.str().find("3 step directories removed"), std::string::npos) << out_.str();
+  ASSERT_EQ(Run({"verify", dir_}), 0) << out_.str();
+}
+
+// A step an incident's replay bundle needs is kept (as the controller's retention keeps
+// it), found through the store registry or --store; --ignore-replay-pins removes it.
+TEST_F(CkptCmdTest, GcKeepsTheStepsReplayBundlesPin) {
+  SaveHistory();
+  const std::string db = state_ + "/bulwark.db";
+  {
+    auto store = Store::Open(db);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    JobRecord j;
+    j.name = "gpt";
+    Json nan = {{"kind", "nan"},
+                {"replay", {{"checkpoint_dir", dir_ + "/"}, {"checkpoint_step", 20}}}};
+    Json other = {{"kind", "hang"},
+                  {"replay", {{"checkpoint_dir", "/elsewhere"}, {"checkpoint_step", 30}}}};
+    j.report_json = Json{{"incidents", Json::array({nan, other, Json("not an incident")})}}.dump();
+    ASSERT_TRUE((*store)->PutJob(j).ok());
+  }
+  // Not registered yet: --store names it.
+  ASSERT_EQ(Run({"gc", dir_, "--keep", "1", "--store", db, "--dry-run", "--json"}), 0)
+      << err_.str();
+  Json dry = Json::parse(out_.str());
+  EXPECT_EQ(dry["removed"], Json::array({25})) << dry.dump(2);  // 10: 20's dependency
+  EXPECT_EQ(dry["kept_pinned"],
+            Json::array({{{"step", 20}, {"by", "the replay bundle of job gpt, incident 1"}}}));
+  // Registered (as `bulwark run` does): found without --store.
+  ASSERT_TRUE(cli::RememberStore(cli::StoreRegistryPath(), db).ok());
+  ASSERT_EQ(Run({"gc", dir_, "--keep", "1"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("; step 20 (pinned by the replay bundle of job gpt, incident 1)"),
+            std::string::npos)
+      << out_.str();
+  for (long s : {10, 20, 30, 40}) EXPECT_TRUE(StepExists(s)) << s;
+  EXPECT_FALSE(StepExists(25));
+  ASSERT_EQ(Run({"gc", dir_, "--keep", "1", "--ignore-replay-pins"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("removed step 20 (committed; not among the newest 1"),
+            std::string::npos)
+      << out_.str();
+  for (long s : {10, 20}) EXPECT_FALSE(StepExists(s)) << s;
   ASSERT_EQ(Run({"verify", dir_}), 0) << out_.str();
 }
 

@@ -13,6 +13,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/env.h"
+#include "cli/replay_pins.h"
 #include "cli/stores.h"
 #include "common/code_digest.h"
 #include "common/json_util.h"
@@ -25,24 +26,6 @@ namespace bulwark::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The incidents as `bulwark describe` numbers them: the report's rows when the job
-// finished, else the store's records less the secondary ones.
-std::vector<Json> IncidentsOf(Store* store, const JobRecord& job) {
-  std::vector<Json> out;
-  Json report = Json::parse(job.report_json, nullptr, false);
-  if (report.is_object() && report.contains("incidents") && report["incidents"].is_array()) {
-    for (const Json& x : report["incidents"]) out.push_back(x);
-    return out;
-  }
-  auto list = store->ListIncidents(job.name);
-  if (!list.ok()) return out;
-  for (const std::string& text : *list) {
-    Json x = Json::parse(text, nullptr, false);
-    if (x.is_object() && !x.value("secondary", false)) out.push_back(std::move(x));
-  }
-  return out;
-}
 
 std::string Describe(const Json& inc) {
   std::string s = inc.value("kind", std::string("?"));

@@ -4,7 +4,7 @@
 // Every incident carries a replay bundle: what `bulwark replay` needs to re-run the
 // steps before it — the spec, the code's digest, the environment, the nodes, the data
 // position (the skip range in effect), the newest disk checkpoint before the fault
-// (pinned against retention: the newest kMaxPinned bundles' checkpoints are kept) and
+// (pinned against retention: the newest kReplayPinnedCheckpoints bundles' checkpoints are kept) and
 // every rank's losses from that checkpoint up to the fault.
 //
 // A fault whose re-run can tell its cause (a NaN, a crash by exit status) is also
@@ -28,7 +28,6 @@
 namespace bulwark {
 namespace {
 
-constexpr size_t kMaxPinned = 4;          // bundles whose checkpoints retention keeps
 constexpr long kMaxBundleSteps = 512;     // steps of losses kept in one bundle
 constexpr long kMaxBundleLosses = 16384;  // and losses in all (a large job: fewer steps)
 
@@ -139,7 +138,7 @@ Json ControllerImpl::ReplayBundle(const Incident& inc) {
   }
   if (ckpt >= 0 && std::find(pinned_.begin(), pinned_.end(), ckpt) == pinned_.end()) {
     pinned_.push_back(ckpt);
-    while (pinned_.size() > kMaxPinned) pinned_.erase(pinned_.begin());
+    while (pinned_.size() > kReplayPinnedCheckpoints) pinned_.erase(pinned_.begin());
     catalog_->SetPinned(pinned_);
   }
   const long steps = std::min<long>(
