@@ -93,6 +93,21 @@ class SlurmE2E : public E2EBase {
     return child.ok() ? std::move(*child) : Child{};
   }
 
+  // A new allocation of `nodes` nodes (*job) with `bulwark run SPEC` started in it.
+  Child RunInNewAllocation(const std::string& spec, int nodes, std::string* job) {
+    *job = Allocate(nodes);
+    if (job->empty()) return Child{};
+    return SpawnRun(spec, *job, nodes);
+  }
+
+  // Reads `c`'s output into *out to its end and reaps it; a failure unless it exited 0.
+  static void FinishRun(const Child& c, std::string* out, bool* eof) {
+    ReadUntil(c, out, eof, "\n=== never printed ===", 180);
+    auto exit = WaitExit(c.pid, 30);
+    ASSERT_TRUE(exit.has_value()) << *out;
+    EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << *out;
+  }
+
   // Appends what `c` writes to *out until *out holds `what`, the output ends (*eof), or
   // timeout_s passes; whether it holds `what`.
   static bool ReadUntil(const Child& c, std::string* out, bool* eof, const std::string& what,
@@ -343,9 +358,8 @@ TEST_F(SlurmE2E, GrowsTheAllocationForItsStandby) {
   const std::string spec =
       WriteSpec("grow", 2, 2, 600, std::string(kFastPolicy) + "slurm: {growNodes: 1}\n", "",
                 ", TINY_STEP_TIME: \"0.03\"");
-  const std::string job = Allocate(2);
-  ASSERT_FALSE(job.empty());
-  Child child = SpawnRun(spec, job, 2);
+  std::string job;
+  Child child = RunInNewAllocation(spec, 2, &job);
   ASSERT_GT(child.pid, 0);
   std::string out;
   bool eof = false;
@@ -367,10 +381,7 @@ TEST_F(SlurmE2E, GrowsTheAllocationForItsStandby) {
   ASSERT_NE(out.find("[bulwark] slurm: node-1 on node2 "), std::string::npos) << out;
   ASSERT_TRUE(cluster_->CrashNode("node2").ok());
   EXPECT_TRUE(read_until("StandbyPromoted: node-2 takes slot 1", 120)) << out;
-  read_until("\n=== never printed ===", 180);  // to the end of its output
-  auto exit = WaitExit(child.pid, 30);
-  ASSERT_TRUE(exit.has_value()) << out;
-  EXPECT_TRUE(exit->ok()) << exit->Describe() << "\n" << out;
+  ASSERT_NO_FATAL_FAILURE(FinishRun(child, &out, &eof));
   const Json r = Report();
   EXPECT_EQ(r["phase"], "Succeeded") << out;
   EXPECT_EQ(r["last_step"], 600);
@@ -380,6 +391,40 @@ TEST_F(SlurmE2E, GrowsTheAllocationForItsStandby) {
   // Given back: Slurm no longer runs it; the job's own allocation is the user's to end.
   EXPECT_NE(State(grown), "RUNNING");
   EXPECT_EQ(State(job), "RUNNING");
+  auto cancel = cluster_->Run({"scancel", job});
+  EXPECT_TRUE(cancel.ok() && cancel->exit.ok());
+  ExpectNoLeftovers();
+}
+
+// elastic: a three-node job without standbys in a three-node allocation; the machine
+// of node-2 crashes and no host is left (nor may the job grow), so after waitSeconds
+// the job continues on two nodes and finishes there, without requeuing anything.
+TEST_F(SlurmE2E, ElasticJobShrinksWhenItsNodeIsLost) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  const std::string spec =
+      WriteSpec("shrink", 3, 1, 600,
+                "faultPolicy: {restartBudget: 4, backoff: {baseSeconds: 0.1, capSeconds: 1}, "
+                "hangTimeout: {floorSeconds: 3, multiplier: 5, startupSeconds: 60}, "
+                "heartbeat: {intervalSeconds: 0.5, misses: 3}, stopGraceSeconds: 1}\n"
+                "elastic: {minNodes: 2, waitSeconds: 1}\n",
+                "", ", TINY_STEP_TIME: \"0.03\"");
+  std::string job;
+  Child child = RunInNewAllocation(spec, 3, &job);
+  ASSERT_GT(child.pid, 0);
+  std::string out;
+  bool eof = false;
+  ASSERT_TRUE(ReadUntil(child, &out, &eof, "CheckpointCommitted", 120)) << out;
+  ASSERT_NE(out.find("[bulwark] slurm: node-2 on node3 "), std::string::npos) << out;
+  ASSERT_TRUE(cluster_->CrashNode("node3").ok());
+  EXPECT_TRUE(ReadUntil(child, &out, &eof, "Resized: continuing on 2 of 3", 120)) << out;
+  ASSERT_NO_FATAL_FAILURE(FinishRun(child, &out, &eof));
+  const Json r = Report();
+  EXPECT_EQ(r["phase"], "Succeeded") << out;
+  EXPECT_EQ(r["last_step"], 600);
+  ASSERT_TRUE(r.contains("resizes")) << r.dump(2);
+  EXPECT_EQ(r["resizes"][0]["from_nodes"], 3) << r.dump(2);
+  EXPECT_EQ(r["resizes"][0]["to_nodes"], 2) << r.dump(2);
+  EXPECT_EQ(State(job), "RUNNING") << "the allocation was not requeued or ended";
   auto cancel = cluster_->Run({"scancel", job});
   EXPECT_TRUE(cancel.ok() && cancel->exit.ok());
   ExpectNoLeftovers();
