@@ -315,6 +315,10 @@ void ControllerImpl::ProvisionAndLaunch(double now, const char* what) {
     Finish(JobPhase::kFailed, "agents did not connect within " +
                                   std::to_string(static_cast<int>(opts_.agent_connect_timeout_s)) +
                                   " s; check the agent binary and the logs in " + opts_.run_dir);
+  } else if (!start_error_.empty()) {
+    Finish(JobPhase::kFailed, "could not start a replacement node (" +
+                                  std::to_string(start_failures_) +
+                                  " tries in a row): " + start_error_);
   } else {
     Finish(JobPhase::kFailed, "replacement nodes did not connect in time");
   }

@@ -25,7 +25,9 @@ class FakeBackend : public Backend {
  public:
   const char* Name() const override { return "fake"; }
   Status StartNode(const NodeRequest& req) override {
+    ++start_calls;
     if (!capacity) return Unavailable("no machine free");
+    if (!start_error.ok()) return start_error;
     started.push_back(req);
     return Status::Ok();
   }
@@ -44,6 +46,8 @@ class FakeBackend : public Backend {
   std::vector<std::string> killed;
   std::vector<std::string> quarantined;  // "node-1: <reason>"
   bool capacity = true;                  // false: StartNode answers UNAVAILABLE
+  Status start_error;                    // not OK: StartNode fails with it
+  int start_calls = 0;
 };
 
 class ControllerFixture : public ::testing::Test {

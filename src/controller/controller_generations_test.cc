@@ -177,6 +177,40 @@ TEST_F(ControllerGenerationsTest, InProcessRestartOffStopsEveryRank) {
   EXPECT_FALSE(Expect(0, "stop").contains("park"));
 }
 
+// A backend that refuses every start (not "no capacity": srun refusing a step) is asked
+// again after a backoff, not at every turn of the loop, and the job fails at the stage's
+// deadline naming the refusal.
+TEST_F(ControllerGenerationsTest, AStartTheBackendRefusesIsRetriedWithBackoffThenNamed) {
+  Begin(kSpec);
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Step(0, 5);
+  backend_.start_error =
+      FailedPrecondition("srun: error: Unable to create step for job 7: Step limit reached");
+  const int before = backend_.start_calls;
+  agents_[0] = JsonLineConn(Fd());  // slot 0's node is lost
+  const double lost_at = clock_.NowWall();
+  Expect(1, "stop");
+  Send(1,
+       {{"type", "stopped"}, {"attempt", 0}, {"mem", Json::object()}, {"parked", Json::array()}});
+  int turns = 0;
+  while (ctl_->RunOnce() && ++turns < 200000) {
+  }
+  ASSERT_LT(turns, 200000) << "the job never ended";
+  const double waited = clock_.NowWall() - lost_at;
+  const int tries = backend_.start_calls - before;
+  // Backoff 0.5, 1, 2, 4, 8, then every 10 s until the 60 s agent-connect deadline.
+  EXPECT_GE(waited, 60.0);
+  EXPECT_GE(tries, 5);
+  EXPECT_LE(tries, 6 + static_cast<int>(waited / 10)) << tries << " tries in " << waited << " s";
+  auto result = ctl_->Run();
+  ASSERT_TRUE(result.ok());
+  const std::string msg = result->report.value("message", "");
+  EXPECT_NE(msg.find("could not start a replacement node ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Step limit reached"), std::string::npos) << msg;
+}
+
 TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtAStepBoundary) {
   std::string spec = kSpec;
   spec += "elastic: {minNodes: 1, waitSeconds: 5}\n";

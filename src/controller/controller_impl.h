@@ -333,9 +333,14 @@ class ControllerImpl {
   // Nodes (controller_nodes.cc).
   bool EnsureSlotsFilled();
   void ReplenishSpares();
+  // nullptr on failure, and without asking the backend while StartBackingOff().
   Node* StartNode(int slot);
-  // Asks the backend to start n; false while it waits for capacity or on failure.
+  // Asks the backend to start n; false while it waits for capacity or on failure. A
+  // failure (not "no capacity") backs further starts off: 0.5 s after the first of a
+  // row, doubling to 10 s, so a backend that refuses every start is not asked at every
+  // turn of the loop until the stage's deadline.
   bool TryStartNode(Node& n);
+  bool StartBackingOff() const { return clock_->NowWall() < start_retry_at_; }
   void RetryCapacityWaits();
   // The slot waiting longest for capacity beyond capacity_wait_s, as a failure
   // message; "" if none. *waiting tells whether any slot waits for capacity at all.
@@ -397,6 +402,9 @@ class ControllerImpl {
   std::set<const JsonLineConn*> answered_;              // of pending_: clients answered
   std::vector<std::string> slots_;
   int next_node_ = 0;
+  int start_failures_ = 0;     // node starts the backend refused, in a row
+  double start_retry_at_ = 0;  // no start before (wall time)
+  std::string start_error_;    // the last refusal ("" after a start succeeded)
 
   Stage stage_ = Stage::kProvisioning;
   double stage_deadline_ = 0;

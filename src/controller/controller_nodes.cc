@@ -1,6 +1,7 @@
 // Controller: node slots, warm spares, waits for capacity, and the agents' memory
 // and replica inventories.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "controller/controller_impl.h"
@@ -13,6 +14,7 @@ std::string NodeId(int i) { return "node-" + std::to_string(i); }
 }  // namespace
 
 ControllerNode* ControllerImpl::StartNode(int slot) {
+  if (StartBackingOff()) return nullptr;
   auto n = std::make_unique<Node>();
   n->id = NodeId(next_node_++);
   n->slot = slot;
@@ -30,6 +32,8 @@ bool ControllerImpl::TryStartNode(Node& n) {
       n.slot >= 0 ? "slot " + std::to_string(n.slot) : std::string("a warm standby");
   if (st.ok()) {
     n.started_at = now;
+    start_failures_ = 0;
+    start_error_.clear();
     if (n.awaiting_capacity) {
       n.awaiting_capacity = false;
       char waited[32];
@@ -54,7 +58,15 @@ bool ControllerImpl::TryStartNode(Node& n) {
     return false;
   }
   n.awaiting_capacity = false;
-  Event("NodeStartFailed", n.id + ": " + st.ToString());
+  ++start_failures_;
+  const double wait = std::min(10.0, 0.5 * std::pow(2.0, std::min(start_failures_ - 1, 5)));
+  start_retry_at_ = now + wait;
+  start_error_ = st.ToString();
+  char next[32];
+  std::snprintf(next, sizeof next, "%.1f", wait);
+  Event("NodeStartFailed", n.id + " for " + role + ": " + st.ToString() + " (" +
+                               std::to_string(start_failures_) + " in a row; next try in " + next +
+                               " s)");
   return false;
 }
 
@@ -96,7 +108,7 @@ int ControllerImpl::SparesReady() const {
 void ControllerImpl::ReplenishSpares() {
   int have = 0;
   for (const auto& [id, n] : nodes_) have += (n->slot == -1 && !n->lost) ? 1 : 0;
-  for (; have < spec_.fault_policy.spare_nodes; ++have) {
+  for (; have < spec_.fault_policy.spare_nodes && !StartBackingOff(); ++have) {
     Node* n = StartNode(-1);
     if (n && !n->awaiting_capacity) Event("SpareStarted", n->id + " started as a warm standby");
   }
@@ -149,6 +161,8 @@ bool ControllerImpl::EnsureSlotsFilled() {
       RecordAgent(*nodes_.at(pick));
       Event("StandbyPromoted",
             pick + " takes slot " + std::to_string(s) + " (warm standby, already connected)");
+    } else if (StartBackingOff()) {
+      all = false;  // NodeStartFailed said when the next try is
     } else {
       Node* fresh = StartNode(s);
       Event("NodeProvisioned",
