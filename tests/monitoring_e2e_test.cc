@@ -248,7 +248,10 @@ TEST_F(MonitoringE2E, PrometheusScrapesTheJobAndItsAgentsAndAgreesWithTheReport)
                                        "[5m])) + "
                                        "sum(rate(bulwark_lost_seconds_total" +
                                        job + "[5m])))"));
-  EXPECT_NEAR(rate_ettr, ettr, 0.02 * ettr)
+  // rate() extrapolates each counter to the window's edges on its own, so on a 15 s job
+  // the ratio is not exact: 2.6% off was seen under ASan on a loaded machine. The exact
+  // value is bulwark_ettr_ratio's (below).
+  EXPECT_NEAR(rate_ettr, ettr, 0.05 * ettr)
       << "report ETTR " << ettr << "; samples (value, time) of wall and productive:\n"
       << Query("bulwark_wall_seconds_total" + job + "[5m]").dump() << "\n"
       << Query("bulwark_productive_seconds_total" + job + "[5m]").dump();
