@@ -413,7 +413,7 @@ bool SlurmBackend::ApplyProbe(const std::string& output, double started, std::st
   for (const std::string& l : Lines(output)) {
     if (l.rfind("JobId=", 0) == 0) {
       const std::string id = Field(l, "JobId");
-      if (id == opts_.job_id || job_line.empty()) {
+      if (id == opts_.job_id) {
         job_line = l;
       } else {
         grown_lines[id] = l;
