@@ -27,8 +27,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 bool IsWarningEvent(const std::string& reason) {
   static const std::set<std::string> kFaultHandling = {
-      "FaultDetected",  "Decision",          "Diagnosing",        "HangLocalised",
-      "StacksCaptured", "MemoryTierNotUsed", "RendezvousFallback"};
+      "FaultDetected",  "Decision",          "Diagnosing",         "HangLocalised",
+      "StacksCaptured", "MemoryTierNotUsed", "RendezvousFallback", "ControllerStalled"};
   return EndsWith(reason, "Failed") || EndsWith(reason, "Lost") || kFaultHandling.count(reason);
 }
 

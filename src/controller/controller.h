@@ -105,8 +105,8 @@ struct ControllerOptions {
 // something that went wrong — it ends in "Failed" or "Lost" (NodeLost, SpareLost,
 // CheckpointCommitFailed, NodeStartFailed, Failed, ...) — or is a step of handling a
 // fault (FaultDetected, Decision, Diagnosing, HangLocalised, StacksCaptured,
-// MemoryTierNotUsed, RendezvousFallback). Everything else (Created, NodeReady, AttemptStarted,
-// WaitingForCapacity, Succeeded, Cancelled, ...) is normal.
+// MemoryTierNotUsed, RendezvousFallback, ControllerStalled). Everything else (Created, NodeReady,
+// AttemptStarted, WaitingForCapacity, Succeeded, Cancelled, ...) is normal.
 bool IsWarningEvent(const std::string& reason);
 
 // A snapshot of a running controller (Controller::Status()).

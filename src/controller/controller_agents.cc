@@ -1,10 +1,12 @@
 // Controller: agent and client messages, liveness (heartbeats, backend reports) and
 // chaos injection.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 
 #include "common/json_util.h"
+#include "common/str_format.h"
 #include "controller/controller_impl.h"
 #include "controller/incident_json.h"
 #include "policy/ckpt_fault.h"
@@ -478,9 +480,23 @@ void ControllerImpl::OnNodeGone(Node& n, const std::string& subtype, const std::
 }
 
 void ControllerImpl::CheckHeartbeats() {
+  // A loop turn waits at most 0.25 s for messages; a longer gap is the controller's own.
+  constexpr double kControllerStallS = 1.5;
   double now = clock_->NowWall();
   double limit =
       spec_.fault_policy.heartbeat_interval_seconds * spec_.fault_policy.heartbeat_misses;
+  const double gap = heartbeats_checked_at_ < 0 ? 0 : now - heartbeats_checked_at_;
+  heartbeats_checked_at_ = now;
+  if (gap > kControllerStallS) {
+    // Nobody listened meanwhile: the agents' messages of the gap may not even have been
+    // sent yet (a paused machine pauses them too). Silence counts from before the gap
+    // and again from now, so a node that is really gone is still found, `gap` later.
+    for (auto& [id, n] : nodes_) n->last_heartbeat = std::min(now, n->last_heartbeat + gap);
+    Event("ControllerStalled",
+          Fmt("the controller did not run for %.1f s (this machine or process was paused or "
+              "starved); the agents' silence meanwhile is not counted against them",
+              gap));
+  }
   for (auto& [id, n] : nodes_) {
     if (n->lost || n->awaiting_capacity || n->adopting) continue;
     if (n->conn && n->conn->closed()) {

@@ -90,6 +90,18 @@ class ControllerFixture : public ::testing::Test {
     }
   }
 
+  // The messages of job `job`'s stored events of `reason`, oldest first.
+  std::vector<std::string> EventMessages(const std::string& job, const std::string& reason) {
+    std::vector<std::string> out;
+    auto all = store_->ListEvents(job);
+    EXPECT_TRUE(all.ok());
+    if (!all.ok()) return out;
+    for (const EventRecord& e : *all) {
+      if (e.reason == reason) out.push_back(e.message);
+    }
+    return out;
+  }
+
   // Another agent (a standby the controller started) connects as `node_id`; it is
   // agents_[returned index].
   int Connect(const std::string& node_id, int pid) {

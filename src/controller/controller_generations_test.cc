@@ -95,13 +95,7 @@ TEST_F(ControllerGenerationsTest, ASupersededPersistIsOneEventPerMinuteNotAShard
   };
   auto events = [&](const std::string& reason) {
     for (int i = 0; i < 20; ++i) ctl_->RunOnce();
-    std::vector<std::string> out;
-    auto all = store_->ListEvents("gen");
-    EXPECT_TRUE(all.ok());
-    for (const EventRecord& e : *all) {
-      if (e.reason == reason) out.push_back(e.message);
-    }
-    return out;
+    return EventMessages("gen", reason);
   };
   for (int r = 0; r < 4; ++r) skipped(r, 10);  // every rank skips step 10
   std::vector<std::string> got = events("CheckpointPersistSkipped");
@@ -118,6 +112,41 @@ TEST_F(ControllerGenerationsTest, ASupersededPersistIsOneEventPerMinuteNotAShard
   EXPECT_NE(got[1].find("step 30 was skipped"), std::string::npos) << got[1];
   EXPECT_NE(got[1].find("1 more since the last such event"), std::string::npos) << got[1];
   EXPECT_TRUE(events("CheckpointShardFailed").empty());
+}
+
+// The controller itself paused for 6 s (a VM stall, a swapped-out process): nothing
+// was read meanwhile, so no agent is lost for it; a node silent for 3 s of the
+// controller's own time after it still is.
+TEST_F(ControllerGenerationsTest, TheControllersOwnStallIsNotTheAgentsSilence) {
+  std::string spec = kSpec;
+  spec.replace(spec.find("intervalSeconds: 1000"), 21, "intervalSeconds: 1");
+  Begin(spec);
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  auto events = [&](const std::string& reason) { return EventMessages("gen", reason); };
+  auto beat = [&](int node) { Send(node, {{"type", "heartbeat"}}); };
+  beat(0);
+  beat(1);
+  ctl_->RunOnce();
+  clock_.Advance(6);
+  for (int i = 0; i < 3; ++i) ctl_->RunOnce();  // 0.75 s more of silence
+  ASSERT_EQ(events("ControllerStalled").size(), 1u);
+  EXPECT_NE(events("ControllerStalled")[0].find("did not run for 6."), std::string::npos)
+      << events("ControllerStalled")[0];
+  EXPECT_TRUE(events("NodeLost").empty());
+  EXPECT_TRUE(IsWarningEvent("ControllerStalled"));
+  // node-0 keeps beating, node-1 stays quiet: it is lost 3 s after its last message, not
+  // counting the stall.
+  for (int i = 0; i < 16 && events("NodeLost").empty(); ++i) {
+    clock_.Advance(0.25);
+    beat(0);
+    ctl_->RunOnce();
+  }
+  std::vector<std::string> lost = events("NodeLost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].rfind("node-1 (slot 1): heartbeat_timeout", 0), 0u) << lost[0];
+  EXPECT_EQ(events("ControllerStalled").size(), 1u);
 }
 
 TEST_F(ControllerGenerationsTest, ASurvivorWithoutInProcessRecoveryMeansEveryRankRestarts) {

@@ -187,6 +187,10 @@ class ControllerImpl {
   void Greet(Node& n, const Json& hello);
   void HandleAgentMessage(Node& n, const Json& m);
   void HandleClientRequest(JsonLineConn& c, const Json& m);
+  // Declares nodes whose agents went quiet for heartbeat_interval x misses lost. The
+  // time the controller itself did not run (a gap between two calls over
+  // kControllerStallS: the machine or this process was paused) is not held against the
+  // agents: every node's last message moves forward by the gap (ControllerStalled).
   void CheckHeartbeats();
   void OnNodeGone(Node& n, const std::string& subtype, const std::string& reason,
                   double fault_time);
@@ -387,8 +391,9 @@ class ControllerImpl {
   JobMetrics metrics_;
   TensorBoardSink tb_;
   MetricFaultDetector metric_faults_;
-  std::vector<Json> observations_;  // faults found from metrics that restarted nothing
-  double metrics_tick_at_ = -1;     // mono time of the last JobMetrics::Tick
+  std::vector<Json> observations_;     // faults found from metrics that restarted nothing
+  double metrics_tick_at_ = -1;        // mono time of the last JobMetrics::Tick
+  double heartbeats_checked_at_ = -1;  // wall time of the last CheckHeartbeats
   JobRecord rec_;
 
   Fd listen_;
