@@ -125,6 +125,10 @@ class _Runtime:
                                         world_size=g.world_size, timeout=self._timeout)
                 self._group_sockets = _tcp_sockets() - before
             else:  # env:// (the first generation): its store is the group's own
+                # A long-lived store of an earlier generation is not this one's: its
+                # agent may be gone (slot 0 replaced), and torch's client of a server
+                # that closed spins a thread on the dead socket until it is destroyed.
+                self._store = None
                 if g.rank != 0:
                     _wait_listening(os.environ.get("MASTER_ADDR", "127.0.0.1"),
                                     int(os.environ.get("MASTER_PORT", "0") or 0),

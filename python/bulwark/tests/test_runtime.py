@@ -155,17 +155,26 @@ class RuntimeTest(unittest.TestCase):
             checkpoint.save([1, 2], 3)
         self.assertIn("must be a dict", str(cm.exception))
 
-    def test_generations_re_form_the_process_group_on_the_long_lived_store(self):
-        import torch
-        import torch.distributed as dist
+    def _store_server(self):
+        """A `bulwark.store_server` child and its port, named in this process's env as the
+        long-lived store (BULWARK_STORE_ADDR/PORT)."""
         server = subprocess.Popen([sys.executable, "-m", "bulwark.store_server"],
                                   stdout=subprocess.PIPE, text=True,
                                   env=dict(os.environ, PYTHONPATH=PKG_PARENT))
+        line = server.stdout.readline()
+        if not line.startswith("bulwark-store: listening on port "):
+            server.kill()
+            server.wait()
+            self.fail(f"the store server did not start: {line!r}")
+        port = int(line.rsplit(" ", 1)[1])
+        os.environ.update({"BULWARK_STORE_ADDR": "127.0.0.1", "BULWARK_STORE_PORT": str(port)})
+        return server, port
+
+    def test_generations_re_form_the_process_group_on_the_long_lived_store(self):
+        import torch
+        import torch.distributed as dist
+        server, port = self._store_server()
         try:
-            line = server.stdout.readline()
-            self.assertTrue(line.startswith("bulwark-store: listening on port "), line)
-            port = int(line.rsplit(" ", 1)[1])
-            os.environ.update({"BULWARK_STORE_ADDR": "127.0.0.1", "BULWARK_STORE_PORT": str(port)})
             seen = []
 
             def train():
@@ -193,6 +202,73 @@ class RuntimeTest(unittest.TestCase):
         finally:
             server.kill()
             server.wait()
+
+    def test_a_generation_without_the_long_lived_store_lets_go_of_it(self):
+        # Slot 0's agent, which served the store, was replaced: the next generation
+        # rendezvouses on the master port. The client of the dead store must go (torch
+        # 1.13's spins a thread at 100% CPU on its closed socket while it lives).
+        import torch
+        import torch.distributed as dist
+        server, port = self._store_server()
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                master_port = s.getsockname()[1]
+            seen = []
+
+            def train():
+                g = bulwark.generation()
+                t = torch.ones(2)
+                dist.all_reduce(t)
+                seen.append((g.number, sorted(_remote_ports())))
+                if g.number == 0:
+                    raise bulwark.Restart()
+                return g.number
+
+            def agent_side():
+                self.agent.recv_type("parked")
+                server.kill()
+                server.wait()
+                self.agent.send({"type": "generation", "attempt": 1,
+                                 "env": {"BULWARK_ATTEMPT": "1", "BULWARK_STORE_PORT": "0",
+                                         "MASTER_ADDR": "127.0.0.1",
+                                         "MASTER_PORT": str(master_port)}})
+
+            import threading
+            th = threading.Thread(target=agent_side)
+            th.start()
+            self.assertEqual(bulwark.run(train, backend="gloo",
+                                         timeout=datetime.timedelta(seconds=30)), 1)
+            th.join()
+            self.assertIn(port, seen[0][1])  # generation 0 used the long-lived store
+            self.assertNotIn(port, seen[1][1], seen)
+        finally:
+            server.kill()
+            server.wait()
+
+
+def _remote_ports():
+    """The remote ports of this process's TCP sockets (Linux /proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[9] in inodes:
+                ports.add(int(cols[2].rsplit(":", 1)[1], 16))
+    return ports
 
 
 class WedgedDestroyTest(unittest.TestCase):
