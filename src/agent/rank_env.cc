@@ -150,6 +150,14 @@ std::map<std::string, std::string> BuildRankEnv(const StartSpec& spec, int local
                                                 const AgentPaths& paths,
                                                 std::map<std::string, std::string> env) {
   for (const auto& [k, v] : spec.env) env[k] = v;
+  // torchrun's rule: several ranks on a node get one OpenMP thread each (OpenBLAS reads
+  // it too) unless the job or the agent's environment sets OMP_NUM_THREADS; else every
+  // rank's BLAS threads contend for the same cores. In the zygote's environment too: it
+  // loads BLAS (imports torch) before the script runs, so a script's own setting of it
+  // comes too late for a warm rank.
+  if (spec.nproc_per_node > 1 && env.find("OMP_NUM_THREADS") == env.end()) {
+    env["OMP_NUM_THREADS"] = "1";
+  }
   const int rank = spec.GlobalRank(local_rank);
   auto i = [](long v) { return std::to_string(v); };
   env["MASTER_ADDR"] = spec.master_addr;

@@ -67,6 +67,27 @@ TEST(RankEnv, ParsesStartAndBuildsTorchrunEnv) {
   EXPECT_EQ(env["PYTHONUNBUFFERED"], "1");
 }
 
+// As torchrun: one OpenMP/OpenBLAS thread per rank when a node runs several, unless the
+// job or the agent's environment says how many.
+TEST(RankEnv, SeveralRanksOnANodeGetOneOmpThreadUnlessSetElsewhere) {
+  Json m = StartMsg();
+  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "", "", ""};
+  auto spec = ParseStartMessage(m);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(BuildRankEnv(*spec, 0, p, {})["OMP_NUM_THREADS"], "1");
+  EXPECT_EQ(BuildRankEnv(*spec, 0, p, {{"OMP_NUM_THREADS", "6"}})["OMP_NUM_THREADS"], "6");
+  m["env"]["OMP_NUM_THREADS"] = "4";
+  spec = ParseStartMessage(m);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(BuildRankEnv(*spec, 0, p, {{"OMP_NUM_THREADS", "6"}})["OMP_NUM_THREADS"], "4");
+  m = StartMsg();
+  m["nproc_per_node"] = 1;
+  m["world_size"] = 2;
+  spec = ParseStartMessage(m);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(BuildRankEnv(*spec, 0, p, {}).count("OMP_NUM_THREADS"), 0u);  // one rank: its own
+}
+
 TEST(RankEnv, AnElasticWorldNamesTheSizeItGrowsBackTo) {
   Json m = StartMsg();
   m["max_world_size"] = 8;
