@@ -8,7 +8,8 @@
 //   * a corrupt record in the data (--poison-batch) gives the same NaN again on the
 //     standby: data, its batches are skipped and the job finishes;
 //   * a bug (--raise-at-step) fails again at the same step after the same losses: code,
-//     the job gives up with that diagnosis after one restart.
+//     the job gives up with that diagnosis after one restart; so does a crash in native
+//     code (--segfault-at-step: SIGSEGV), once its node passed its diagnostics.
 // Not run under ASan, as e2e_inprocess_torch_test.
 #include <gtest/gtest.h>
 
@@ -115,22 +116,43 @@ TEST_F(ReplayE2E, PoisonedBatchIsData) {
   ExpectNoLeftovers();
 }
 
-TEST_F(ReplayE2E, BugGivesUpAsCode) {
-  const std::string spec = Spec("rcode", ", \"--raise-at-step\", \"27\"", 0);
-  auto [code, out, report] = Run(spec, 600);
+// The job crashed with `subtype` (rank 0, step 27), was restarted once, crashed the same
+// way at the same step, and gave up: a replay showed the program's own crash.
+void ExpectGaveUpAsCode(int code, const std::string& out, const Json& report,
+                        const std::string& subtype) {
   EXPECT_EQ(code, 1) << out;
   EXPECT_EQ(report["phase"], "Failed");
   const Json& incs = report["incidents"];
   ASSERT_EQ(incs.size(), 2u) << report.dump(2);
-  EXPECT_EQ(incs[0]["kind"], "crash");
-  EXPECT_EQ(incs[0]["subtype"], "exit 1");
+  for (const Json& inc : incs) {
+    EXPECT_EQ(inc["kind"], "crash");
+    EXPECT_EQ(inc["subtype"], subtype);
+  }
   EXPECT_EQ(incs[1]["action"], "give_up") << incs[1].dump(2);
   EXPECT_EQ(incs[1]["classification"]["cause"], "code") << incs[1].dump(2);
-  EXPECT_NE(incs[1]["decision"]["reason"].get<std::string>().find(
-                "a replay shows it is the program: rank 0 failed again (exit 1) at step 27"),
-            std::string::npos)
+  EXPECT_NE(
+      incs[1]["decision"]["reason"].get<std::string>().find(
+          "a replay shows it is the program: rank 0 failed again (" + subtype + ") at step 27"),
+      std::string::npos)
       << incs[1].dump(2);
   EXPECT_EQ(report["restarts"], 1) << "one restart, not the whole budget";
+}
+
+TEST_F(ReplayE2E, BugGivesUpAsCode) {
+  const std::string spec = Spec("rcode", ", \"--raise-at-step\", \"27\"", 0);
+  auto [code, out, report] = Run(spec, 600);
+  ExpectGaveUpAsCode(code, out, report, "exit 1");
+  ExpectNoLeftovers();
+}
+
+TEST_F(ReplayE2E, SegfaultGivesUpAsCodeAfterTheNodePassesItsTests) {
+  const std::string spec = Spec("rsegv", ", \"--segfault-at-step\", \"27\"", 0);
+  auto [code, out, report] = Run(spec, 600);
+  ExpectGaveUpAsCode(code, out, report, "SIGSEGV");
+  // Bad memory raises SIGSEGV too: the node was tested before the re-run, and passed.
+  ASSERT_FALSE(report["incidents"].empty());
+  EXPECT_EQ(report["incidents"][0]["diagnosis"]["verdict"], "healthy")
+      << report["incidents"][0].dump(2);
   ExpectNoLeftovers();
 }
 

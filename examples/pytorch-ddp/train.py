@@ -95,6 +95,9 @@ def parse_args():
                         "holds a corrupt record (its loss weight is NaN), as a bad shard "
                         "would: the NaN follows the data wherever it runs (tests of the "
                         "replay classification, docs/diagnosis.md)")
+    p.add_argument("--segfault-at-step", type=int, default=0,
+                   help="rank 0 dies of SIGSEGV at this step, every time it gets there: a "
+                        "crash in native code (tests of the replay classification; 0 = never)")
     p.add_argument("--raise-at-step", type=int, default=0,
                    help="rank 0 raises at this step, every time it gets there: a bug in "
                         "the program (tests of the replay classification; 0 = never)")
@@ -365,6 +368,9 @@ def train_bulwark(args, corpus):
         poison = bulwark.poll_injected_nan()  # poisons every rank's weights via allreduce
         if step == args.raise_at_step and rank == 0:
             raise RuntimeError(f"a bug in the program at step {step} (--raise-at-step)")
+        if step == args.segfault_at_step and rank == 0:
+            import ctypes
+            ctypes.string_at(0)  # reads address 0: SIGSEGV, as a bug in native code would
         opt.zero_grad(set_to_none=True)
         # The random numbers of a step (none today; dropout would draw them) depend on
         # the step alone, so a resumed run and `bulwark replay` draw the same.

@@ -7,7 +7,7 @@
 // (pinned against retention: the newest kReplayPinnedCheckpoints bundles' checkpoints are kept) and
 // every rank's losses from that checkpoint up to the fault.
 //
-// A fault whose re-run can tell its cause (a NaN, a crash by exit status) is also
+// A fault whose re-run can tell its cause (a NaN, a crash of the program's own) is also
 // checked in the job itself: the recovery resumes from a checkpoint before it, so the
 // next attempt re-runs its steps. Each re-run loss is compared bit for bit with the
 // record; the check ends when the fault's step completes (the fault did not come back:

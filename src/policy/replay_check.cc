@@ -20,9 +20,16 @@ bool BitEqual(double a, double b) {
   return x == y;
 }
 
-// A crash by exit status: the program ended itself (an exception), not a signal.
-bool ExitStatusCrash(const Incident& inc) {
-  return inc.kind == FaultKind::kCrash && inc.subtype.rfind("exit ", 0) == 0;
+// A crash of the program's own: it ended itself (an exit status: an exception) or
+// faulted (a signal the process raises on itself: a bad address, an illegal
+// instruction, a division by zero, an abort), not a signal sent from outside.
+bool ProgramCrash(const Incident& inc) {
+  if (inc.kind != FaultKind::kCrash) return false;
+  if (inc.subtype.rfind("exit ", 0) == 0) return true;
+  for (const char* sig : {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"}) {
+    if (inc.subtype == sig) return true;
+  }
+  return false;
 }
 
 // "at step 14", or "before its first step" for a crash before any step completed.
@@ -88,7 +95,7 @@ const char* FaultCauseName(FaultCause c) {
   return "unknown";
 }
 
-bool Replayable(const Incident& inc) { return inc.kind == FaultKind::kNan || ExitStatusCrash(inc); }
+bool Replayable(const Incident& inc) { return inc.kind == FaultKind::kNan || ProgramCrash(inc); }
 
 long FaultStep(const Incident& inc) {
   if (inc.kind == FaultKind::kNan) return inc.step;

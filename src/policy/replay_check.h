@@ -7,9 +7,10 @@
 // into a cause:
 //   data       a NaN (or loss spike) that happens again at the same step on the same
 //              rank, the losses before it equal: the batch (the policy skips it);
-//   code       the same once those batches were skipped, or a crash by exit status (an
-//              exception) that happens again at the same step on the same rank: the
-//              program; restarting cannot help;
+//   code       the same once those batches were skipped, or a crash of the program's
+//              own (an exit status: an exception; or SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+//              SIGABRT) that happens again, the same way, at the same step on the same
+//              rank: the program; restarting cannot help;
 //   hardware   a NaN that did not happen again once its rank ran on other hardware, the
 //              other losses equal; or a re-run loss that differs bit for bit from the
 //              record (one of the two computations was wrong) while every rank drew the
@@ -20,8 +21,9 @@
 //              differs) gets no verdict: a trainer that is not deterministic cannot be
 //              told from a machine that computed wrong;
 //   transient  a fault that did not happen again on the same hardware.
-// Which faults are checked: NaNs, loss spikes and crashes by exit status (not signals,
-// hangs, lost nodes, sdc: their re-run says nothing of their cause).
+// Which faults are checked: NaNs, loss spikes and the program's own crashes (not a
+// SIGKILL, SIGTERM or other signal sent from outside — an OOM kill, an operator, a
+// preemption —, hangs, lost nodes, sdc: their re-run says nothing of their cause).
 //
 // Pure and clock-free; shared by the controller and `bulwark replay`. Thread-compatible.
 #pragma once
@@ -76,7 +78,8 @@ class LossWindow {
   std::map<long, std::map<int, Entry>> t_;
 };
 
-// Whether a re-run can tell the cause of `inc`: NaNs, loss spikes, crashes by exit status.
+// Whether a re-run can tell the cause of `inc`: NaNs, loss spikes, the program's own
+// crashes (an exit status, or SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT).
 bool Replayable(const Incident& inc);
 
 // The step a re-run must complete for the fault not to have happened again: a NaN's own
@@ -147,7 +150,7 @@ class ReplayCheck {
 };
 
 // True when `again` is the replayed fault happening again: the same kind and rank (when
-// known), at the same step (a crash: the same exit status).
+// known), at the same step (a crash: the same exit status or signal).
 bool SameFaultAgain(const Incident& fault, const Incident& again);
 
 struct Classification {

@@ -210,32 +210,43 @@ TEST(ReplayCheckTest, ALossThatDiffersGetsNoVerdictWithoutEvidenceOfDeterminism)
   EXPECT_EQ(Classify(moved, nullptr).cause, FaultCause::kHardware);
 }
 
-TEST(ReplayCheckTest, ACrashAtTheSameStepIsTheProgramAndOnlyByExitStatus) {
-  // Rank 1 exits 1 during step 14 (the last step reported is 13).
-  Incident crash = Fault(FaultKind::kCrash, "exit 1", 1, 13);
-  EXPECT_TRUE(Replayable(crash));
-  EXPECT_EQ(FaultStep(crash), 14);
-  ReplayCheck c(crash, Recorded(), false, {});
-  Rerun(&c, 13);
-  EXPECT_FALSE(c.passed());
-  Classification k = Classify(c, &crash);
-  EXPECT_EQ(k.cause, FaultCause::kCode);
-  EXPECT_THAT(k.evidence, HasSubstr("rank 1 failed again (exit 1) at step 14"));
-  // Another exit status, rank or step is another fault: no verdict.
-  Incident other = crash;
-  other.subtype = "exit 2";
-  EXPECT_EQ(Classify(c, &other).cause, FaultCause::kUnknown);
-  other = crash;
-  other.step = 12;
-  EXPECT_EQ(Classify(c, &other).cause, FaultCause::kUnknown);
-  // Signals, hangs and lost nodes are not replayed.
+// The program's own crash: an exit status (an exception), or a signal the process raises
+// on itself (a segfault, a bus error, an illegal instruction, a division by zero, an
+// abort); not a signal sent from outside.
+TEST(ReplayCheckTest, TheProgramsOwnCrashAtTheSameStepIsTheProgram) {
+  for (const auto& [how, other_how] :
+       {std::pair<std::string, std::string>{"exit 1", "exit 2"}, {"SIGSEGV", "SIGBUS"}}) {
+    SCOPED_TRACE(how);
+    // Rank 1 crashes during step 14 (the last step reported is 13).
+    Incident crash = Fault(FaultKind::kCrash, how, 1, 13);
+    EXPECT_TRUE(Replayable(crash));
+    EXPECT_EQ(FaultStep(crash), 14);
+    ReplayCheck c(crash, Recorded(), false, {});
+    Rerun(&c, 13);
+    EXPECT_FALSE(c.passed());
+    Classification k = Classify(c, &crash);
+    EXPECT_EQ(k.cause, FaultCause::kCode);
+    EXPECT_THAT(k.evidence, HasSubstr("rank 1 failed again (" + how + ") at step 14"));
+    // Another exit status or signal, rank or step is another fault: no verdict.
+    Incident other = crash;
+    other.subtype = other_how;
+    EXPECT_EQ(Classify(c, &other).cause, FaultCause::kUnknown);
+    other = crash;
+    other.step = 12;
+    EXPECT_EQ(Classify(c, &other).cause, FaultCause::kUnknown);
+    // A crash that does not come back is transient.
+    ReplayCheck t(crash, Recorded(), false, {});
+    Rerun(&t, 14);
+    ASSERT_TRUE(t.passed());
+    EXPECT_EQ(Classify(t, nullptr).cause, FaultCause::kTransient);
+  }
+  for (const char* sig : {"SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"}) {
+    EXPECT_TRUE(Replayable(Fault(FaultKind::kCrash, sig, 1, 13))) << sig;
+  }
+  // Signals from outside, hangs and lost nodes are not replayed.
   EXPECT_FALSE(Replayable(Fault(FaultKind::kCrash, "SIGKILL", 1, 13)));
+  EXPECT_FALSE(Replayable(Fault(FaultKind::kCrash, "SIGTERM", 1, 13)));
   EXPECT_FALSE(Replayable(Fault(FaultKind::kHang, "no_progress", 1, 13)));
-  // A crash that does not come back is transient.
-  ReplayCheck t(crash, Recorded(), false, {});
-  Rerun(&t, 14);
-  ASSERT_TRUE(t.passed());
-  EXPECT_EQ(Classify(t, nullptr).cause, FaultCause::kTransient);
 }
 
 TEST(ReplayCheckTest, NoVerdictBeforeTheFaultStepOrWhenAnotherFaultInterrupts) {
