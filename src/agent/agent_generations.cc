@@ -195,13 +195,20 @@ void Agent::HandlePrepare(const Json& msg) {
   auto workdir = JStrOr(msg, "workdir", "");
   auto size = JIntOr(msg, "warm_ranks", 0);
   auto version = JStrOr(msg, "version", "");
+  // The node's rank count: the warm processes' environment depends on it (one OpenMP
+  // thread each when several share the node); absent from an older controller: 1.
+  auto nproc = JIntOr(msg, "nproc_per_node", 1);
   Status bad = !command.ok()   ? command.status()
                : !env.ok()     ? env.status()
                : !workdir.ok() ? workdir.status()
                : !version.ok() ? version.status()
+               : !nproc.ok()   ? nproc.status()
                                : size.status();
   if (bad.ok() && (*size < 0 || *size > 64)) {
     bad = InvalidArgument("message 'prepare': field 'warm_ranks' must be in [0, 64]");
+  }
+  if (bad.ok() && (*nproc < 1 || *nproc > 4096)) {
+    bad = InvalidArgument("message 'prepare': field 'nproc_per_node' must be in [1, 4096]");
   }
   if (bad.ok() && command->empty()) {
     bad = InvalidArgument("message 'prepare': field 'command' is empty");
@@ -214,6 +221,7 @@ void Agent::HandlePrepare(const Json& msg) {
   s.env = *env;
   s.workdir = *workdir;
   s.version = *version;
+  s.nproc_per_node = static_cast<int>(*nproc);
   s.log_dir = opts_.run_dir + "/logs";
   SetWarmSpec(s, static_cast<int>(*size));
   ReportWarm();

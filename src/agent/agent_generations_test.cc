@@ -8,8 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <functional>
+#include <sstream>
 
 #include "agent/agent.h"
 #include "agent/python_command.h"
@@ -70,17 +70,19 @@ class AgentGenerationsTest : public ::testing::Test {
   // The next controller message of `type` (others are kept for later).
   Json Expect(const std::string& type, int turns = 200) {
     Json found;
-    RunUntil([&] {
-      for (const Json& m : ctl_->Read()) inbox_.push_back(m);
-      for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
-        if ((*it)["type"] == type) {
-          found = *it;
-          inbox_.erase(it);
-          return true;
-        }
-      }
-      return false;
-    }, turns);
+    RunUntil(
+        [&] {
+          for (const Json& m : ctl_->Read()) inbox_.push_back(m);
+          for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+            if ((*it)["type"] == type) {
+              found = *it;
+              inbox_.erase(it);
+              return true;
+            }
+          }
+          return false;
+        },
+        turns);
     EXPECT_FALSE(found.is_null()) << "no '" << type << "' from the agent";
     return found;
   }
@@ -160,8 +162,11 @@ class AgentGenerationsTest : public ::testing::Test {
     Send(Start(0, warm_ranks));
     started0_ = Expect("started");
     for (int r : {0, 1}) {
-      FromRank({{"type", "hello"}, {"rank", r}, {"pid", Of(started0_, r).first},
-                {"in_process", true}, {"process_group", group}});
+      FromRank({{"type", "hello"},
+                {"rank", r},
+                {"pid", Of(started0_, r).first},
+                {"in_process", true},
+                {"process_group", group}});
       EXPECT_EQ(Expect("rank_info")["rank"], r);
     }
   }
@@ -250,15 +255,20 @@ TEST_F(AgentGenerationsTest, AFloodOfStepReportsIsMergedNotLost) {
   StartTwoRanks();
   const double t0 = clock_.NowMono();
   for (int s = 1; s <= 50; ++s) {  // in batches the socket queue holds, read at once
-    FromRank({{"type", "step"}, {"rank", 0}, {"step", s}, {"loss", 1.0 / s}, {"tokens", 10},
-              {"step_time", 0.001}, {"t", 1.0}});
+    FromRank({{"type", "step"},
+              {"rank", 0},
+              {"step", s},
+              {"loss", 1.0 / s},
+              {"tokens", 10},
+              {"step_time", 0.001},
+              {"t", 1.0}});
     if (s % 5 == 0) {
       EXPECT_EQ(agent_->RunOnce(), -1);
     }
   }
   ASSERT_LT(clock_.NowMono() - t0, 1.0 / Agent::kMaxStepForwardHz);
   Json first = Expect("step");
-  EXPECT_EQ(first["step"], 1);  // the first goes out at once
+  EXPECT_EQ(first["step"], 1);   // the first goes out at once
   Json merged = Expect("step");  // the other 49, once the gap has passed
   EXPECT_EQ(merged["step"], 50);
   EXPECT_EQ(merged["coalesced"], 49);
@@ -278,9 +288,16 @@ class AgentGpuTest : public AgentGenerationsTest {
     gpu_dir_ = tmpl;
     state_ = gpu_dir_ + "/nvml.json";
     WriteState({{"devices",
-                 {{{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", "GPU-aaaa"}, {"util", 97},
-                   {"mem_used", 1 << 30}, {"mem_total", 80LL << 30}, {"temp", 61},
-                   {"power_mw", 650000}, {"sm_clock", 1980}, {"throttle", 0}, {"ecc_sbe", 0},
+                 {{{"name", "NVIDIA H100 80GB HBM3"},
+                   {"uuid", "GPU-aaaa"},
+                   {"util", 97},
+                   {"mem_used", 1 << 30},
+                   {"mem_total", 80LL << 30},
+                   {"temp", 61},
+                   {"power_mw", 650000},
+                   {"sm_clock", 1980},
+                   {"throttle", 0},
+                   {"ecc_sbe", 0},
                    {"ecc_dbe", 0}}}}});
     ::setenv("BULWARK_FAKE_NVML_STATE", state_.c_str(), 1);
     nvml_library_ = BW_FAKE_NVML;
@@ -326,7 +343,10 @@ TEST_F(AgentGenerationsTest, AResizedWorldRenumbersTheKeptRanks) {
     FromRank({{"type", "hello"}, {"rank", r}, {"pid", Of(started, r).first}, {"in_process", true}});
     Expect("rank_info");
   }
-  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"kill", Json::array()},
+  Send({{"type", "stop"},
+        {"attempt", 0},
+        {"park", true},
+        {"kill", Json::array()},
         {"park_timeout_s", 5}});
   ToRank(s2);
   ToRank(s3);
@@ -360,7 +380,10 @@ TEST_F(AgentGenerationsTest, ARankThatDoesNotParkInTimeIsKilledAndReplaced) {
   StartTwoRanks();
   const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;
   procs_.IgnoreTerm(p1);
-  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"kill", Json::array()},
+  Send({{"type", "stop"},
+        {"attempt", 0},
+        {"park", true},
+        {"kill", Json::array()},
         {"park_timeout_s", 2}});
   FromRank({{"type", "parked"}, {"rank", 0}, {"pid", p0}, {"attempt", 0}, {"error", ""}});
   const double t0 = clock_.NowMono();
@@ -401,7 +424,10 @@ TEST_F(AgentGenerationsTest, CulpritsAndRanksWithoutInProcessRecoveryAreKilledNo
 TEST_F(AgentGenerationsTest, ARankThatParksOnItsOwnIsReportedAndAPlainStopEndsParkedRanks) {
   StartTwoRanks();
   const pid_t p1 = Of(started0_, 1).first;
-  FromRank({{"type", "parked"}, {"rank", 1}, {"pid", p1}, {"attempt", 0},
+  FromRank({{"type", "parked"},
+            {"rank", 1},
+            {"pid", p1},
+            {"attempt", 0},
             {"error", "RuntimeError: Connection closed by peer"}});
   Json parked = Expect("parked");
   EXPECT_EQ(parked["rank"], 1);
@@ -471,11 +497,9 @@ TEST_F(AgentGenerationsTest, TheFirstLaunchWaitsForTheZygoteAndWarmRanksAreItsFo
   EXPECT_EQ(procs_.Options(procs_.Spawned().back()).argv[0], "fork-of");
 
   // New code (a hot update's `prepare`): the zygote and its forks imported the old.
-  Json prep = {{"type", "prepare"},
-               {"command", {"/usr/bin/python3", "train2.py"}},
-               {"env", Json::object()},
-               {"workdir", dir_},
-               {"warm_ranks", 1},
+  Json prep = {{"type", "prepare"},     {"command", {"/usr/bin/python3", "train2.py"}},
+               {"env", Json::object()}, {"workdir", dir_},
+               {"warm_ranks", 1},       {"nproc_per_node", 2},
                {"version", "v2"}};
   Send(prep);
   ASSERT_TRUE(RunUntil([&] { return !procs_.Alive(zygote); }));
@@ -485,6 +509,8 @@ TEST_F(AgentGenerationsTest, TheFirstLaunchWaitsForTheZygoteAndWarmRanksAreItsFo
   }
   ASSERT_TRUE(RunUntil([&] { return procs_.Spawned().size() == 6u; }));
   EXPECT_EQ(procs_.Options(procs_.Spawned()[5]).env.at("BULWARK_WARM_TARGET"), "train2.py");
+  // Two ranks share the node: the zygote loads BLAS with one OpenMP thread (as torchrun).
+  EXPECT_EQ(procs_.Options(procs_.Spawned()[5]).env.at("OMP_NUM_THREADS"), "1");
 }
 
 TEST_F(AgentGenerationsTest, TheStoreServerIsAForkOfTheZygote) {
@@ -495,8 +521,11 @@ TEST_F(AgentGenerationsTest, TheStoreServerIsAForkOfTheZygote) {
   FromRank({{"type", "zygote_ready"}, {"pid", zygote}});
   started0_ = Expect("started");
   for (int r : {0, 1}) {
-    FromRank({{"type", "hello"}, {"rank", r}, {"pid", Of(started0_, r).first},
-              {"in_process", true}, {"process_group", true}});
+    FromRank({{"type", "hello"},
+              {"rank", r},
+              {"pid", Of(started0_, r).first},
+              {"in_process", true},
+              {"process_group", true}});
     Expect("rank_info");
     FromRank({{"type", "step"}, {"rank", r}, {"step", 1}, {"loss", 1.0}, {"t", 1.0}});
   }
@@ -604,8 +633,9 @@ TEST(PythonCommand, RecognisesPythonScriptsAndModules) {
   EXPECT_EQ(c->options, (std::vector<std::string>{"-u", "-X", "dev"}));
   EXPECT_EQ(c->script, "train.py");
   EXPECT_EQ(c->args, (std::vector<std::string>{"--a", "1"}));
-  EXPECT_EQ(PythonModuleArgv(*c, "bulwark.warm"),
-            (std::vector<std::string>{"/usr/bin/python3", "-u", "-X", "dev", "-m", "bulwark.warm"}));
+  EXPECT_EQ(
+      PythonModuleArgv(*c, "bulwark.warm"),
+      (std::vector<std::string>{"/usr/bin/python3", "-u", "-X", "dev", "-m", "bulwark.warm"}));
   c = ParsePythonCommand({"python3.11", "-m", "pkg.train", "x"});
   ASSERT_TRUE(c);
   EXPECT_EQ(c->module, "pkg.train");

@@ -378,6 +378,7 @@ void ControllerImpl::SendPrepare(Node& n, const JobSpec& code, const std::string
                                 {"env", code.env},
                                 {"workdir", code.workdir},
                                 {"warm_ranks", code.fault_policy.WarmRanks(code.procs_per_node)},
+                                {"nproc_per_node", code.procs_per_node},
                                 {"version", version}}),
               "a failed send closes the connection; the loop handles the peer's loss");
   n.prepared = true;
