@@ -493,8 +493,9 @@ void ControllerImpl::CheckHeartbeats() {
     // and again from now, so a node that is really gone is still found, `gap` later.
     for (auto& [id, n] : nodes_) n->last_heartbeat = std::min(now, n->last_heartbeat + gap);
     Event("ControllerStalled",
-          Fmt("the controller did not run for %.1f s (this machine or process was paused or "
-              "starved); the agents' silence meanwhile is not counted against them",
+          Fmt("the controller did not run for %.1f s (a paused machine, a starved process or "
+              "a call that blocked its loop); the agents' silence meanwhile is not counted "
+              "against them",
               gap));
   }
   for (auto& [id, n] : nodes_) {
