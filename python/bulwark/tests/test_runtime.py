@@ -248,26 +248,15 @@ class RuntimeTest(unittest.TestCase):
 
 
 def _remote_ports():
-    """The remote ports of this process's TCP sockets (Linux /proc)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
+    """The remote ports of this process's connected TCP sockets (Linux /proc)."""
+    from bulwark._runtime import _tcp_sockets
     ports = set()
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+    for fd, _ in _tcp_sockets():
         try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
+            with socket.socket(fileno=os.dup(fd)) as s:
+                ports.add(s.getpeername()[1])
         except OSError:
             continue
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 9 and cols[9] in inodes:
-                ports.add(int(cols[2].rsplit(":", 1)[1], 16))
     return ports
 
 
