@@ -49,6 +49,8 @@ import signal
 import sys
 
 # One BLAS thread per rank: ranks already fill the cores (set before torch loads BLAS).
+# Under torchrun this is what takes effect; a warm rank under Bulwark imported torch in
+# the zygote, before this line, and gets OMP_NUM_THREADS=1 from its agent instead.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
