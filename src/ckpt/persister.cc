@@ -1,9 +1,11 @@
 #include "ckpt/persister.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <condition_variable>
 #include <deque>
@@ -23,17 +25,42 @@ struct Request {
   uint64_t seq = 0;
   long step = 0;
   bool persist = false;
+  double queued_at = 0;            // Clock::NowMono when OnStaged took it
   std::shared_ptr<Snapshot> snap;  // persist: pinned when the trainer reported it
 };
 
 // Seal requests kept per rank while the persister is behind.
 constexpr int kMaxQueuedSeals = 4;
 
-void LowerPriority() {
+// I/O priorities: ioprio_set(IOPRIO_WHO_PROCESS, tid, class << 13 | level); a tid names
+// one thread (Linux).
+constexpr int kIoprioWhoProcess = 1;
+constexpr int kIoprioIdle = 3 << 13;
+constexpr int kIoprioBestEffortDefault = (2 << 13) | 4;
+constexpr int kIoprioBestEffortLowest = (2 << 13) | 7;
+// The nice value of a persister that could not be raised again once idle.
+constexpr int kFallbackNice = 10;
+
+// Sets thread `tid` (0 = the caller) to SCHED_IDLE or back to SCHED_OTHER, with the
+// matching I/O class. True if the CPU policy was set.
+bool SetIdle(pid_t tid, bool idle) {
   sched_param p{};
-  (void)::sched_setscheduler(0, SCHED_IDLE, &p);  // this thread only (Linux)
-  // ioprio_set(IOPRIO_WHO_PROCESS, this thread, IOPRIO_CLASS_IDLE << 13).
-  (void)::syscall(SYS_ioprio_set, 1, 0, 3 << 13);
+  const bool ok = ::sched_setscheduler(tid, idle ? SCHED_IDLE : SCHED_OTHER, &p) == 0;
+  (void)::syscall(SYS_ioprio_set, kIoprioWhoProcess, tid,
+                  idle ? kIoprioIdle : kIoprioBestEffortDefault);  // best effort: CFQ/BFQ only
+  return ok;
+}
+
+// Whether this process may move a thread from SCHED_IDLE back to SCHED_OTHER
+// (CAP_SYS_NICE, or an RLIMIT_NICE that allows nice 0): tried on a throwaway thread.
+bool CanLeaveIdle() {
+  bool ok = false;
+  std::thread([&ok] {
+    sched_param p{};
+    ok = ::sched_setscheduler(0, SCHED_IDLE, &p) == 0 &&
+         ::sched_setscheduler(0, SCHED_OTHER, &p) == 0;
+  }).join();
+  return ok;
 }
 
 }  // namespace
@@ -48,6 +75,14 @@ struct Persister::Impl {
   std::map<int, Request> persist_q;  // newest persist request per rank
   bool busy = false;
   bool stop = false;
+  double busy_queued_at = 0;  // the request in progress's queued_at
+  // Priority (see PersistConfig::low_priority): `idle` while the thread runs at
+  // SCHED_IDLE and may be raised; `raised` while OnStaged has raised it because it
+  // fell behind, until its queues are empty again.
+  pid_t tid = 0;
+  bool idle = false;
+  bool raised = false;
+  int raises = 0;
   std::map<int, std::shared_ptr<RingReader>> rings;  // guarded by mu
   double peer_paused_until = 0;                      // persister thread only
   std::thread thread;
@@ -211,8 +246,45 @@ struct Persister::Impl {
     return r;
   }
 
+  double Now() const { return (cfg.clock ? cfg.clock : SystemClock::Get())->NowMono(); }
+
+  // Sets this thread's priority before its first request: SCHED_IDLE where it can be
+  // raised again, else nice 10 and the lowest best-effort I/O level, which cannot be
+  // starved (an idle thread that could not be raised might never persist on a node
+  // whose cores the trainers keep busy).
+  void LowerSelf() {
+    const bool can_raise = CanLeaveIdle();
+    std::lock_guard<std::mutex> l(mu);
+    if (can_raise && SetIdle(0, true)) {
+      idle = true;
+      return;
+    }
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), kFallbackNice);
+    (void)::syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, kIoprioBestEffortLowest);
+  }
+
+  // Requires mu. Raises the idle thread to SCHED_OTHER when it has fallen behind:
+  // `skipped` (OnStaged is about to drop or replace a queued request), or a request
+  // has waited escalate_after_s. Called on the caller's thread, since a starved thread
+  // cannot raise itself.
+  void RaiseIfBehind(bool skipped) {
+    if (!idle || raised || tid == 0) return;
+    double oldest = busy ? busy_queued_at : Now();
+    for (const Request& q : seal_q) oldest = std::min(oldest, q.queued_at);
+    for (const auto& [rank, q] : persist_q) oldest = std::min(oldest, q.queued_at);
+    if (!skipped && Now() - oldest < cfg.escalate_after_s) return;
+    if (SetIdle(tid, false)) {
+      raised = true;
+      ++raises;
+    }
+  }
+
   void Loop() {
-    if (cfg.low_priority) LowerPriority();
+    {
+      std::lock_guard<std::mutex> l(mu);
+      tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    }
+    if (cfg.low_priority) LowerSelf();
     std::unique_lock<std::mutex> l(mu);
     while (true) {
       cv.wait(l, [&] { return stop || !seal_q.empty() || !persist_q.empty(); });
@@ -225,10 +297,12 @@ struct Persister::Impl {
         r = TakeSeal();
       }
       busy = true;
+      busy_queued_at = r.queued_at;
       l.unlock();
       Handle(r);
       l.lock();
       busy = false;
+      if (raised && seal_q.empty() && persist_q.empty() && SetIdle(0, true)) raised = false;
       cv.notify_all();
     }
   }
@@ -259,6 +333,7 @@ void Persister::OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, 
   r.seq = seq;
   r.step = step;
   r.persist = persist;
+  r.queued_at = impl_->Now();
   std::lock_guard<std::mutex> l(impl_->mu);
   if (persist) {
     // Pin now, before the trainer's next saves can reuse the slot.
@@ -290,6 +365,7 @@ void Persister::OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, 
       e.superseded_by = step;
       impl_->on_event(e);
     }
+    impl_->RaiseIfBehind(/*skipped=*/it != impl_->persist_q.end());
     impl_->persist_q[rank] = r;
   } else {
     // Keep a rank's newest few seals (TakeSeal picks the step all ranks share);
@@ -298,6 +374,7 @@ void Persister::OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, 
     for (auto it = impl_->seal_q.rbegin(); it != impl_->seal_q.rend(); ++it) {
       mine += it->rank == rank ? 1 : 0;
     }
+    impl_->RaiseIfBehind(/*skipped=*/mine >= kMaxQueuedSeals);
     if (mine >= kMaxQueuedSeals) {
       for (auto it = impl_->seal_q.begin(); it != impl_->seal_q.end(); ++it) {
         if (it->rank == rank) {
@@ -316,6 +393,11 @@ bool Persister::Drain(double timeout_s) {
   return impl_->cv.wait_for(l, std::chrono::duration<double>(timeout_s), [&] {
     return impl_->seal_q.empty() && impl_->persist_q.empty() && !impl_->busy;
   });
+}
+
+Persister::Priority Persister::CurrentPriority() {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return {impl_->tid, impl_->idle, impl_->raised, impl_->raises};
 }
 
 std::map<int, std::vector<long>> Persister::Inventory(const std::vector<int>& ranks) {

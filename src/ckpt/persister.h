@@ -2,7 +2,8 @@
 //
 // The trainer stages a snapshot into its rank's ring (staging.h) and tells the
 // agent (`staged` datagram); the agent hands it to OnStaged. A single background
-// thread, at idle CPU and I/O priority so training keeps the cores, then
+// thread, at idle CPU and I/O priority so training keeps the cores (raised to normal
+// priority while it is behind: see PersistConfig::low_priority), then
 //   1. seals the slot (per-chunk xxh3) so the memory tier can restore it, and
 //   2. if the step is due for disk, writes this rank's shard from the pinned slot
 //      to the disk tier (hashing each chunk as it writes it, which also seals the
@@ -40,7 +41,15 @@ struct PersistConfig {
   int world = 1;
   bool dedup_replicated = true;
   bool incremental = true;
-  bool low_priority = true;  // SCHED_IDLE + idle I/O class for the persister thread
+  // The persister thread runs at SCHED_IDLE with the idle I/O class, so it takes only
+  // cores the trainers leave free. On a node whose trainers keep every core busy such a
+  // thread may not run at all, so durability is bounded instead: once it is behind (a
+  // queued request is about to be replaced or dropped, or one has waited
+  // escalate_after_s) OnStaged raises it to SCHED_OTHER until its queues are empty.
+  // Where the process may not raise a thread out of SCHED_IDLE (no CAP_SYS_NICE, an
+  // RLIMIT_NICE below 20), the thread runs at nice 10 instead, never raised.
+  bool low_priority = true;
+  double escalate_after_s = 2.0;
   // Peer replication (peer.h): every sealed snapshot is pushed to this PeerServer
   // (newest wins when pushes fall behind). peer_port 0 = off.
   std::string peer_host = "127.0.0.1";
@@ -86,6 +95,15 @@ class Persister {
   bool Drain(double timeout_s);
   // Steps restorable from memory per rank (seals staged slots first).
   std::map<int, std::vector<long>> Inventory(const std::vector<int>& ranks);
+
+  // The persister thread's priority (PersistConfig::low_priority), for tests and logs.
+  struct Priority {
+    int thread_id = 0;    // its kernel tid; 0 until it started
+    bool idle = false;    // lowered to SCHED_IDLE (and may be raised)
+    bool raised = false;  // raised to SCHED_OTHER now, being behind
+    int raises = 0;       // times it was raised
+  };
+  Priority CurrentPriority();
 
   struct Impl;
 

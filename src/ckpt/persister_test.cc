@@ -5,6 +5,8 @@
 // persisted. Deterministic: waits are Drain() with a deadline.
 #include "ckpt/persister.h"
 
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
@@ -23,6 +26,7 @@
 #include "ckpt/peer.h"
 #include "ckpt/staging.h"
 #include "ckpt/test_util.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -110,8 +114,10 @@ class PersisterTest : public ::testing::Test {
       cv.notify_all();
     }
   };
-  std::unique_ptr<Persister> MakeGated(UploadGate* g, int world) {
-    return Make("", [g, world](PersistConfig* c) {
+  std::unique_ptr<Persister> MakeGated(UploadGate* g, int world,
+                                       const std::function<void(PersistConfig*)>& tweak = nullptr) {
+    return Make("", [g, world, tweak](PersistConfig* c) {
+      if (tweak) tweak(c);
       c->world = world;
       c->object_upload = [g](const std::string&, long, int, int) {
         std::unique_lock<std::mutex> l(g->mu);
@@ -453,11 +459,92 @@ TEST_F(PersisterTest, AQueuedPersistThatANewerStepReplacesIsSupersededNotFailed)
   ASSERT_EQ(disk.size(), 3u);
   EXPECT_TRUE(disk[1].status.ok() && disk[1].superseded_by < 0) << disk[1].status.ToString();
   EXPECT_EQ(disk[2].superseded_by, 3);
-  EXPECT_NE(disk[2].status.message().find("step 3 was staged before it started"),
-            std::string::npos)
+  EXPECT_NE(disk[2].status.message().find("step 3 was staged before it started"), std::string::npos)
       << disk[2].status.ToString();
   EXPECT_TRUE(disk[3].status.ok() && disk[3].superseded_by < 0) << disk[3].status.ToString();
   BW_ASSERT_OK(Commit(Env::Default(), disk_, 3, 1, /*verify_data=*/true));
+}
+
+// A low-priority persister held in a write while the trainer stages more (the state of
+// a node whose trainers keep every core busy, where a SCHED_IDLE thread may never run).
+class PersisterPriorityTest : public PersisterTest {
+ protected:
+  // Starts a gated, low-priority persister of one rank and waits for its thread to
+  // lower itself. False if it could not be started.
+  bool Start(double escalate_after_s = 2.0) {
+    auto st = Stager::Open(staging_, 0, 1, 4, kChunk);
+    if (!st.ok()) return false;
+    stager_ = std::move(*st);
+    p_ = MakeGated(&gate_, 1, [this, escalate_after_s](PersistConfig* c) {
+      c->low_priority = true;
+      c->escalate_after_s = escalate_after_s;
+      c->clock = &clock_;
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const Persister::Priority pr = p_->CurrentPriority();
+      if (pr.thread_id != 0 && (pr.idle || ::getpriority(PRIO_PROCESS, pr.thread_id) != 0)) {
+        return true;
+      }
+      std::this_thread::yield();
+    }
+    return false;
+  }
+  void Stage(long step, bool persist) {
+    Result<StageResult> sr = stager_->Stage(step, Views(tensors_));
+    ASSERT_TRUE(sr.ok()) << sr.status().ToString();
+    p_->OnStaged(0, sr->slot, sr->seq, sr->generation, step, persist);
+  }
+  int Policy() { return ::sched_getscheduler(p_->CurrentPriority().thread_id); }
+
+  FakeClock clock_;
+  UploadGate gate_;
+  std::unique_ptr<Stager> stager_;
+  std::unique_ptr<Persister> p_;
+};
+
+TEST_F(PersisterPriorityTest, ABehindPersisterIsRaisedUntilItCaughtUp) {
+  ASSERT_TRUE(Start());
+  if (!p_->CurrentPriority().idle) {
+    // This process may not raise a thread out of SCHED_IDLE: nice 10, never idle.
+    EXPECT_EQ(Policy(), SCHED_OTHER);
+    EXPECT_EQ(::getpriority(PRIO_PROCESS, p_->CurrentPriority().thread_id), 10);
+    GTEST_SKIP() << "no CAP_SYS_NICE here: the fallback (nice 10) was checked instead";
+  }
+  EXPECT_EQ(Policy(), SCHED_IDLE);
+  Stage(1, true);
+  ASSERT_TRUE(gate_.WaitUploading());
+  Stage(2, true);  // queued behind step 1: not behind yet
+  EXPECT_FALSE(p_->CurrentPriority().raised);
+  EXPECT_EQ(Policy(), SCHED_IDLE);
+  Stage(3, true);  // replaces step 2's persist before it began: behind
+  EXPECT_TRUE(p_->CurrentPriority().raised);
+  EXPECT_EQ(Policy(), SCHED_OTHER);
+  gate_.Release();
+  ASSERT_TRUE(p_->Drain(60));
+  // Caught up: idle again, until it falls behind once more.
+  const Persister::Priority after = p_->CurrentPriority();
+  EXPECT_FALSE(after.raised);
+  EXPECT_EQ(after.raises, 1);
+  EXPECT_EQ(Policy(), SCHED_IDLE);
+}
+
+TEST_F(PersisterPriorityTest, ARequestThatWaitedTooLongRaisesIt) {
+  ASSERT_TRUE(Start(/*escalate_after_s=*/2.0));
+  if (!p_->CurrentPriority().idle) GTEST_SKIP() << "no CAP_SYS_NICE here (see above)";
+  Stage(1, true);
+  ASSERT_TRUE(gate_.WaitUploading());
+  clock_.Advance(1.5);
+  Stage(2, false);  // step 1 has waited 1.5 s: not yet
+  EXPECT_FALSE(p_->CurrentPriority().raised);
+  clock_.Advance(1.0);
+  Stage(3, false);  // 2.5 s
+  EXPECT_TRUE(p_->CurrentPriority().raised);
+  EXPECT_EQ(Policy(), SCHED_OTHER);
+  gate_.Release();
+  ASSERT_TRUE(p_->Drain(60));
+  EXPECT_FALSE(p_->CurrentPriority().raised);
+  EXPECT_EQ(Policy(), SCHED_IDLE);
 }
 
 }  // namespace bulwark::ckpt
