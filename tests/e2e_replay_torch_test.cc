@@ -13,6 +13,8 @@
 // Not run under ASan, as e2e_inprocess_torch_test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "e2e_inprocess_util.h"
 
 namespace bulwark {
@@ -62,8 +64,11 @@ TEST_F(ReplayE2E, NanOnOneNodeIsHardware) {
       << out;
   const long fault_step = inc["replay"]["fault_step"].get<long>();
   const long ckpt = inc["replay"]["checkpoint_step"].get<long>();
-  ASSERT_GE(ckpt, 10) << inc["replay"].dump(2);
+  // A checkpoint of step 10 or 20, or none yet where the machine was too busy to commit
+  // one before step 26 (the replay then runs from scratch, as the job did).
+  ASSERT_TRUE(ckpt >= 10 || inc["replay"]["from_scratch"] == true) << out;
   EXPECT_LT(ckpt, fault_step);
+  const long first = std::max(ckpt, 0L) + 1;  // the first step the replay runs
 
   // The recorded incident, replayed: every loss from its checkpoint up to the fault
   // equal bit for bit, and the NaN (injected, not the program's) does not come back.
@@ -77,7 +82,7 @@ TEST_F(ReplayE2E, NanOnOneNodeIsHardware) {
   EXPECT_EQ(r["fault_step"], fault_step);
   EXPECT_TRUE(r["passed"].get<bool>()) << r.dump(2);
   EXPECT_FALSE(r["fault_came_back"].get<bool>()) << r.dump(2);
-  EXPECT_GE(r["compared"].get<int>(), 4 * (fault_step - ckpt - 1)) << r.dump(2);
+  EXPECT_GE(r["compared"].get<int>(), 4 * (fault_step - first)) << r.dump(2);
   EXPECT_EQ(r["equal"], r["compared"]) << r.dump(2);
   EXPECT_FALSE(r.contains("first_difference")) << r.dump(2);
   EXPECT_NE(r["code"].get<std::string>().find("unchanged"), std::string::npos) << r.dump(2);

@@ -568,10 +568,12 @@ int CmdReplay(const cli::ReplayFlags& f) {
     }
     // Every host must read the checkpoint the re-run resumes from (hard links on this
     // host's file system).
-    Status st =
-        cli::CheckCheckpointOnHosts(slurm->backend->job_id(), hosts, ExeDir() + "/bulwark",
-                                    plan->checkpoint_links, plan->replay.resume, CurrentEnv());
-    if (!st.ok()) return Fail(st);
+    if (plan->replay.resume >= 0) {
+      Status st =
+          cli::CheckCheckpointOnHosts(slurm->backend->job_id(), hosts, ExeDir() + "/bulwark",
+                                      plan->checkpoint_links, plan->replay.resume, CurrentEnv());
+      if (!st.ok()) return Fail(st);
+    }
     co.bind_host = slurm->bind_host;
     co.advertise_host = slurm->advertise_host;
     co.rendezvous_on_agent = true;
@@ -586,9 +588,12 @@ int CmdReplay(const cli::ReplayFlags& f) {
   co.echo_events = false;
   co.replay = plan->replay;
   if (f.output.empty()) {
-    std::fprintf(
-        stderr, "[bulwark] replaying incident %d of %s from checkpoint step %ld in %s (%s)\n",
-        f.incident, f.job.c_str(), plan->replay.resume, plan->run_dir.c_str(), where.c_str());
+    std::fprintf(stderr, "[bulwark] replaying incident %d of %s from %s in %s (%s)\n", f.incident,
+                 f.job.c_str(),
+                 plan->replay.resume < 0
+                     ? "scratch"
+                     : ("checkpoint step " + std::to_string(plan->replay.resume)).c_str(),
+                 plan->run_dir.c_str(), where.c_str());
   }
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);

@@ -153,16 +153,21 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
   const Json& b = inc["replay"];
   const long fault_step = b.value("fault_step", -1L);
   const long ckpt = b.value("checkpoint_step", -1L);
-  if (ckpt < 0) {
+  // No checkpoint before the fault: the job ran from scratch, and so does the replay
+  // (the bundle says whether it holds every loss from step 1).
+  const bool from_scratch = ckpt < 0 && b.value("from_scratch", false);
+  if (ckpt < 0 && !from_scratch) {
     return FailedPrecondition(
         what + ": no checkpoint was committed before the fault's step " +
-        std::to_string(fault_step) + ", so there is nothing to re-run from; a job that " +
-        "checkpoints more often (checkpoint.intervalSteps) leaves a window to replay");
+        std::to_string(fault_step) + ", and the bundle holds the losses of the last steps " +
+        "only, so there is nothing to re-run from; a job that checkpoints more often " +
+        "(checkpoint.intervalSteps) leaves a window to replay");
   }
   const std::string ckpt_dir = b.value("checkpoint_dir", std::string());
-  auto committed = ckpt::ListCommitted(ckpt::Env::Default(), ckpt_dir);
-  if (!committed.ok() ||
-      std::find(committed->begin(), committed->end(), ckpt) == committed->end()) {
+  auto committed = from_scratch ? Result<std::vector<long>>(std::vector<long>{})
+                                : ckpt::ListCommitted(ckpt::Env::Default(), ckpt_dir);
+  if (!from_scratch && (!committed.ok() || std::find(committed->begin(), committed->end(), ckpt) ==
+                                               committed->end())) {
     std::string now = "none";
     if (committed.ok() && !committed->empty()) {
       now.clear();
@@ -295,8 +300,10 @@ std::string FormatReplay(const ReplayPlan& plan, const Json& o) {
   std::ostringstream out;
   out << "replay of incident " << plan.incident << " of " << plan.job << ": "
       << Describe(plan.fault) << " at step " << plan.fault.value("step", -1L) << "\n"
-      << "  re-run from checkpoint step " << plan.replay.resume << " up to step "
-      << o.value("fault_step", -1L) << "; code " << plan.code_note << "\n";
+      << "  re-run from "
+      << (plan.replay.resume < 0 ? std::string("scratch (no checkpoint before the fault)")
+                                 : "checkpoint step " + std::to_string(plan.replay.resume))
+      << " up to step " << o.value("fault_step", -1L) << "; code " << plan.code_note << "\n";
   if (o.contains("steps") && o["steps"].is_array() && !o["steps"].empty()) {
     out << "\n  STEP  LOSSES  EQUAL\n";
     for (const Json& s : o["steps"]) {

@@ -47,7 +47,7 @@ class ReplayPlanTest : public ::testing::Test {
 
   // The store holds job `toy` with one incident: a NaN of rank 0 at step 7 whose bundle
   // names checkpoint `ckpt_step` (no "replay" at all when `bundle` is false).
-  void Record(long ckpt_step, bool bundle = true) {
+  void Record(long ckpt_step, bool bundle = true, bool from_scratch = false) {
     auto st = Store::Open(dir_ + "/bulwark.db");
     ASSERT_TRUE(st.ok());
     JobRecord j;
@@ -64,6 +64,7 @@ class ReplayPlanTest : public ::testing::Test {
     if (bundle) {
       inc["replay"] = {{"fault_step", 7},
                        {"checkpoint_step", ckpt_step},
+                       {"from_scratch", from_scratch},
                        {"checkpoint_dir", dir_ + "/ck"},
                        {"losses", {{"6", {{"0", 2.5}, {"1", 2.25}}}}},
                        {"spec_yaml", spec_},
@@ -133,12 +134,24 @@ TEST_F(ReplayPlanTest, NoCheckpointBeforeTheFaultOrOneRetentionRemovedIsSaid) {
   auto p = Plan("toy", 1);
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.status().message(), HasSubstr("no checkpoint was committed before the fault"));
+  EXPECT_THAT(p.status().message(), HasSubstr("the losses of the last steps only"));
   fs::remove(dir_ + "/bulwark.db");
   Record(3);  // step 3 is not (or no longer) in the checkpoint directory
   p = Plan("toy", 1);
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.status().message(), HasSubstr("its checkpoint, step 3, is not in " + dir_ +
                                               "/ck (committed there now: 5)"));
+}
+
+TEST_F(ReplayPlanTest, AJobThatFaultedBeforeItsFirstCheckpointIsReplayedFromScratch) {
+  Record(-1, /*bundle=*/true, /*from_scratch=*/true);
+  auto p = Plan("toy", 1);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->replay.resume, -1);
+  auto linked = ckpt::ListCommitted(ckpt::Env::Default(), p->spec.checkpoint.dir);
+  EXPECT_TRUE(!linked.ok() || linked->empty()) << "nothing to link: step 5 is not the job's";
+  EXPECT_THAT(FormatReplay(*p, Json{{"fault_step", 7}}),
+              HasSubstr("re-run from scratch (no checkpoint before the fault) up to step 7"));
 }
 
 TEST_F(ReplayPlanTest, ChangedCodeIsRefusedUnlessAllowed) {

@@ -144,10 +144,14 @@ Json ControllerImpl::ReplayBundle(const Incident& inc) {
   const long steps = std::min<long>(
       kMaxBundleSteps, std::max<long>(1, kMaxBundleLosses / std::max(1, spec_.world_size())));
   const long from = std::max(ckpt, fault_step - steps);
+  // With no checkpoint at all the job ran from scratch up to the fault, so a replay can
+  // too, if the bundle holds the losses from step 1.
+  const bool from_scratch = ckpt < 0 && committed_.empty() && from < 1;
   Json nodes = Json::array();
   for (const std::string& id : slots_) nodes.push_back(id);
   return Json{{"fault_step", fault_step},
               {"checkpoint_step", ckpt},
+              {"from_scratch", from_scratch},
               {"checkpoint_dir", spec_.checkpoint.dir},
               {"losses", LossesJson(losses_.Range(from, fault_step))},
               {"digests", DigestsJson(losses_.DigestRange(from, fault_step))},

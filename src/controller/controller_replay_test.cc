@@ -109,6 +109,11 @@ TEST_F(ControllerReplayTest, ANanThatDoesNotComeBackOnAStandbyQuarantinesItsNode
   const Json& b = inc["replay"];
   EXPECT_EQ(b["fault_step"], 12);
   EXPECT_EQ(b["checkpoint_step"], -1);  // none committed yet
+  EXPECT_EQ(b["from_scratch"], true);   // so a replay runs from step 1, as the job did
+  EXPECT_NE(FormatIncidentDiagnosis(inc, "replay", 1, "")
+                .find("replay: `bulwark replay replay 1` re-runs steps 1-12 from scratch"),
+            std::string::npos)
+      << FormatIncidentDiagnosis(inc, "replay", 1, "");
   EXPECT_EQ(b["losses"]["11"]["3"], LossOf(11, 3));
   EXPECT_EQ(b["digests"]["11"]["3"], Json({{"rng", RngOf(11, 3)}}));
   EXPECT_EQ(b["world"], 4);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -51,11 +52,12 @@ std::string FormatIncidentDiagnosis(const Json& x, const std::string& job, int n
          (Str(c, "action").empty() ? "" : "; " + Str(c, "action")) + "\n";
   }
   const Json b = x.value("replay", Json());
-  if (b.is_object() && b.value("checkpoint_step", -1L) >= 0 && !job.empty()) {
+  const long ckpt = b.is_object() ? b.value("checkpoint_step", -1L) : -1L;
+  if (b.is_object() && (ckpt >= 0 || b.value("from_scratch", false)) && !job.empty()) {
     o += indent + "replay: `bulwark replay " + job + " " + std::to_string(number) +
-         "` re-runs steps " + std::to_string(b.value("checkpoint_step", -1L) + 1) + "-" +
-         std::to_string(b.value("fault_step", -1L)) + " from checkpoint step " +
-         std::to_string(b.value("checkpoint_step", -1L)) + "\n";
+         "` re-runs steps " + std::to_string(std::max(ckpt, 0L) + 1) + "-" +
+         std::to_string(b.value("fault_step", -1L)) + " from " +
+         (ckpt >= 0 ? "checkpoint step " + std::to_string(ckpt) : std::string("scratch")) + "\n";
   }
   return o;
 }
