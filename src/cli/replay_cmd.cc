@@ -19,6 +19,7 @@
 #include "common/json_util.h"
 #include "common/str_format.h"
 #include "controller/incident_json.h"
+#include "controller/replay_bundle.h"
 #include "store/store.h"
 #include "trainjob/trainjob.h"
 
@@ -26,15 +27,6 @@ namespace bulwark::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string Describe(const Json& inc) {
-  std::string s = inc.value("kind", std::string("?"));
-  if (inc.contains("subtype") && inc["subtype"].is_string() && !inc["subtype"].empty()) {
-    s += " (" + inc["subtype"].get<std::string>() + ")";
-  }
-  if (inc.value("rank", -1) >= 0) s += " on rank " + std::to_string(inc.value("rank", -1));
-  return s;
-}
 
 // Hard-links (copies, across file systems) every file under `from` into `to`.
 Status LinkTree(const fs::path& from, const fs::path& to) {
@@ -54,55 +46,6 @@ Status LinkTree(const fs::path& from, const fs::path& to) {
   }
   if (ec) return Internal("read " + from.string() + ": " + ec.message());
   return Status();
-}
-
-Result<LossTable> LossesFromJson(const Json& j) {
-  LossTable t;
-  if (!j.is_object()) return InvalidArgument("field 'losses' must be an object");
-  for (const auto& [step, ranks] : j.items()) {
-    char* end = nullptr;
-    const long s = std::strtol(step.c_str(), &end, 10);
-    if (step.empty() || *end != '\0' || !ranks.is_object()) {
-      return InvalidArgument("field 'losses' holds a malformed step '" + step + "'");
-    }
-    for (const auto& [rank, loss] : ranks.items()) {
-      const long r = std::strtol(rank.c_str(), &end, 10);
-      if (rank.empty() || *end != '\0' || r < 0 || !loss.is_number()) {
-        return InvalidArgument("field 'losses' holds a malformed loss of step " + step);
-      }
-      t[s][static_cast<int>(r)] = loss.get<double>();
-    }
-  }
-  return t;
-}
-
-// The bundle's "digests" ({"step": {"rank": {"rng": HEX, "data": HEX}}}); absent = none
-// (a bundle of a trainer that reported none, or of a Bulwark before them).
-Result<DigestTable> DigestsFromJson(const Json& j) {
-  DigestTable t;
-  if (j.is_null()) return t;
-  if (!j.is_object()) return InvalidArgument("field 'digests' must be an object");
-  const auto hex = [](const Json& cell, const char* key, uint64_t* out) {
-    return !cell.contains(key) || ParseDigestHex(cell[key], out);
-  };
-  for (const auto& [step, ranks] : j.items()) {
-    char* end = nullptr;
-    const long s = std::strtol(step.c_str(), &end, 10);
-    if (step.empty() || *end != '\0' || !ranks.is_object()) {
-      return InvalidArgument("field 'digests' holds a malformed step '" + step + "'");
-    }
-    for (const auto& [rank, cell] : ranks.items()) {
-      const long r = std::strtol(rank.c_str(), &end, 10);
-      StepDigests d;
-      if (rank.empty() || *end != '\0' || r < 0 || !cell.is_object() || !hex(cell, "rng", &d.rng) ||
-          !hex(cell, "data", &d.data)) {
-        return InvalidArgument("field 'digests' holds a malformed entry of step " + step +
-                               " (want {\"rng\": 16 hex digits, \"data\": 16 hex digits})");
-      }
-      if (!d.empty()) t[s][static_cast<int>(r)] = d;
-    }
-  }
-  return t;
 }
 
 }  // namespace
@@ -143,27 +86,11 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
             f.job.c_str(), incidents.size(), incidents.size(), f.job.c_str()));
   }
   const Json& inc = incidents[f.incident - 1];
-  const std::string what = Fmt("incident %d of '%s' (%s at step %ld)", f.incident, f.job.c_str(),
-                               Describe(inc).c_str(), inc.value("step", -1L));
-  if (!inc.contains("replay") || !inc["replay"].is_object()) {
-    return FailedPrecondition(what +
-                              " has no replay bundle: it was recorded by a Bulwark "
-                              "older than replay bundles, so nothing says what to re-run");
-  }
-  const Json& b = inc["replay"];
-  const long fault_step = b.value("fault_step", -1L);
-  const long ckpt = b.value("checkpoint_step", -1L);
-  // No checkpoint before the fault: the job ran from scratch, and so does the replay
-  // (the bundle says whether it holds every loss from step 1).
-  const bool from_scratch = ckpt < 0 && b.value("from_scratch", false);
-  if (ckpt < 0 && !from_scratch) {
-    return FailedPrecondition(
-        what + ": no checkpoint was committed before the fault's step " +
-        std::to_string(fault_step) + ", and the bundle holds the losses of the last steps " +
-        "only, so there is nothing to re-run from; a job that checkpoints more often " +
-        "(checkpoint.intervalSteps) leaves a window to replay");
-  }
-  const std::string ckpt_dir = b.value("checkpoint_dir", std::string());
+  const std::string what = IncidentTitle(inc, f.incident, f.job);
+  BW_ASSIGN_OR_RETURN(ReplayBundle bundle, ReadReplayBundle(inc, what));
+  const long ckpt = bundle.checkpoint_step;
+  const bool from_scratch = ckpt < 0;
+  const std::string& ckpt_dir = bundle.checkpoint_dir;
   auto committed = from_scratch ? Result<std::vector<long>>(std::vector<long>{})
                                 : ckpt::ListCommitted(ckpt::Env::Default(), ckpt_dir);
   if (!from_scratch && (!committed.ok() || std::find(committed->begin(), committed->end(), ckpt) ==
@@ -179,14 +106,8 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
             "newest incidents; an older one, or a directory that moved, is gone",
             what.c_str(), ckpt, ckpt_dir.c_str(), now.c_str()));
   }
-  Result<LossTable> expected = LossesFromJson(b.contains("losses") ? b["losses"] : Json());
-  if (!expected.ok()) return expected.status().Annotate(what + ": its bundle");
-  Result<DigestTable> digests = DigestsFromJson(b.contains("digests") ? b["digests"] : Json());
-  if (!digests.ok()) return digests.status().Annotate(what + ": its bundle");
-  Result<Incident> fault = IncidentFromJson(inc);
-  if (!fault.ok()) return fault.status().Annotate(what);
-  const std::string yaml = b.value("spec_yaml", std::string());
-  const std::string spec_path = b.value("spec_path", std::string());
+  const std::string& yaml = bundle.spec_yaml;
+  const std::string& spec_path = bundle.spec_path;
   if (yaml.empty()) {
     return FailedPrecondition(what + ": the job was run without a spec file (an ad-hoc " +
                               "`bulwark run train.py`), and the replay needs one: run the job " +
@@ -204,7 +125,7 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
   plan.incident = f.incident;
   plan.fault = inc;
   // The code: the digest recorded with the incident against the working directory's now.
-  const Json code = b.value("code", Json::object());
+  const Json& code = bundle.code;
   const std::string then = code.value("digest", std::string());
   std::vector<std::string> exclude = {ckpt_dir, job->run_dir};
   if (!plan.spec.checkpoint.shared_dir.empty()) exclude.push_back(plan.spec.checkpoint.shared_dir);
@@ -223,14 +144,11 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
     plan.code_note = "CHANGED since the incident (digest " + then + " then, " + now->hash +
                      " now; --allow-code-change)";
   }
-  const int world = b.value("world", plan.spec.world_size());
-  const int ppn = std::max(1, b.value("procs_per_node", plan.spec.procs_per_node));
+  const int world = bundle.world > 0 ? bundle.world : plan.spec.world_size();
+  const int ppn =
+      std::max(1, bundle.procs_per_node > 0 ? bundle.procs_per_node : plan.spec.procs_per_node);
   const int nodes = std::max(1, world / ppn);
-  if (b.contains("nodes") && b["nodes"].is_array()) {
-    for (const Json& n : b["nodes"]) {
-      if (n.is_string()) plan.recorded_nodes.push_back(n.get<std::string>());
-    }
-  }
+  plan.recorded_nodes = bundle.nodes;
   if (!f.nodes.empty()) {
     if (static_cast<int>(f.nodes.size()) != nodes) {
       std::string then;
@@ -286,20 +204,14 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
   plan.checkpoint_links = links;
   s.checkpoint.shared_dir.clear();
   s.checkpoint.object_store.clear();
-  plan.replay.fault = *fault;
-  plan.replay.expected = std::move(*expected);
-  plan.replay.expected_digests = std::move(*digests);
-  plan.replay.resume = ckpt;
-  const Json skip = b.value("skip", Json::object());
-  plan.replay.skip_from = skip.value("from", -1L);
-  plan.replay.skip_to = skip.value("to", -1L);
+  plan.replay = std::move(bundle.replay);
   return plan;
 }
 
 std::string FormatReplay(const ReplayPlan& plan, const Json& o) {
   std::ostringstream out;
   out << "replay of incident " << plan.incident << " of " << plan.job << ": "
-      << Describe(plan.fault) << " at step " << plan.fault.value("step", -1L) << "\n"
+      << DescribeIncident(plan.fault) << " at step " << plan.fault.value("step", -1L) << "\n"
       << "  re-run from "
       << (plan.replay.resume < 0 ? std::string("scratch (no checkpoint before the fault)")
                                  : "checkpoint step " + std::to_string(plan.replay.resume))
@@ -314,8 +226,8 @@ std::string FormatReplay(const ReplayPlan& plan, const Json& o) {
   }
   out << "\n  losses: " << o.value("summary", std::string("-")) << "\n";
   if (o.value("fault_came_back", false)) {
-    out << "  fault:  came back: " << Describe(o.value("ended_by", Json::object())) << " at step "
-        << o.value("fault_step", -1L) << "\n";
+    out << "  fault:  came back: " << DescribeIncident(o.value("ended_by", Json::object()))
+        << " at step " << o.value("fault_step", -1L) << "\n";
   } else if (o.value("passed", false)) {
     out << "  fault:  did not come back: step " << o.value("fault_step", -1L) << " completed\n";
   } else {
