@@ -1040,10 +1040,23 @@ int Main(int argc, char** argv) {
                    "incident, in slot order (HOST,HOST,...); default: the allocation's first "
                    "hosts, or this machine outside one")
       ->delimiter(',');
+  cli::ClusterReplayFlags kube_replay;
+  replay->add_option("--kubeconfig", kube_replay.kube.kubeconfig,
+                     "on a Kubernetes cluster: the job is a TrainJob the operator ran; a "
+                     "TrainJob JOB-replay-N re-runs it there (docs/diagnosis.md)");
+  replay->add_option("--context", kube_replay.kube.context, "kubeconfig context");
+  replay->add_option("--namespace,-n", kube_replay.kube.ns,
+                     "the TrainJob's namespace (default: the kubeconfig context's)");
+  replay
+      ->add_option("--timeout", kube_replay.timeout_s,
+                   "on a cluster: seconds to wait for the replay TrainJob to end")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   replay->footer(
       "Examples:\n  bulwark replay gpt-char 3\n  salloc -N2 bulwark replay gpt-char 3 --nodes "
-      "gpu07,gpu12   # on other machines\nExit status: 0 every compared loss was equal bit "
-      "for bit, 1 a loss differed or nothing could be compared, 2 usage.");
+      "gpu07,gpu12   # on other machines\n  bulwark replay gpt-char 3 --kubeconfig "
+      "~/.kube/config -n ml   # on the cluster that ran it\nExit status: 0 every compared "
+      "loss was equal bit for bit, 1 a loss differed or nothing could be compared, 2 usage.");
 
   rf.argv.assign(argv, argv + argc);
   if (!rf.argv.empty()) {  // salloc runs it from the same directory, maybe not on PATH
@@ -1066,6 +1079,29 @@ int Main(int argc, char** argv) {
     if (*c) return jobs_rc;
   }
   if (*run) return CmdRun(rf);
+  if (*replay && (!kube_replay.kube.kubeconfig.empty() || !kube_replay.kube.context.empty() ||
+                  !kube_replay.kube.ns.empty())) {
+    for (const auto& [given, flag] : {std::pair{!replay_flags.store.empty(), "--store"},
+                                      {!replay_flags.nodes.empty(), "--nodes"}}) {
+      if (given) {
+        std::fprintf(stderr,
+                     "bulwark replay: %s is for a job run on this machine or Slurm; on "
+                     "Kubernetes the operator's store has the bundle and its scheduler places "
+                     "the replay\n",
+                     flag);
+        return 2;
+      }
+    }
+    if (replay_flags.incident < 1) {
+      std::fprintf(stderr, "bulwark replay: INCIDENT: incidents are numbered from 1\n");
+      return 2;
+    }
+    kube_replay.job = replay_flags.job;
+    kube_replay.incident = replay_flags.incident;
+    kube_replay.allow_code_change = replay_flags.allow_code_change;
+    kube_replay.output = replay_flags.output;
+    return cli::ReplayOnCluster(kube_replay, std::cout, std::cerr);
+  }
   if (*replay) return CmdReplay(replay_flags);
   if (*validate) {
     vspecs.insert(vspecs.end(), vfiles.begin(), vfiles.end());

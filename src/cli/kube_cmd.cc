@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/clock.h"
+#include "common/json_util.h"
 #include "k8s/client.h"
 #include "metrics/http_endpoint.h"
 #include "operator/dashboard.h"
@@ -184,6 +186,113 @@ int SubmitRun(const std::string& spec, const KubeFlags& f, std::ostream& out, st
     rc = std::max(rc, SubmitOne(m, client.get(), context_ns, f, out, err));
   }
   return rc;
+}
+
+int ReplayOnCluster(const ClusterReplayFlags& f, std::ostream& out, std::ostream& err) {
+  std::string context_ns;
+  std::unique_ptr<k8s::Client> client = Connect(f.kube, "replay", err, &context_ns);
+  if (!client) return 2;
+  const std::string ns = !f.kube.ns.empty()    ? f.kube.ns
+                         : !context_ns.empty() ? context_ns
+                                               : "default";
+  auto orig = client->Get(k8s::TrainJobs(), ns, f.job);
+  if (!orig.ok()) {
+    err << "bulwark replay: TrainJob " << ns << "/" << f.job << ": " << orig.status().message()
+        << "\n";
+    return k8s::IsNotFound(orig.status()) ? 2 : 1;
+  }
+  if (!orig->contains("spec") || !(*orig)["spec"].is_object()) {
+    err << "bulwark replay: TrainJob " << ns << "/" << f.job << " has no spec\n";
+    return 1;
+  }
+  Json spec = (*orig)["spec"];
+  spec.erase("suspend");
+  spec.erase("replayOf");
+  spec["replayOf"] = {{"trainJob", f.job}, {"incident", f.incident}};
+  if (f.allow_code_change) spec["replayOf"]["allowCodeChange"] = true;
+  // JOB-replay-N, or -2, -3, ... beside earlier replays of it (a name is at most 63).
+  const std::string stem = f.job.substr(0, 40) + "-replay-" + std::to_string(f.incident);
+  std::string name;
+  for (int k = 1; k <= 100 && name.empty(); ++k) {
+    const std::string candidate = k == 1 ? stem : stem + "-" + std::to_string(k);
+    Json obj = {{"apiVersion", "bulwark.dev/v1alpha1"},
+                {"kind", "TrainJob"},
+                {"metadata",
+                 {{"name", candidate},
+                  {"namespace", ns},
+                  {"labels", {{"bulwark.dev/replay-of", f.job.substr(0, 63)}}}}},
+                {"spec", spec}};
+    auto created = client->Create(k8s::TrainJobs(), ns, obj);
+    if (created.ok()) {
+      name = candidate;
+    } else if (!k8s::IsAlreadyExists(created.status())) {
+      err << "bulwark replay: create TrainJob " << ns << "/" << candidate << ": "
+          << created.status().message() << "\n";
+      return 1;
+    }
+  }
+  if (name.empty()) {
+    err << "bulwark replay: TrainJobs " << stem << " to " << stem
+        << "-100 exist already: delete old replays (kubectl delete trainjob -l "
+           "bulwark.dev/replay-of="
+        << f.job << ")\n";
+    return 1;
+  }
+  if (f.output.empty()) {
+    err << "[bulwark] trainjob.bulwark.dev/" << name << " created in namespace " << ns
+        << ": replaying incident " << f.incident << " of " << f.job << " on the cluster\n";
+  }
+  // Polls the TrainJob until it ends (bounded by timeout_s).
+  const Clock* clock = SystemClock::Get();
+  const double deadline = clock->NowMono() + f.timeout_s;
+  Json status;
+  while (true) {
+    auto now = client->Get(k8s::TrainJobs(), ns, name);
+    if (now.ok() && now->contains("status") && (*now)["status"].is_object()) {
+      status = (*now)["status"];
+      const std::string phase = status.value("phase", std::string());
+      if (phase == "Succeeded" || phase == "Failed") break;
+    }
+    if (clock->NowMono() >= deadline) {
+      err << "bulwark replay: " << ns << "/" << name << " did not end within " << f.timeout_s
+          << " s (kubectl describe trainjob " << name << ")\n";
+      return 1;
+    }
+    clock->SleepFor(1);
+  }
+  const Json r = status.value("replay", Json());
+  if (!r.is_object()) {
+    err << "bulwark replay: " << ns << "/" << name << " " << status.value("phase", std::string())
+        << " without a replay outcome: " << status.value("message", std::string()) << "\n";
+    return 1;
+  }
+  if (f.output == "json") {
+    Json o = r;
+    o["name"] = name;
+    o["namespace"] = ns;
+    out << DumpText(o, 2) << "\n";
+  } else {
+    const long resume = r.value("resumeStep", -1L);
+    out << "replay of incident " << f.incident << " of " << f.job << " (TrainJob " << name
+        << ")\n  re-run from "
+        << (resume < 0 ? std::string("scratch") : "checkpoint step " + std::to_string(resume))
+        << " up to step " << r.value("faultStep", -1L) << "; code "
+        << r.value("code", std::string("-"))
+        << "\n  losses: " << r.value("summary", std::string("-")) << "\n";
+    if (r.value("faultCameBack", false)) {
+      out << "  fault:  came back at step " << r.value("faultStep", -1L) << "\n";
+    } else if (r.value("passed", false)) {
+      out << "  fault:  did not come back: step " << r.value("faultStep", -1L) << " completed\n";
+    } else {
+      out << "  fault:  not concluded: " << r.value("evidence", std::string()) << "\n";
+    }
+    const std::string cause = r.value("cause", std::string("unknown"));
+    if (cause != "unknown") {
+      out << "  cause:  " << cause << ": " << r.value("evidence", std::string()) << "\n";
+    }
+  }
+  const int compared = r.value("compared", 0);
+  return compared > 0 && r.value("equal", 0) == compared ? 0 : 1;
 }
 
 std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostream& out,

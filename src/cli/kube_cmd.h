@@ -7,6 +7,11 @@
 //     creates the TrainJob for SPEC (a job spec, a TrainJob or a Kubeflow PyTorchJob
 //     manifest, converted with its notes printed) and prints its name.
 //
+//   bulwark replay JOB N --kubeconfig F [--context C] [--namespace NS]
+//     (ReplayOnCluster) creates TrainJob JOB-replay-N: JOB's spec with spec.replayOf,
+//     which the operator runs from the incident's replay bundle; waits for it and
+//     prints status.replay (docs/diagnosis.md, "On Kubernetes").
+//
 // Exit codes: 0 success; 1 the cluster or the operator failed (the message says what
 // the API answered); 2 usage errors (bad flags, unreadable or invalid spec, each
 // naming the field and the fix). Stateless; thread-compatible.
@@ -49,6 +54,18 @@ int SubmitRun(const std::string& spec, const KubeFlags& f, std::ostream& out, st
 
 // Registers `operator` and `submit` on `app` and returns them; after app.parse, if one
 // of them was given, *exit_code holds its exit code.
+struct ClusterReplayFlags {
+  KubeFlags kube;
+  std::string job;
+  int incident = 0;
+  bool allow_code_change = false;
+  std::string output;       // "" (text) or "json": status.replay
+  double timeout_s = 3600;  // for the replay to end
+};
+// 0: every compared loss equal bit for bit; 1: a difference, nothing compared, the
+// replay failed or timed out, or the cluster refused; 2: usage (no such TrainJob).
+int ReplayOnCluster(const ClusterReplayFlags& f, std::ostream& out, std::ostream& err);
+
 std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
                                        std::ostream& err = std::cerr);
 

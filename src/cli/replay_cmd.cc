@@ -77,7 +77,7 @@ Result<ReplayPlan> PlanReplay(const ReplayFlags& f) {
     return NotFound("no job named '" + f.job + "' in " + std::to_string(paths.size()) +
                     " store(s); `bulwark get` lists the jobs");
   }
-  const std::vector<Json> incidents = IncidentsOf(store.get(), *job);
+  const std::vector<Json> incidents = RecordedIncidents(store.get(), *job);
   if (incidents.empty()) return NotFound("job '" + f.job + "' has no incidents: nothing to replay");
   if (f.incident > static_cast<int>(incidents.size())) {
     return NotFound(

@@ -5,26 +5,11 @@
 
 #include "cli/stores.h"
 #include "controller/incident_json.h"
+#include "controller/replay_bundle.h"
 
 namespace bulwark::cli {
 
 namespace fs = std::filesystem;
-
-std::vector<Json> IncidentsOf(Store* store, const JobRecord& job) {
-  std::vector<Json> out;
-  Json report = Json::parse(job.report_json, nullptr, false);
-  if (report.is_object() && report.contains("incidents") && report["incidents"].is_array()) {
-    for (const Json& x : report["incidents"]) out.push_back(x);
-    return out;
-  }
-  auto list = store->ListIncidents(job.name);
-  if (!list.ok()) return out;
-  for (const std::string& text : *list) {
-    Json x = Json::parse(text, nullptr, false);
-    if (x.is_object() && !x.value("secondary", false)) out.push_back(std::move(x));
-  }
-  return out;
-}
 
 std::map<long, std::string> ReplayPinnedSteps(const std::string& dir,
                                               const std::vector<std::string>& stores) {
@@ -42,7 +27,7 @@ std::map<long, std::string> ReplayPinnedSteps(const std::string& dir,
     auto jobs = (*store)->ListJobs();
     if (!jobs.ok()) continue;
     for (const JobRecord& job : *jobs) {
-      const std::vector<Json> incidents = IncidentsOf(store->get(), job);
+      const std::vector<Json> incidents = RecordedIncidents(store->get(), job);
       // Newest first, as the controller keeps its newest pins.
       std::vector<long> kept;
       for (size_t i = incidents.size(); i-- > 0 && kept.size() < kReplayPinnedCheckpoints;) {

@@ -1,6 +1,5 @@
-// What `bulwark replay` reads of a job's incidents, shared with `bulwark ckpt gc`: the
-// incidents as `bulwark describe` numbers them, and the checkpoint steps their replay
-// bundles pin against retention. Thread-compatible (each call opens its stores).
+// What `bulwark ckpt gc` reads of replay bundles: the checkpoint steps they pin
+// against retention. Thread-compatible (each call opens its stores).
 #pragma once
 
 #include <map>
@@ -11,11 +10,6 @@
 #include "store/store.h"
 
 namespace bulwark::cli {
-
-// The incidents of `job` as `bulwark describe` numbers them (from 1): the report's rows
-// when the job finished, else the store's records less the secondary ones. Records that
-// are not JSON objects are skipped.
-std::vector<Json> IncidentsOf(Store* store, const JobRecord& job);
 
 // The checkpoint steps under `dir` that replay bundles pin, as the controller keeps them
 // from retention (each job's newest kReplayPinnedCheckpoints distinct bundle

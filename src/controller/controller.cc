@@ -452,6 +452,7 @@ bool ControllerImpl::RunOnce() {
   PollOnce(PollTimeout());
   if (stage_ != Stage::kDone) {
     CheckHeartbeats();
+    ConcludeReplayWhenDue();
     RunChaos();
     DrainCatalog();
     Reconcile();
@@ -582,6 +583,7 @@ void ControllerImpl::PublishStatus(bool force) {
   s.observations = Json(observations_);
   s.committed_steps = committed_;
   s.message = rec_.message;
+  s.replay = ReplayReport();
   std::lock_guard<std::mutex> l(status_mu_);
   status_ = std::move(s);
 }

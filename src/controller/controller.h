@@ -83,6 +83,9 @@ struct ControllerOptions {
   std::string metrics_self;
   // TensorBoard event files of the job's metrics go here ("" = none).
   std::string tensorboard_dir;
+  // The ranks' container image (Kubernetes): the code version in replay bundles
+  // (`code.image`), where the working directory is inside the image. "" = none.
+  std::string image;
   // The run's last step for progress and ETA (monitoring.totalSteps, or what `bulwark
   // run` read from the trainer's arguments; 0 = unknown), in the report.
   long total_steps = 0;
@@ -132,6 +135,7 @@ struct ControllerStatus {
   Json observations = Json::array();     // faults found from metrics that restarted nothing
   std::vector<long> committed_steps;     // committed on the disk tier, ascending
   std::string message;                   // the last decision or diagnosis
+  Json replay;  // a replay run's outcome so far (ControllerOptions::replay); null otherwise
 };
 
 struct RunResult {

@@ -244,10 +244,22 @@ class ControllerImpl {
   // the report's `replay` section.
   void BeginReplayRun();
   Json ReplayReport() const;
+  // The first step whose losses a bundle keeps (at most kMaxBundleSteps and losses).
+  long BundleFrom(long checkpoint_step, long fault_step) const;
+  // Rewrites an incident's bundle losses and digests once the stopped ranks' last
+  // reports are in: another node's reports of the steps before the fault may come
+  // after the incident was recorded. The report (and what `bulwark replay` reads of a
+  // finished job) has the complete record.
+  void RefreshReplayBundle(Json* incident) const;
+  // Concludes a passed check whose remaining losses did not come in time.
+  void ConcludeReplayWhenDue();
   Json replay_outcome_;  // a replay run's outcome once concluded
   LossWindow losses_;
   std::optional<ReplayCheck> replay_;
-  int replay_incident_ = -1;    // the checked incident's index in incidents_
+  int replay_incident_ = -1;  // the checked incident's index in incidents_
+  // Mono time the check passed while other ranks' losses were still due (Complete());
+  // -1 = not waiting. ConcludeReplayWhenDue ends the wait after kReplayLateLossesS.
+  double replay_passed_at_ = -1;
   std::string replay_node_id_;  // the node it came from
   std::vector<long> pinned_;    // checkpoint steps the newest bundles need
   long attempt_resume_ = -1;    // the step the current attempt resumed from (-1: scratch)

@@ -300,6 +300,7 @@ Status ControllerImpl::Launch() {
   aligned_step_ = std::min(aligned_step_, resume);
   if (!incidents_.empty() && incidents_.back()["resumed_from"].is_null()) {
     incidents_.back()["resumed_from"] = resume;
+    RefreshReplayBundle(&incidents_.back());  // the stopped ranks reported everything
   }
   stage_ = Stage::kRunning;
   rec_.phase = JobPhase::kRunning;

@@ -98,6 +98,7 @@ void ControllerImpl::BeginReplayRun() {
   const long fs = FaultStep(r.fault);
   replay_.emplace(r.fault, r.expected, r.skip_from >= 0 && r.skip_to > fs, r.moved_ranks,
                   r.expected_digests);
+  replay_passed_at_ = -1;
   replay_incident_ = -1;
   decision_.resume_step_max = r.resume;
   decision_.resume_from_scratch = r.resume < 0;
@@ -126,7 +127,38 @@ void ControllerImpl::DigestCodeOnce() {
 void ControllerImpl::OnReplayLoss(long step, int rank, double loss, StepDigests digests) {
   if (std::isfinite(loss) || !digests.empty()) losses_.Record(step, rank, loss, digests);
   if (!replay_ || !replay_->OnLoss(step, rank, loss, digests)) return;
+  if (!replay_->Complete()) {
+    // The fault rank passed; the other ranks' last losses come with their agents'
+    // next reports.
+    if (replay_passed_at_ < 0) replay_passed_at_ = clock_->NowMono();
+    return;
+  }
+  replay_passed_at_ = -1;
   ConcludeReplay(Classify(*replay_, nullptr), nullptr);
+}
+
+void ControllerImpl::ConcludeReplayWhenDue() {
+  if (!replay_ || replay_passed_at_ < 0) return;
+  // Two agent reports at most: they batch a node's step reports per heartbeat.
+  const double late = std::max(1.0, 2 * spec_.fault_policy.heartbeat_interval_seconds);
+  if (clock_->NowMono() - replay_passed_at_ < late) return;
+  replay_passed_at_ = -1;
+  ConcludeReplay(Classify(*replay_, nullptr), nullptr);
+}
+
+long ControllerImpl::BundleFrom(long checkpoint_step, long fault_step) const {
+  const long steps = std::min<long>(
+      kMaxBundleSteps, std::max<long>(1, kMaxBundleLosses / std::max(1, spec_.world_size())));
+  return std::max(checkpoint_step, fault_step - steps);
+}
+
+void ControllerImpl::RefreshReplayBundle(Json* inc) const {
+  if (!inc->contains("replay") || !(*inc)["replay"].is_object()) return;
+  Json& b = (*inc)["replay"];
+  const long fs = b.value("fault_step", -1L);
+  const long from = BundleFrom(b.value("checkpoint_step", -1L), fs);
+  b["losses"] = LossesJson(losses_.Range(from, fs));
+  b["digests"] = DigestsJson(losses_.DigestRange(from, fs));
 }
 
 Json ControllerImpl::ReplayBundle(const Incident& inc) {
@@ -141,14 +173,14 @@ Json ControllerImpl::ReplayBundle(const Incident& inc) {
     while (pinned_.size() > kReplayPinnedCheckpoints) pinned_.erase(pinned_.begin());
     catalog_->SetPinned(pinned_);
   }
-  const long steps = std::min<long>(
-      kMaxBundleSteps, std::max<long>(1, kMaxBundleLosses / std::max(1, spec_.world_size())));
-  const long from = std::max(ckpt, fault_step - steps);
+  const long from = BundleFrom(ckpt, fault_step);
   // With no checkpoint at all the job ran from scratch up to the fault, so a replay can
   // too, if the bundle holds the losses from step 1.
   const bool from_scratch = ckpt < 0 && committed_.empty() && from < 1;
   Json nodes = Json::array();
   for (const std::string& id : slots_) nodes.push_back(id);
+  Json code = {{"dir", spec_.workdir}, {"digest", code_digest_}, {"files", code_files_}};
+  if (!opts_.image.empty()) code["image"] = opts_.image;
   return Json{{"fault_step", fault_step},
               {"checkpoint_step", ckpt},
               {"from_scratch", from_scratch},
@@ -157,7 +189,7 @@ Json ControllerImpl::ReplayBundle(const Incident& inc) {
               {"digests", DigestsJson(losses_.DigestRange(from, fault_step))},
               {"spec_yaml", rec_.spec_yaml},
               {"spec_path", rec_.spec_path},
-              {"code", {{"dir", spec_.workdir}, {"digest", code_digest_}, {"files", code_files_}}},
+              {"code", code},
               {"env", spec_.env},
               {"command", spec_.command},
               {"args", spec_.args},
@@ -259,6 +291,7 @@ void ControllerImpl::BeginReplayCheck(const Incident& inc, const Decision& d, in
   const bool skipped = d.skip_batches_from >= 0 && d.skip_batches_to > fs;
   replay_.emplace(inc, losses_.Range(fs - kMaxBundleSteps, fs), skipped, std::move(moved),
                   losses_.DigestRange(fs - kMaxBundleSteps, fs));
+  replay_passed_at_ = -1;
   replay_incident_ = index;
   replay_node_id_ = inc.node >= 0 && inc.node < static_cast<int>(slots_.size()) ? slots_[inc.node]
                                                                                 : std::string();

@@ -77,6 +77,22 @@ std::string DescribeIncident(const Json& inc) {
   return s;
 }
 
+std::vector<Json> RecordedIncidents(Store* store, const JobRecord& job) {
+  std::vector<Json> out;
+  Json report = Json::parse(job.report_json, nullptr, false);
+  if (report.is_object() && report.contains("incidents") && report["incidents"].is_array()) {
+    for (const Json& x : report["incidents"]) out.push_back(x);
+    return out;
+  }
+  auto list = store->ListIncidents(job.name);
+  if (!list.ok()) return out;
+  for (const std::string& text : *list) {
+    Json x = Json::parse(text, nullptr, false);
+    if (x.is_object() && !x.value("secondary", false)) out.push_back(std::move(x));
+  }
+  return out;
+}
+
 std::string IncidentTitle(const Json& inc, int number, const std::string& job) {
   Result<long> step = inc.is_object() ? JIntOr(inc, "step", -1) : Result<long>(-1L);
   return "incident " + std::to_string(number) + " of '" + job + "' (" + DescribeIncident(inc) +

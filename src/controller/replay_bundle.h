@@ -9,6 +9,7 @@
 #include "common/net.h"
 #include "common/status.h"
 #include "controller/controller.h"
+#include "store/store.h"
 
 namespace bulwark {
 
@@ -27,6 +28,11 @@ struct ReplayBundle {
 
 // "nan (nan) on rank 0": an incident's kind, subtype and rank, for messages.
 std::string DescribeIncident(const Json& incident);
+
+// The incidents of `job` as `bulwark describe` numbers them (from 1): the report's rows
+// when the job finished, else the store's records less the secondary ones. Records that
+// are not JSON objects are skipped.
+std::vector<Json> RecordedIncidents(Store* store, const JobRecord& job);
 
 // "incident 1 of 'gpt' (nan (nan) on rank 0 at step 37)".
 std::string IncidentTitle(const Json& incident, int number, const std::string& job);

@@ -33,6 +33,8 @@ Status JobRunner::Start() {
   co.run_id = job.name + "-" + (job.uid.empty() ? std::string("nouid") : job.uid.substr(0, 8));
   co.rendezvous_on_agent = true;
   co.echo_events = false;
+  co.image = job.pod.image;
+  co.replay = opts_.replay;
   co.on_event = [this](const std::string& reason, const std::string& message, bool warning) {
     Clock* c = opts_.clock ? opts_.clock : SystemClock::Get();
     std::lock_guard<std::mutex> l(mu_);

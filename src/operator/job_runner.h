@@ -41,6 +41,8 @@ struct JobRunnerOptions {
   double capacity_wait_s = 6 * 3600;
   double agent_connect_timeout_s = 600;  // image pull + start on a real cluster
   Clock* clock = nullptr;                // not owned; nullptr = SystemClock
+  // A TrainJob with spec.replayOf: what its controller checks (replay_run.h).
+  std::optional<ControllerOptions::Replay> replay;
 };
 
 class JobRunner {

@@ -10,7 +10,9 @@
 #include "controller/job_metrics.h"
 #include "metrics/exposition.h"
 #include "operator/image_resolver.h"
+#include "operator/replay_run.h"
 #include "operator/status.h"
+#include "policy/replay_check.h"
 #include "sched/config.h"
 #include "spec/job_update.h"
 
@@ -83,6 +85,8 @@ struct Operator::JobState {
   std::optional<trainjob::TrainJob> running;
   long running_generation = -1;
   std::string command_source;  // the last CommandFromImage Event's text
+  // spec.replayOf: the replay's identity for status.replay (null: not a replay).
+  Json replay;
 };
 
 class Operator::Impl {
@@ -612,6 +616,16 @@ void Operator::Impl::Reconcile(const std::string& key) {
     }
     return;
   }
+  if (tj->replay_of) {
+    Result<ReplayRun> rr = PrepareReplayRun(opts_.runner.state_dir, &*tj);
+    if (!rr.ok()) {
+      if (j.invalid_generation != gen) {
+        j.invalid_generation = gen;
+        WriteFailed(key, j, "InvalidSpec", "spec.replayOf: " + rr.status().message());
+      }
+      return;
+    }
+  }
   if (tj->suspend) {
     LogIfError(placement_.Finish(key, Now()), "placement of " + key);
     CleanupPods(key, "");
@@ -814,6 +828,22 @@ Status Operator::Impl::StartRunner(const std::string& key, const trainjob::Train
                        " is being read from its registry again (its cache entry expired)");
   }
   JobState& j = state_[key];
+  JobRunnerOptions ro = opts_.runner;
+  j.replay = Json();
+  if (tj.replay_of) {
+    BW_ASSIGN_OR_RETURN(ReplayRun rr, PrepareReplayRun(opts_.runner.state_dir, &tj));
+    j.replay = {{"trainJob", tj.replay_of->train_job},
+                {"incident", tj.replay_of->incident},
+                {"resumeStep", rr.replay.resume},
+                {"code", rr.code}};
+    PostJobEvent(
+        key, "Normal", "Replaying",
+        rr.what + ": re-running from " +
+            (rr.replay.resume < 0 ? std::string("scratch")
+                                  : "checkpoint step " + std::to_string(rr.replay.resume)) +
+            " up to step " + std::to_string(FaultStep(rr.replay.fault)) + "; code " + rr.code);
+    ro.replay = std::move(rr.replay);
+  }
   KubernetesBackendOptions bo;
   bo.client = client_;
   bo.placement = delegated ? nullptr : &placement_;
@@ -829,7 +859,6 @@ Status Operator::Impl::StartRunner(const std::string& key, const trainjob::Train
     auto pg = client_->Create(k8s::PodGroups(), tj.ns, trainjob::RenderPodGroup(tj));
     if (!pg.ok() && !k8s::IsAlreadyExists(pg.status())) return pg.status().Annotate("PodGroup");
   }
-  JobRunnerOptions ro = opts_.runner;
   // A delegated gang scheduler may hold the pods for hours: wait as long for agents.
   if (delegated)
     ro.agent_connect_timeout_s = std::max(ro.agent_connect_timeout_s, ro.capacity_wait_s);
@@ -882,6 +911,24 @@ Observed Operator::Impl::ObserveRunner(const std::string& key, JobState& j) cons
   }
   o.start_time = j.start_time;
   o.message = s.message;
+  if (!j.replay.is_null() && s.stage == "Done" && s.replay.is_object()) {
+    o.replay = j.replay;
+    const Json& r = s.replay;
+    for (const auto& [from, to] : {std::pair{"fault_step", "faultStep"},
+                                   {"passed", "passed"},
+                                   {"fault_came_back", "faultCameBack"},
+                                   {"cause", "cause"},
+                                   {"evidence", "evidence"},
+                                   {"summary", "summary"},
+                                   {"compared", "compared"},
+                                   {"equal", "equal"}}) {
+      if (r.contains(from)) o.replay[to] = r[from];
+    }
+    if (r.contains("first_difference") && r["first_difference"].is_object()) {
+      o.replay["firstDifference"] = {{"step", r["first_difference"].value("step", -1L)},
+                                     {"rank", r["first_difference"].value("rank", -1)}};
+    }
+  }
   if (s.incidents.is_array() && !s.incidents.empty()) {
     o.last_incident = s.incidents.back();
     o.incidents = static_cast<int>(s.incidents.size());

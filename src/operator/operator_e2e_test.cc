@@ -4,6 +4,8 @@
 // the Go module proxy); requeue, invalid specs, suspend and deletion; the local twin;
 // a PyTorchJob imported with `bulwark submit`; RBAC refusals and the audit of what the
 // operator's ServiceAccount used.
+#include "ckpt/checkpoint.h"
+#include "ckpt/env.h"
 #include "common/run.h"
 #include "operator/dashboard.h"
 #include "operator/testing/e2e_fixture.h"
@@ -724,6 +726,93 @@ std::vector<Json> RbacObjects(const std::string& file = "rbac.yaml") {
 // admission plugin demands for pods owned with blockOwnerDeletion) is refused with 403
 // by the real API server; the TrainJob says so, naming the verb, the resource and the
 // fix; once the rule is granted the same job runs to the end.
+// Replay on Kubernetes (docs/diagnosis.md, "On Kubernetes"): a NaN injected on one node
+// is classified hardware by the job's own replay; then a TrainJob with spec.replayOf
+// re-runs the incident's window from its checkpoint on the cluster, with every loss
+// equal bit for bit, and reports it in status.replay. Bad input: an incident the job
+// does not have, and another world size, fail by the field.
+TEST_F(OperatorE2E, AnIncidentIsReplayedByATrainJobWithReplayOf) {
+  StartOperator();
+  Json tj = TrainJob("rp", 2, 80, "1");
+  tj["spec"]["chaos"] = Json::array({Json{{"kind", "nan_loss"}, {"atStep", 45}, {"rank", 0}}});
+  ASSERT_TRUE(admin_->Create(k8s::TrainJobs(), ns_, tj).ok());
+  ASSERT_TRUE(WaitFor([&] { return Finished("rp"); }, 240)) << Describe("rp");
+  ASSERT_EQ(Phase("rp"), "Succeeded") << Describe("rp");
+  const Json inc = Get("rp")["status"]["lastIncident"];
+  EXPECT_EQ(Str(inc, {"kind"}), "nan") << inc.dump();
+  EXPECT_EQ(Str(inc, {"cause"}), "hardware") << inc.dump();
+
+  // `bulwark replay --kubeconfig`: a TrainJob rp-replay-1, the job's own spec with
+  // replayOf; its chaos, standby and restart budget are the operator's to drop.
+  auto before = ckpt::ListCommitted(ckpt::Env::Default(), dir_ + "/ckpt");
+  ASSERT_TRUE(before.ok() && !before->empty()) << before.status().ToString();
+  auto [code, json] =
+      RunCommand({build_ + "/bin/bulwark", "replay", "rp", "1", "--kubeconfig",
+                  cp_->admin_kubeconfig(), "-n", ns_, "-o", "json", "--timeout", "180"},
+                 240);
+  EXPECT_EQ(code, 0) << json << Describe("rp-replay-1");
+  const Json printed =
+      Json::parse(json.substr(std::min(json.find('{'), json.size())), nullptr, false);
+  ASSERT_TRUE(printed.is_object()) << json;
+  EXPECT_EQ(printed["name"], "rp-replay-1");
+  EXPECT_EQ(Phase("rp-replay-1"), "Succeeded") << Describe("rp-replay-1");
+  const Json r = Get("rp-replay-1")["status"]["replay"];
+  ASSERT_TRUE(r.is_object()) << Describe("rp-replay-1");
+  EXPECT_EQ(printed["equal"], r["equal"]);
+  EXPECT_EQ(Str(Get("rp-replay-1"), {"metadata", "labels", "bulwark.dev/replay-of"}), "rp");
+  // The replay TrainJob as written: the original's spec and replayOf.
+  const Json rp = Get("rp-replay-1");
+  EXPECT_EQ(rp["spec"]["replayOf"], Json({{"trainJob", "rp"}, {"incident", 1}}));
+  EXPECT_EQ(r["trainJob"], "rp");
+  EXPECT_EQ(r["incident"], 1);
+  const long resume = r.value("resumeStep", -2L), fault = r.value("faultStep", -2L);
+  EXPECT_GE(resume, 10) << r.dump();
+  EXPECT_LT(resume, fault) << r.dump();
+  EXPECT_TRUE(r.value("passed", false)) << r.dump();
+  EXPECT_FALSE(r.value("faultCameBack", true)) << r.dump();
+  EXPECT_EQ(r["equal"], r["compared"]) << r.dump();
+  EXPECT_GE(r.value("compared", 0), 2 * (fault - resume - 1)) << r.dump();  // 2 ranks
+  EXPECT_FALSE(r.contains("firstDifference")) << r.dump();
+  EXPECT_THAT(Str(r, {"code"}), HasSubstr("unchanged (image ghcr.io/acme/train:1.0)"));
+  EXPECT_TRUE(HasEvent("TrainJob", "rp-replay-1", "Replaying", "incident 1 of 'rp'"))
+      << Describe("rp-replay-1");
+  // The recorded job's checkpoints were read, not written.
+  auto after = ckpt::ListCommitted(ckpt::Env::Default(), dir_ + "/ckpt");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, *before);
+  EXPECT_NE(std::find(after->begin(), after->end(), resume), after->end());
+  // One run of two pods: no standby, no chaos.
+  EXPECT_FALSE(HasEvent("TrainJob", "rp-replay-1", "ChaosInjected")) << Describe("rp-replay-1");
+  EXPECT_FALSE(HasEvent("TrainJob", "rp-replay-1", "StandbyPromoted")) << Describe("rp-replay-1");
+
+  // Bad input, named by the field.
+  Json nine = tj;
+  nine["spec"]["replayOf"] = {{"trainJob", "rp"}, {"incident", 1}};
+  nine["metadata"]["name"] = "rp-replay-9";
+  nine["spec"]["replayOf"]["incident"] = 9;
+  ASSERT_TRUE(admin_->Create(k8s::TrainJobs(), ns_, nine).ok());
+  ASSERT_TRUE(WaitFor([&] { return Finished("rp-replay-9"); }, 60)) << Describe("rp-replay-9");
+  EXPECT_EQ(Phase("rp-replay-9"), "Failed");
+  EXPECT_THAT(Str(Get("rp-replay-9"), {"status", "message"}),
+              HasSubstr("spec.replayOf.incident: TrainJob 'rp' has 1 incident(s), numbered 1 to 1"))
+      << Describe("rp-replay-9");
+  Json wide = nine;
+  wide["spec"]["replayOf"]["incident"] = 1;
+  wide["metadata"]["name"] = "rp-replay-wide";
+  wide["spec"]["procsPerNode"] = 2;
+  ASSERT_TRUE(admin_->Create(k8s::TrainJobs(), ns_, wide).ok());
+  ASSERT_TRUE(WaitFor([&] { return Finished("rp-replay-wide"); }, 60))
+      << Describe("rp-replay-wide");
+  EXPECT_THAT(Str(Get("rp-replay-wide"), {"status", "message"}),
+              HasSubstr("spec.nodes: incident 1 of 'rp' (nan (nan) on rank 0 at step"))
+      << Describe("rp-replay-wide");
+  auto [code2, err2] = RunCommand({build_ + "/bin/bulwark", "replay", "nope", "1", "--kubeconfig",
+                                   cp_->admin_kubeconfig(), "-n", ns_},
+                                  60);
+  EXPECT_EQ(code2, 2) << err2;
+  EXPECT_THAT(err2, HasSubstr("TrainJob " + ns_ + "/nope"));
+}
+
 TEST_F(OperatorE2E, AVerbTheOperatorLacksIsRefusedAndReported) {
   const std::string account = "bulwark-operator-trimmed";
   std::vector<Json> objects;

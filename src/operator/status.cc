@@ -157,6 +157,7 @@ Json BuildStatus(const Json& old_status, const Observed& o, long generation, dou
     s["admission"] = {{"nodes", o.nodes}, {"standby", o.standby}, {"reason", o.admission_reason}};
   }
   if (o.last_incident.is_object()) s["lastIncident"] = LastIncident(o.last_incident, o.incidents);
+  if (o.replay.is_object()) s["replay"] = o.replay;
   if (o.has_ledger && o.ledger.wall_s > 0) {
     Json lost = Json::object();
     for (const auto& [cat, sec] : o.ledger.seconds) {

@@ -33,7 +33,9 @@ struct Observed {
   std::string metrics_text;  // the job's Prometheus series (RenderJobMetrics)
   // The newest incident as the controller records it (null: none): status.lastIncident.
   Json last_incident;
-  int incidents = 0;           // how many so far (its number)
+  int incidents = 0;  // how many so far (its number)
+  // A replay's outcome (spec.replayOf), once it ended: status.replay. Null otherwise.
+  Json replay;
   double start_time = 0;       // first admission (0: not yet)
   double completion_time = 0;  // terminal (0: not yet)
 };

@@ -115,8 +115,10 @@ ReplayCheck::ReplayCheck(Incident fault, LossTable expected, bool data_skipped,
 }
 
 bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) {
-  if (passed_) return true;
   const long fs = FaultStep(fault_);
+  // After it passed, the other ranks' late losses are still compared (Complete()); a
+  // step a rank reports twice counts once.
+  if (seen_.count({step, rank}) > 0) return passed_;
   const bool fault_rank = fault_.rank < 0 || rank == fault_.rank;
   // Batches skipped up to the fault step: the re-run computes other things, nothing to
   // compare; only whether the fault comes back matters.
@@ -129,6 +131,7 @@ bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) 
       if (r != s->second.end()) {
         ++compared_;
         ++steps_[step].compared;
+        seen_.insert({step, rank});
         ranks_.insert(rank);
         if (first_step_ < 0 || step < first_step_) first_step_ = step;
         last_step_ = std::max(last_step_, step);
@@ -161,6 +164,19 @@ bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) 
   }
   if (step >= fs && fault_rank && std::isfinite(loss)) passed_ = true;
   return passed_;
+}
+
+bool ReplayCheck::Complete() const {
+  if (!passed_) return false;
+  if (data_skipped_ || first_step_ < 0) return true;
+  const long fs = FaultStep(fault_);
+  for (auto s = expected_.lower_bound(first_step_); s != expected_.end() && s->first <= fs; ++s) {
+    for (const auto& [rank, loss] : s->second) {
+      if (s->first == fs && (fault_.rank < 0 || rank == fault_.rank)) continue;
+      if (seen_.count({s->first, rank}) == 0) return false;
+    }
+  }
+  return true;
 }
 
 std::string ReplayCheck::Summary() const {

@@ -100,6 +100,11 @@ class ReplayCheck {
   // fault step with a finite loss.
   bool OnLoss(long step, int rank, double loss, StepDigests digests = {});
   bool passed() const { return passed_; }
+  // Passed, and every recorded loss from the re-run's first compared step up to the
+  // fault's step (the fault rank's own at that step excepted) has been compared: the
+  // other ranks' reports, which may come later than the fault rank's (another node's
+  // agent), are in. A caller waits a bounded time for it before it concludes.
+  bool Complete() const;
   const Incident& fault() const { return fault_; }
   bool data_skipped() const { return data_skipped_; }
   const std::set<int>& moved_ranks() const { return moved_; }
@@ -146,6 +151,7 @@ class ReplayCheck {
   DigestCount rng_, data_;
   bool rng_recorded_ = false;
   std::map<long, StepResult> steps_;
+  std::set<std::pair<long, int>> seen_;  // (step, rank) compared
   bool passed_ = false;
 };
 

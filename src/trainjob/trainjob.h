@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,10 +75,18 @@ struct PodOptions {
   bool operator==(const PodOptions&) const = default;
 };
 
+// spec.replayOf: this TrainJob re-runs an incident of another one from its replay
+// bundle (docs/diagnosis.md, "On Kubernetes"); the operator runs it.
+struct ReplayOf {
+  std::string train_job;  // in the same namespace
+  int incident = 0;       // 1-based
+  bool allow_code_change = false;
+};
+
 struct TrainJob {
   std::string name;  // metadata.name (also job.name)
   std::string ns = "default";
-  bool ns_given = false;  // metadata.namespace was in the manifest (else "default" is assumed)
+  bool ns_given = false;   // metadata.namespace was in the manifest (else "default" is assumed)
   std::string uid;         // metadata.uid ("" until the API server assigns one)
   int64_t generation = 0;  // metadata.generation
   std::string resource_version;
@@ -86,6 +95,7 @@ struct TrainJob {
   SchedulingSpec scheduling;
   PodOptions pod;
   bool suspend = false;  // true: not admitted until set to false (Kueue's contract)
+  std::optional<ReplayOf> replay_of;
 };
 
 // Where the parsed job runs, which decides how paths and defaults resolve.

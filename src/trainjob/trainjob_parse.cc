@@ -279,6 +279,39 @@ class TrainJobParser {
     } else if (ctx_.target == Target::kKubernetes) {
       Missing(e.line, "spec.pod", kSpecExtraFields[2].hint);
     }
+    if (auto it = f.find("replayOf"); it != f.end()) {
+      const Json r = t_.Read(it->second);
+      if (ctx_.target == Target::kLocal) {
+        r_.Error(it->second.line, "spec.replayOf", "is a replay run by the Kubernetes operator",
+                 "a replayOf mapping",
+                 "remove spec.replayOf; on this machine `bulwark replay JOB N` re-runs an "
+                 "incident of a job run here");
+      } else if (r.is_object()) {
+        ReplayOf ro;
+        ro.train_job = r.contains("trainJob") && r["trainJob"].is_string()
+                           ? r["trainJob"].get<std::string>()
+                           : "";
+        ro.incident = r.contains("incident") && r["incident"].is_number_integer()
+                          ? r["incident"].get<int>()
+                          : 0;
+        ro.allow_code_change = r.contains("allowCodeChange") && r["allowCodeChange"].is_boolean() &&
+                               r["allowCodeChange"].get<bool>();
+        if (!r.contains("trainJob")) {
+          Missing(it->second.line, "spec.replayOf.trainJob", kReplayOfFields[0].hint);
+        }
+        if (!r.contains("incident")) {
+          Missing(it->second.line, "spec.replayOf.incident", kReplayOfFields[1].hint);
+        }
+        if (!ro.train_job.empty() && ro.train_job == job_.name) {
+          r_.Error(it->second.line, "spec.replayOf.trainJob", "names this TrainJob itself",
+                   "\"" + ro.train_job + "\"",
+                   "name the TrainJob whose incident to replay (a replay is a TrainJob of its "
+                   "own, e.g. " +
+                       ro.train_job + "-replay-1)");
+        }
+        job_.replay_of = ro;
+      }
+    }
     if (!gpus_set) job_.pod.gpus_per_node = job_.job.procs_per_node;
     if (job_.job.command.empty() && !f.contains("command")) {
       if (job_.pod.image.empty()) {
@@ -303,8 +336,7 @@ class TrainJobParser {
     }
     if (ctx_.target == Target::kKubernetes) {
       const CheckpointSpec& ck = job_.job.checkpoint;
-      const bool checkpoints =
-          ck.interval_steps > 0 || ck.interval_auto || ck.interval_seconds > 0;
+      const bool checkpoints = ck.interval_steps > 0 || ck.interval_auto || ck.interval_seconds > 0;
       const auto under = [&](const char* root) {
         return ck.dir == root || ck.dir.rfind(std::string(root) + "/", 0) == 0;
       };

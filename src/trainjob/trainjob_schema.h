@@ -190,6 +190,25 @@ inline constexpr FieldDef kPodFields[] = {
      .max_items = 16},
 };
 
+// spec.replayOf (docs/diagnosis.md, "On Kubernetes").
+inline constexpr FieldDef kReplayOfFields[] = {
+    {.key = "trainJob",
+     .hint = "set replayOf.trainJob to the name of the TrainJob, in this namespace, whose "
+             "incident to replay",
+     .required = true},
+    {.key = "incident",
+     .hint = "set replayOf.incident to the incident's number, from 1, as `bulwark describe` "
+             "lists them",
+     .type = FieldType::kInt,
+     .min = 1,
+     .max = 1000000,
+     .required = true},
+    {.key = "allowCodeChange",
+     .hint = "set replayOf.allowCodeChange to true to replay with another image than the "
+             "incident's",
+     .type = FieldType::kBool},
+};
+
 // The keys a TrainJob's spec holds besides the job fields.
 inline constexpr FieldDef kSpecExtraFields[] = {
     {.key = "scheduling",
@@ -207,6 +226,11 @@ inline constexpr FieldDef kSpecExtraFields[] = {
      .type = FieldType::kObject,
      .required = true,
      .children = kPodFields},
+    {.key = "replayOf",
+     .hint = "set replayOf to {trainJob: NAME, incident: N} to re-run incident N of TrainJob NAME "
+             "from its replay bundle (what `bulwark replay --kubeconfig` writes)",
+     .type = FieldType::kObject,
+     .children = kReplayOfFields},
 };
 
 inline constexpr FieldDef kTopFields[] = {

@@ -137,6 +137,37 @@ TEST(TrainJobTest, TheOperatorRefusesElasticJobsTheLocalBackendRuns) {
   EXPECT_EQ(local->job.elastic.min_nodes, 1);
 }
 
+TEST(TrainJobTest, ReplayOfNamesAnotherTrainJobsIncidentOnKubernetesOnly) {
+  const std::string base = "  command: [python3, t.py]\n  pod: {image: i}\n";
+  auto ok = ParseK8s(Manifest(base + "  replayOf: {trainJob: gpt, incident: 2}\n"));
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  ASSERT_TRUE(ok->replay_of.has_value());
+  EXPECT_EQ(ok->replay_of->train_job, "gpt");
+  EXPECT_EQ(ok->replay_of->incident, 2);
+  EXPECT_FALSE(ok->replay_of->allow_code_change);
+  EXPECT_FALSE(ParseK8s(Manifest(base))->replay_of.has_value());
+  // Each mistake by its field, with the fix.
+  for (const auto& [body, want] : std::vector<std::pair<std::string, std::string>>{
+           {"  replayOf: {trainJob: gpt}\n", "spec.replayOf.incident"},
+           {"  replayOf: {trainJob: gpt, incident: 0}\n", "spec.replayOf.incident"},
+           {"  replayOf: {incident: 1}\n", "spec.replayOf.trainJob"},
+           {"  replayOf: {trainJob: gpt, incident: 1, allowCodeChange: maybe}\n",
+            "spec.replayOf.allowCodeChange"},
+           {"  replayOf: {trainJob: gpt, incident: 1, nodes: [a]}\n", "spec.replayOf.nodes"},
+           {"  replayOf: {trainJob: demo, incident: 1}\n",
+            "spec.replayOf.trainJob: names this TrainJob itself"}}) {
+    auto r = ParseK8s(Manifest(base + body));
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_THAT(r.status().message(), HasSubstr(want)) << body;
+  }
+  auto local = ParseTrainJob(Manifest(base + "  replayOf: {trainJob: gpt, incident: 2}\n"),
+                             "tj.yaml", "/jobs", Target::kLocal);
+  ASSERT_FALSE(local.ok());
+  EXPECT_THAT(local.status().message(),
+              HasSubstr("spec.replayOf: is a replay run by the Kubernetes operator"));
+  EXPECT_THAT(local.status().message(), HasSubstr("`bulwark replay JOB N`"));
+}
+
 TEST(TrainJobTest, MultiNodeCheckpointsNeedASharedVolumeOnKubernetes) {
   const std::string base = "  command: [python3, t.py]\n  nodes: 2\n";
   auto bad = ParseK8s(Manifest(base + "  checkpoint: {intervalSteps: 10}\n  pod: {image: i}\n"));
