@@ -48,7 +48,7 @@ TEST_F(InProcessE2E, EveryFaultKindKeepsTheSurvivingRanksProcesses) {
     if (!i.value("secondary", false)) kinds.push_back(i["kind"]);
   }
   ASSERT_EQ(kinds, (std::vector<std::string>{"crash", "hang", "nan", "node_lost"}))
-      << report.dump(2);
+      << report.dump(2) << out;
   const std::vector<std::set<int>> replaced = {{1}, {2}, {}, {2, 3}};
   for (size_t i = 0; i < 4; ++i) {
     const Json& inc = incs[i];
