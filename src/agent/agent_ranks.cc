@@ -435,8 +435,8 @@ void Agent::FinishStop() {
   for (Rank& r : ranks_) {
     IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL),
                 "the process may be gone already");  // stragglers in the groups
-  CloseRanks();
   }
+  CloseRanks();
   stopping_ = false;
   const long reply = stop_reply_attempt_;
   stop_reply_attempt_ = -1;
