@@ -50,6 +50,7 @@ std::string RankList(const std::vector<int>& ranks) {
 
 void Agent::BeginPark(long reply_attempt, const std::vector<int>& kill, double timeout_s) {
   detector_.Disarm();
+  if (persister_) persister_->PausePushes(true);  // the replicas the stop reports stay
   stopping_ = true;
   parking_ = true;
   park_killed_ = false;

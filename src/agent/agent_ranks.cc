@@ -45,6 +45,7 @@ void Agent::Launch(const StartSpec& spec) {
   if (WaitForZygote(spec)) return;  // MaybeLaunchAfterZygote launches it
   spec_ = spec;
   EnsurePersister(spec);
+  if (persister_) persister_->PausePushes(false);  // paused since the last stop
   stopping_ = false;
   stop_killed_ = false;
   std::error_code ec;
@@ -388,6 +389,7 @@ void Agent::SendIncident(const DetectedFault& f, const Json& stacks) {
 
 void Agent::BeginStop(double grace_s, long reply_attempt) {
   detector_.Disarm();
+  if (persister_) persister_->PausePushes(true);  // the replicas the stop reports stay
   stopping_ = true;
   stop_killed_ = false;
   stop_reply_attempt_ = reply_attempt;

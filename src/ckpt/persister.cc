@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <condition_variable>
 #include <deque>
@@ -85,6 +86,7 @@ struct Persister::Impl {
   int raises = 0;
   std::map<int, std::shared_ptr<RingReader>> rings;  // guarded by mu
   double peer_paused_until = 0;                      // persister thread only
+  std::atomic<bool> pushes_paused{false};            // PausePushes
   std::thread thread;
 
   // Requires mu. Reopens when the trainer regrew the ring (new generation).
@@ -165,7 +167,7 @@ struct Persister::Impl {
   // pushes pause for peer_backoff_s, so a dead or hung peer costs this thread (and
   // the seals and persists queued behind it) at most one timeout per pause.
   void PushToPeer(const Snapshot& snap) {
-    if (cfg.peer_port <= 0) return;
+    if (cfg.peer_port <= 0 || pushes_paused.load()) return;
     const Clock* clk = cfg.clock ? cfg.clock : SystemClock::Get();
     if (clk->NowMono() < peer_paused_until) return;
     PersistEvent e;
@@ -394,6 +396,8 @@ bool Persister::Drain(double timeout_s) {
     return impl_->seal_q.empty() && impl_->persist_q.empty() && !impl_->busy;
   });
 }
+
+void Persister::PausePushes(bool paused) { impl_->pushes_paused.store(paused); }
 
 Persister::Priority Persister::CurrentPriority() {
   std::lock_guard<std::mutex> l(impl_->mu);

@@ -93,6 +93,12 @@ class Persister {
   void OnStaged(int rank, int slot, uint64_t seq, uint64_t generation, long step, bool persist);
   // Blocks until every queued request is done (tests, shutdown), at most timeout_s.
   bool Drain(double timeout_s);
+  // While paused, sealed snapshots are not pushed to the peer (seals and persists go
+  // on). The agent pauses between an attempt's stop and the next launch: the replicas
+  // the peer reported then are what the next attempt may fetch, and a push of the old
+  // attempt's newer steps would evict them (its ranks may have run ahead of the step
+  // every rank shares). A push in flight finishes. Any thread.
+  void PausePushes(bool paused);
   // Steps restorable from memory per rank (seals staged slots first).
   std::map<int, std::vector<long>> Inventory(const std::vector<int>& ranks);
 

@@ -305,6 +305,38 @@ TEST_F(PersisterTest, SealedSnapshotsArePushedToThePeer) {
   EXPECT_EQ(got, tensors_[1].data);
 }
 
+TEST_F(PersisterTest, PausedPushesLeaveThePeersReplicasAsTheyWere) {
+  PeerServerOptions po;
+  po.replica_dir = staging_ + "/peer-replicas";
+  po.slots = 2;
+  po.log = [](const std::string&) {};
+  auto server = PeerServer::Start(po);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto stager = Stager::Open(staging_, 0, 1, 4, kChunk);
+  ASSERT_TRUE(stager.ok());
+  auto p = Make("", [&](PersistConfig* c) { c->peer_port = (*server)->port(); });
+  auto stage = [&](long step) {
+    Result<StageResult> sr = (*stager)->Stage(step, Views(tensors_));
+    ASSERT_TRUE(sr.ok());
+    p->OnStaged(0, sr->slot, sr->seq, sr->generation, step, /*persist=*/false);
+    ASSERT_TRUE(p->Drain(60));
+  };
+  stage(1);
+  stage(2);
+  ASSERT_EQ((*server)->ReplicaSteps()[0], (std::vector<long>{1, 2}));
+  // Stopped: the steps the old attempt stages on are sealed, not pushed, so the peer
+  // still holds step 1 (two slots: a push of 3 would have evicted it).
+  p->PausePushes(true);
+  stage(3);
+  stage(4);
+  EXPECT_EQ((*server)->ReplicaSteps()[0], (std::vector<long>{1, 2}));
+  EXPECT_EQ((*stager)->SealedSteps(), (std::vector<long>{1, 2, 3, 4}));
+  // The next attempt launched: pushes go on.
+  p->PausePushes(false);
+  stage(5);
+  EXPECT_EQ((*server)->ReplicaSteps()[0], (std::vector<long>{2, 5}));
+}
+
 TEST_F(PersisterTest, PeerPushFailureIsReported) {
   auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
   ASSERT_TRUE(stager.ok());
