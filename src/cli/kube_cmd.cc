@@ -34,9 +34,15 @@ Result<k8s::ClientConfig> ClusterConfig(const KubeFlags& f) {
     return k8s::InClusterConfig();
   }
   std::string path = f.kubeconfig;
+  std::error_code ec;
+  if (!path.empty() && !std::filesystem::exists(path, ec)) {
+    return InvalidArgument("--kubeconfig: " + path +
+                           " does not exist; name the cluster's kubeconfig file (kubectl "
+                           "config view --raw > FILE writes the current one)");
+  }
   if (path.empty()) path = Env("KUBECONFIG");
   if (path.empty() && !Env("HOME").empty()) path = Env("HOME") + "/.kube/config";
-  if (path.empty() || !std::filesystem::exists(path)) {
+  if (path.empty() || !std::filesystem::exists(path, ec)) {
     return InvalidArgument(
         "no cluster configured: pass --kubeconfig FILE, set KUBECONFIG, or run "
         "inside a pod with a service account");

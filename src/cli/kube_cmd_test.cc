@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -135,7 +136,18 @@ TEST_F(SubmitTest, NamespaceFlagAndBadInput) {
   none.kubeconfig = dir_ + "/missing";
   std::ostringstream o3, e3;
   EXPECT_EQ(SubmitRun(kTestdata + "/trainjob-minimal.yaml", none, o3, e3), 2);
-  EXPECT_THAT(e3.str(), HasSubstr("no cluster configured"));
+  EXPECT_THAT(e3.str(), HasSubstr("--kubeconfig: " + dir_ + "/missing does not exist"));
+  // Nothing named anywhere: no flag, no KUBECONFIG, no ~/.kube/config, not in a pod.
+  const char* home = std::getenv("HOME");
+  const char* kc = std::getenv("KUBECONFIG");
+  const std::string saved_home = home ? home : "", saved_kc = kc ? kc : "";
+  ::setenv("HOME", dir_.c_str(), 1);
+  ::unsetenv("KUBECONFIG");
+  std::ostringstream o4, e4;
+  EXPECT_EQ(SubmitRun(kTestdata + "/trainjob-minimal.yaml", KubeFlags{}, o4, e4), 2);
+  EXPECT_THAT(e4.str(), HasSubstr("no cluster configured: pass --kubeconfig FILE"));
+  if (home) ::setenv("HOME", saved_home.c_str(), 1);
+  if (kc) ::setenv("KUBECONFIG", saved_kc.c_str(), 1);
 }
 
 }  // namespace
