@@ -1038,7 +1038,8 @@ int Main(int argc, char** argv) {
       ->add_option("--nodes", replay_flags.nodes,
                    "inside a Slurm allocation: the hosts to re-run on, one per node of the "
                    "incident, in slot order (HOST,HOST,...); default: the allocation's first "
-                   "hosts, or this machine outside one")
+                   "hosts, or this machine outside one. With --kubeconfig: Kubernetes nodes "
+                   "(default: the operator's scheduler places it)")
       ->delimiter(',');
   cli::ClusterReplayFlags kube_replay;
   replay->add_option("--kubeconfig", kube_replay.kube.kubeconfig,
@@ -1081,16 +1082,11 @@ int Main(int argc, char** argv) {
   if (*run) return CmdRun(rf);
   if (*replay && (!kube_replay.kube.kubeconfig.empty() || !kube_replay.kube.context.empty() ||
                   !kube_replay.kube.ns.empty())) {
-    for (const auto& [given, flag] : {std::pair{!replay_flags.store.empty(), "--store"},
-                                      {!replay_flags.nodes.empty(), "--nodes"}}) {
-      if (given) {
-        std::fprintf(stderr,
-                     "bulwark replay: %s is for a job run on this machine or Slurm; on "
-                     "Kubernetes the operator's store has the bundle and its scheduler places "
-                     "the replay\n",
-                     flag);
-        return 2;
-      }
+    if (!replay_flags.store.empty()) {
+      std::fprintf(stderr,
+                   "bulwark replay: --store is for a job run on this machine or Slurm; on "
+                   "Kubernetes the operator's store has the bundle\n");
+      return 2;
     }
     if (replay_flags.incident < 1) {
       std::fprintf(stderr, "bulwark replay: INCIDENT: incidents are numbered from 1\n");
@@ -1100,6 +1096,7 @@ int Main(int argc, char** argv) {
     kube_replay.incident = replay_flags.incident;
     kube_replay.allow_code_change = replay_flags.allow_code_change;
     kube_replay.output = replay_flags.output;
+    kube_replay.nodes = replay_flags.nodes;
     return cli::ReplayOnCluster(kube_replay, std::cout, std::cerr);
   }
   if (*replay) return CmdReplay(replay_flags);

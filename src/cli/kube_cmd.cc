@@ -216,6 +216,7 @@ int ReplayOnCluster(const ClusterReplayFlags& f, std::ostream& out, std::ostream
   spec.erase("replayOf");
   spec["replayOf"] = {{"trainJob", f.job}, {"incident", f.incident}};
   if (f.allow_code_change) spec["replayOf"]["allowCodeChange"] = true;
+  if (!f.nodes.empty()) spec["replayOf"]["nodes"] = f.nodes;
   // JOB-replay-N, or -2, -3, ... beside earlier replays of it (a name is at most 63).
   const std::string stem = f.job.substr(0, 40) + "-replay-" + std::to_string(f.incident);
   std::string name;

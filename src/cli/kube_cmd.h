@@ -59,8 +59,9 @@ struct ClusterReplayFlags {
   std::string job;
   int incident = 0;
   bool allow_code_change = false;
-  std::string output;       // "" (text) or "json": status.replay
-  double timeout_s = 3600;  // for the replay to end
+  std::vector<std::string> nodes;  // spec.replayOf.nodes (empty: the scheduler places it)
+  std::string output;              // "" (text) or "json": status.replay
+  double timeout_s = 3600;         // for the replay to end
 };
 // 0: every compared loss equal bit for bit; 1: a difference, nothing compared, the
 // replay failed or timed out, or the cluster refused; 2: usage (no such TrainJob).

@@ -669,6 +669,30 @@ void Operator::Impl::Reconcile(const std::string& key) {
     WritePending(key, j, "WaitingForNodes", "the operator has not read the cluster's nodes yet");
     return;
   }
+  if (tj->replay_of && !tj->replay_of->nodes.empty()) {
+    // A replay on named nodes: recorded there as is (capacity and GPU type checked, no
+    // queue), its pods bound to them even if quarantined (a NoSchedule taint does not
+    // stop a pod given its node).
+    if (placement_.Phase(key) == sched::JobPhase::kFinished) {
+      JobNodes nodes;
+      nodes.gang = tj->replay_of->nodes;
+      nodes.reason = "the nodes spec.replayOf.nodes names";
+      Status st = placement_.Adopt(trainjob::SchedRequest(*tj, 0), nodes, Now());
+      if (!st.ok()) {
+        if (j.invalid_generation != gen) {
+          j.invalid_generation = gen;
+          WriteFailed(key, j, "Unschedulable", "spec.replayOf.nodes: " + st.message());
+        }
+        return;
+      }
+    }
+    Status st = StartRunner(key, *tj, false);
+    if (!st.ok()) {
+      PostJobEvent(key, "Warning", "StartFailed", st.ToString());
+      queue_.AddRateLimited(key, Now());
+    }
+    return;
+  }
   if (placement_.Phase(key) == sched::JobPhase::kFinished) {
     const sched::JobRequest req = trainjob::SchedRequest(*tj, trainjob::StandbyCount(tj->job));
     Status st = placement_.Submit(req, Now());

@@ -785,6 +785,31 @@ TEST_F(OperatorE2E, AnIncidentIsReplayedByATrainJobWithReplayOf) {
   EXPECT_FALSE(HasEvent("TrainJob", "rp-replay-1", "ChaosInjected")) << Describe("rp-replay-1");
   EXPECT_FALSE(HasEvent("TrainJob", "rp-replay-1", "StandbyPromoted")) << Describe("rp-replay-1");
 
+  // On named nodes (replayOf.nodes): the first replay's, the other way round.
+  std::vector<std::string> first;
+  for (const Json& n : rp["status"]["admission"]["nodes"]) first.push_back(n.get<std::string>());
+  ASSERT_EQ(first.size(), 2u) << Describe("rp-replay-1");
+  auto [code3, out3] = RunCommand(
+      {build_ + "/bin/bulwark", "replay", "rp", "1", "--kubeconfig", cp_->admin_kubeconfig(), "-n",
+       ns_, "--nodes", first[1] + "," + first[0], "--timeout", "180"},
+      240);
+  EXPECT_EQ(code3, 0) << out3 << Describe("rp-replay-1-2");
+  EXPECT_THAT(out3, HasSubstr("replay of incident 1 of rp (TrainJob rp-replay-1-2)"));
+  EXPECT_THAT(out3, HasSubstr("fault:  did not come back"));
+  const Json pinned = Get("rp-replay-1-2");
+  EXPECT_EQ(pinned["status"]["admission"]["nodes"], Json({first[1], first[0]}))
+      << Describe("rp-replay-1-2");
+  EXPECT_EQ(pinned["status"]["replay"]["equal"], pinned["status"]["replay"]["compared"]);
+  // A node the cluster does not have.
+  auto [code4, out4] = RunCommand(
+      {build_ + "/bin/bulwark", "replay", "rp", "1", "--kubeconfig", cp_->admin_kubeconfig(), "-n",
+       ns_, "--nodes", "gpu-99," + first[0], "--timeout", "60"},
+      120);
+  EXPECT_EQ(code4, 1) << out4;
+  EXPECT_THAT(Str(Get("rp-replay-1-3"), {"status", "message"}),
+              HasSubstr("spec.replayOf.nodes: node gpu-99 is not among the cluster's"))
+      << Describe("rp-replay-1-3");
+
   // Bad input, named by the field.
   Json nine = tj;
   nine["spec"]["replayOf"] = {{"trainJob", "rp"}, {"incident", 1}};

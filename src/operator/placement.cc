@@ -176,8 +176,17 @@ Status ClusterPlacement::Adopt(const sched::JobRequest& req, const JobNodes& nod
   std::lock_guard<std::mutex> l(mu_);
   if (!sched_) return FailedPrecondition("the scheduler has not seen the cluster's nodes yet");
   std::vector<int> gang, standby;
-  for (const std::string& n : nodes.gang) gang.push_back(sched_->NodeIndex(n));
-  for (const std::string& n : nodes.standby) standby.push_back(sched_->NodeIndex(n));
+  for (const auto* names : {&nodes.gang, &nodes.standby}) {
+    for (const std::string& n : *names) {
+      const int index = sched_->NodeIndex(n);
+      if (index < 0) {
+        return NotFound("node " + n + " is not among the cluster's " +
+                        std::to_string(sched_->NodeCount()) +
+                        " schedulable nodes (kubectl get nodes lists them)");
+      }
+      (names == &nodes.gang ? gang : standby).push_back(index);
+    }
+  }
   BW_RETURN_IF_ERROR(sched_->Adopt(req, gang, standby, now));
   requests_[req.id] = req;
   order_.push_back(req.id);

@@ -134,7 +134,12 @@ TEST(ClusterPlacementTest, AdoptRecordsARunningGang) {
   ASSERT_TRUE(p.Adopt(Job("ml/a", 2, 1), where, 0).ok());
   EXPECT_EQ(p.Phase("ml/a"), sched::JobPhase::kRunning);
   EXPECT_THAT(p.Nodes("ml/a")->standby, ElementsAre("n0"));
-  EXPECT_FALSE(p.Adopt(Job("ml/b", 1, 0), JobNodes{{"n1"}, {}, ""}, 0).ok());
+  Status held = p.Adopt(Job("ml/b", 1, 0), JobNodes{{"n1"}, {}, ""}, 0);
+  EXPECT_FALSE(held.ok());
+  EXPECT_THAT(held.message(), HasSubstr("n1 is held by job ml/a"));
+  Status unknown = p.Adopt(Job("ml/c", 1, 0), JobNodes{{"gpu-99"}, {}, ""}, 0);
+  EXPECT_EQ(unknown.code(), Code::kNotFound);
+  EXPECT_THAT(unknown.message(), HasSubstr("node gpu-99 is not among the cluster's"));
 }
 
 }  // namespace

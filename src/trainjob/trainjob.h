@@ -81,6 +81,8 @@ struct ReplayOf {
   std::string train_job;  // in the same namespace
   int incident = 0;       // 1-based
   bool allow_code_change = false;
+  // Kubernetes nodes to re-run on, by slot (spec.nodes of them); empty = the scheduler's.
+  std::vector<std::string> nodes;
 };
 
 struct TrainJob {

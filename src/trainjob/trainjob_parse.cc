@@ -2,6 +2,7 @@
 // scheduling and pod sections, read through the tables of trainjob_schema.h; the
 // job fields of `spec` are parsed by src/spec (spec_internal::ParseJobFields).
 #include <regex>
+#include <set>
 
 #include "spec/job_fields.h"
 #include "spec/spec_reader.h"
@@ -301,6 +302,26 @@ class TrainJobParser {
         }
         if (!r.contains("incident")) {
           Missing(it->second.line, "spec.replayOf.incident", kReplayOfFields[1].hint);
+        }
+        if (r.contains("nodes") && r["nodes"].is_array()) {
+          std::set<std::string> seen;
+          for (const Json& n : r["nodes"]) {
+            if (!n.is_string()) continue;  // reported by the schema check
+            const std::string name = n.get<std::string>();
+            if (name.empty() || !seen.insert(name).second) {
+              r_.Error(it->second.line, "spec.replayOf.nodes",
+                       name.empty() ? "names an empty node" : "names a node twice",
+                       "\"" + name + "\"", "name each node once, one per node of the job");
+            }
+            ro.nodes.push_back(name);
+          }
+          if (!ro.nodes.empty() && static_cast<int>(ro.nodes.size()) != job_.job.nodes) {
+            r_.Error(it->second.line, "spec.replayOf.nodes",
+                     "names " + std::to_string(ro.nodes.size()) + " node(s) for a job of " +
+                         std::to_string(job_.job.nodes),
+                     std::to_string(ro.nodes.size()) + " names",
+                     "name one node per node of the job (spec.nodes), in slot order");
+          }
         }
         if (!ro.train_job.empty() && ro.train_job == job_.name) {
           r_.Error(it->second.line, "spec.replayOf.trainJob", "names this TrainJob itself",

@@ -207,6 +207,12 @@ inline constexpr FieldDef kReplayOfFields[] = {
      .hint = "set replayOf.allowCodeChange to true to replay with another image than the "
              "incident's",
      .type = FieldType::kBool},
+    {.key = "nodes",
+     .hint = "set replayOf.nodes to the Kubernetes nodes to re-run on, one per node of the "
+             "job in slot order (e.g. [gpu-07, gpu-12]); omit it to let the scheduler place "
+             "the replay",
+     .type = FieldType::kStringList,
+     .max_items = 1024},
 };
 
 // The keys a TrainJob's spec holds besides the job fields.

@@ -146,6 +146,11 @@ TEST(TrainJobTest, ReplayOfNamesAnotherTrainJobsIncidentOnKubernetesOnly) {
   EXPECT_EQ(ok->replay_of->incident, 2);
   EXPECT_FALSE(ok->replay_of->allow_code_change);
   EXPECT_FALSE(ParseK8s(Manifest(base))->replay_of.has_value());
+  auto pinned =
+      ParseK8s(Manifest("  command: [python3, t.py]\n  nodes: 2\n  pod: {image: i}\n"
+                        "  replayOf: {trainJob: gpt, incident: 1, nodes: [a, b]}\n"));
+  ASSERT_TRUE(pinned.ok()) << pinned.status().message();
+  EXPECT_EQ(pinned->replay_of->nodes, (std::vector<std::string>{"a", "b"}));
   // Each mistake by its field, with the fix.
   for (const auto& [body, want] : std::vector<std::pair<std::string, std::string>>{
            {"  replayOf: {trainJob: gpt}\n", "spec.replayOf.incident"},
@@ -153,7 +158,11 @@ TEST(TrainJobTest, ReplayOfNamesAnotherTrainJobsIncidentOnKubernetesOnly) {
            {"  replayOf: {incident: 1}\n", "spec.replayOf.trainJob"},
            {"  replayOf: {trainJob: gpt, incident: 1, allowCodeChange: maybe}\n",
             "spec.replayOf.allowCodeChange"},
-           {"  replayOf: {trainJob: gpt, incident: 1, nodes: [a]}\n", "spec.replayOf.nodes"},
+           {"  replayOf: {trainJob: gpt, incident: 1, nodes: [a, b]}\n",
+            "spec.replayOf.nodes: names 2 node(s) for a job of 1"},
+           {"  replayOf: {trainJob: gpt, incident: 1, nodes: [a, a]}\n",
+            "spec.replayOf.nodes: names a node twice"},
+           {"  replayOf: {trainJob: gpt, incident: 1, nodes: a}\n", "spec.replayOf.nodes"},
            {"  replayOf: {trainJob: demo, incident: 1}\n",
             "spec.replayOf.trainJob: names this TrainJob itself"}}) {
     auto r = ParseK8s(Manifest(base + body));
