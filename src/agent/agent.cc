@@ -817,6 +817,16 @@ namespace {
 // the newest step, loss and time win, so the controller's ledger still covers every
 // second (docs/protocol.md §2).
 void MergeStep(Json& a, const Json& b) {
+  // The older step's loss and digests ride along in `earlier` (the controller's loss
+  // record and replay check want every step's), at most kMaxEarlierSteps of them.
+  constexpr size_t kMaxEarlierSteps = 64;
+  if (a.contains("step") && (!a.contains("earlier") || a["earlier"].size() < kMaxEarlierSteps)) {
+    Json e = {{"step", a["step"]}, {"loss", a.contains("loss") ? a["loss"] : Json()}};
+    for (const char* k : {"rng", "data"}) {
+      if (a.contains(k)) e[k] = a[k];
+    }
+    a["earlier"].push_back(std::move(e));
+  }
   for (const char* k : {"step_time", "ckpt_stall", "tokens", "samples", "data_wait", "compute",
                         "optimizer", "busy"}) {
     if (b.contains(k)) a[k] = (a.contains(k) ? a[k].get<double>() : 0.0) + b[k].get<double>();
@@ -855,6 +865,13 @@ void Agent::ForwardStep(Rank& r, Json out) {
   }
   r.step_forwarded_at = now;
   Send(out);
+}
+
+void Agent::FlushStep(Rank& r) {
+  if (r.step_pending.is_null()) return;
+  r.step_forwarded_at = clock_->NowMono();
+  Send(r.step_pending);
+  r.step_pending = Json();
 }
 
 void Agent::FlushPendingSteps() {

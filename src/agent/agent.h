@@ -182,6 +182,9 @@ class Agent {
   // than kMaxStepForwardHz into the next (counted as dropped, reason "flood");
   // FlushPendingSteps sends a merged one once the gap has passed (every loop turn).
   void ForwardStep(Rank& r, Json out);
+  // Sends rank r's step report held back by the rate limit, now (before its exit or
+  // an incident).
+  void FlushStep(Rank& r);
   void FlushPendingSteps();
   // Forwards a rank's declared model FLOPs per token (`model`, or a hello carrying it).
   void ForwardModel(const Json& m, const Rank& r);

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -182,6 +183,39 @@ class AgentGenerationsTest : public ::testing::Test {
   Json started0_;
   std::map<int, Sdk> sdk_;  // the ranks' sockets (an agent that cannot reach a rank kills it)
 };
+
+// Steps a rank reports faster than the agent forwards them (kMaxStepForwardHz) merge
+// into one the agent holds back; the rank's exit must not overtake it (the job would
+// end short of its last step, a replay bundle short of its losses).
+TEST_F(AgentGenerationsTest, AHeldBackStepGoesBeforeTheRanksExit) {
+  StartTwoRanks();
+  for (long s = 1; s <= 5; ++s) {
+    FromRank({{"type", "step"}, {"rank", 0}, {"step", s}, {"loss", 1.0 / s}, {"t", 1.0}});
+  }
+  RunUntil([] { return false; }, 1);  // read at once: 1 forwarded, 2-5 held
+  ASSERT_TRUE(procs_.Exit(Of(started0_, 0).first, 0));
+  std::vector<Json> got;
+  ASSERT_TRUE(RunUntil([&] {
+    for (const Json& m : ctl_->Read()) got.push_back(m);
+    return std::any_of(got.begin(), got.end(), [](const Json& m) { return m["type"] == "exited"; });
+  }));
+  long last = -1;
+  Json earlier;
+  for (const Json& m : got) {
+    if (m["type"] == "exited") break;
+    if (m["type"] == "step" && m["rank"] == 0) {
+      last = m["step"].get<long>();
+      earlier = m.value("earlier", Json());
+    }
+  }
+  EXPECT_EQ(last, 5) << "the exit overtook the held-back step";
+  // The steps merged into it keep their losses, for the controller's loss record.
+  ASSERT_EQ(earlier.size(), 3u) << earlier.dump();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(earlier[i]["step"], i + 2);
+    EXPECT_EQ(earlier[i]["loss"], 1.0 / (i + 2));
+  }
+}
 
 TEST_F(AgentGenerationsTest, ACrashReplacesOnlyTheCrashedRankTheSurvivorJoinsTheNextGeneration) {
   StartTwoRanks(0, /*group=*/true);

@@ -305,6 +305,7 @@ void Agent::ReportExits() {
     }
     DrainOutbox();
     r.exit_pending = false;
+    FlushStep(r);  // its last step, held back by the rate limit, goes first
     Send({{"type", "exited"}, {"attempt", spec_->attempt}, {"rank", r.rank}, {"code", 0}});
   }
 }
@@ -368,6 +369,9 @@ void Agent::HandleCaptureStacks(const Json& msg) {
 
 void Agent::SendIncident(const DetectedFault& f, const Json& stacks) {
   if (!spec_) return;
+  // The steps before the fault first: the controller's record of them (the replay
+  // bundle's losses) must not miss the ones the rate limit held back.
+  for (Rank& r : ranks_) FlushStep(r);
   if (f.subtype != "xid" && f.subtype != "ecc_dbe") ++faults_detected_[FaultKindName(f.kind)];
   Rank* r = FindRank(f.rank);
   Json m = {{"type", "incident"},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 #include "common/json_util.h"
@@ -355,6 +356,18 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
     const StepSample sample =
         StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall, *tokens);
     metrics_.OnStep(sample);
+    // Steps the agent merged into this report (a burst faster than it forwards) keep
+    // their losses and digests for the loss record and the replay check.
+    if (m.contains("earlier") && m["earlier"].is_array()) {
+      for (const Json& e : m["earlier"]) {
+        if (!e.is_object()) continue;
+        auto es = JInt(e, "step");
+        auto el = JNumOr(e, "loss", std::numeric_limits<double>::quiet_NaN());
+        if (!es.ok() || !el.ok() || *es >= *step) continue;
+        OnReplayLoss(*es, static_cast<int>(*rank), *el,
+                     {HexDigestOr0(e, "rng"), HexDigestOr0(e, "data")});
+      }
+    }
     OnReplayLoss(*step, static_cast<int>(*rank), sample.loss,
                  {HexDigestOr0(m, "rng"), HexDigestOr0(m, "data")});
     if (*rank != 0) return;

@@ -121,6 +121,38 @@ TEST_F(ControllerReplayTest, ANanThatDoesNotComeBackOnAStandbyQuarantinesItsNode
   EXPECT_FALSE(b["code"]["digest"].get<std::string>().empty());
 }
 
+// An agent merges a burst of step reports into one (docs/protocol.md §2); the merged
+// steps' losses and digests (`earlier`) still reach the record a replay bundle keeps.
+TEST_F(ControllerReplayTest, StepsAnAgentMergedKeepTheirLossesInTheBundle) {
+  BeginWithoutStandby();
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Losses(0, {0, 1}, 1, 9);
+  Json earlier = Json::array();
+  for (long s : {10, 11})
+    earlier.push_back({{"step", s}, {"loss", LossOf(s, 1)}, {"rng", RngOf(s, 1)}});
+  Send(0, {{"type", "step"},
+           {"attempt", 0},
+           {"rank", 1},
+           {"step", 12},
+           {"loss", LossOf(12, 1)},
+           {"rng", RngOf(12, 1)},
+           {"step_time", 0.3},
+           {"t", clock_.NowWall()},
+           {"earlier", earlier},
+           {"coalesced", 3}});
+  for (int i = 0; i < 3; ++i) ctl_->RunOnce();
+  Incident(0, 0, "nan", "nan", 1, 13);
+  Expect(0, "stop");
+  Json report = Finish();
+  const Json& b = report["incidents"][0]["replay"];
+  for (long s : {10, 11, 12}) {
+    EXPECT_EQ(b["losses"][std::to_string(s)]["1"], LossOf(s, 1)) << s << b["losses"].dump();
+    EXPECT_EQ(b["digests"][std::to_string(s)]["1"]["rng"], RngOf(s, 1)) << s;
+  }
+}
+
 TEST_F(ControllerReplayTest, ACrashThatComesBackAtTheSameStepIsTheProgramAndGivesUp) {
   BeginWithoutStandby();
   Expect(0, "start");
