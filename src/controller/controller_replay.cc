@@ -128,8 +128,8 @@ void ControllerImpl::OnReplayLoss(long step, int rank, double loss, StepDigests 
   if (std::isfinite(loss) || !digests.empty()) losses_.Record(step, rank, loss, digests);
   if (!replay_ || !replay_->OnLoss(step, rank, loss, digests)) return;
   if (!replay_->Complete()) {
-    // The fault rank passed; the other ranks' last losses come with their agents'
-    // next reports.
+    // The fault rank passed; the other ranks' last losses come through their own
+    // agents' connections, a loop turn (or a rate-limit gap) later.
     if (replay_passed_at_ < 0) replay_passed_at_ = clock_->NowMono();
     return;
   }
@@ -139,7 +139,7 @@ void ControllerImpl::OnReplayLoss(long step, int rank, double loss, StepDigests 
 
 void ControllerImpl::ConcludeReplayWhenDue() {
   if (!replay_ || replay_passed_at_ < 0) return;
-  // Two agent reports at most: they batch a node's step reports per heartbeat.
+  // Bounded: a rank that stopped reporting must not hold the verdict back.
   const double late = std::max(1.0, 2 * spec_.fault_policy.heartbeat_interval_seconds);
   if (clock_->NowMono() - replay_passed_at_ < late) return;
   replay_passed_at_ = -1;

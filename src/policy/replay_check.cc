@@ -125,13 +125,13 @@ bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) 
   // The fault rank's loss at the fault step is the fault itself, not compared; its
   // digests are (the NaN's step re-ran on the same data, or not).
   if (!data_skipped_ && step <= fs) {
+    seen_.insert({step, rank});
     auto s = step == fs && fault_rank ? expected_.end() : expected_.find(step);
     if (s != expected_.end()) {
       auto r = s->second.find(rank);
       if (r != s->second.end()) {
         ++compared_;
         ++steps_[step].compared;
-        seen_.insert({step, rank});
         ranks_.insert(rank);
         if (first_step_ < 0 || step < first_step_) first_step_ = step;
         last_step_ = std::max(last_step_, step);

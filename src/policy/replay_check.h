@@ -151,7 +151,7 @@ class ReplayCheck {
   DigestCount rng_, data_;
   bool rng_recorded_ = false;
   std::map<long, StepResult> steps_;
-  std::set<std::pair<long, int>> seen_;  // (step, rank) compared
+  std::set<std::pair<long, int>> seen_;  // (step, rank) reports taken, up to the fault
   bool passed_ = false;
 };
 
