@@ -854,18 +854,17 @@ Status Operator::Impl::StartRunner(const std::string& key, const trainjob::Train
   JobState& j = state_[key];
   JobRunnerOptions ro = opts_.runner;
   j.replay = Json();
+  std::string replaying;  // the Replaying Event's text, posted once the runner started
   if (tj.replay_of) {
     BW_ASSIGN_OR_RETURN(ReplayRun rr, PrepareReplayRun(opts_.runner.state_dir, &tj));
     j.replay = {{"trainJob", tj.replay_of->train_job},
                 {"incident", tj.replay_of->incident},
                 {"resumeStep", rr.replay.resume},
                 {"code", rr.code}};
-    PostJobEvent(
-        key, "Normal", "Replaying",
-        rr.what + ": re-running from " +
-            (rr.replay.resume < 0 ? std::string("scratch")
-                                  : "checkpoint step " + std::to_string(rr.replay.resume)) +
-            " up to step " + std::to_string(FaultStep(rr.replay.fault)) + "; code " + rr.code);
+    replaying = rr.what + ": re-running from " +
+                (rr.replay.resume < 0 ? std::string("scratch")
+                                      : "checkpoint step " + std::to_string(rr.replay.resume)) +
+                " up to step " + std::to_string(FaultStep(rr.replay.fault)) + "; code " + rr.code;
     ro.replay = std::move(rr.replay);
   }
   KubernetesBackendOptions bo;
@@ -888,6 +887,7 @@ Status Operator::Impl::StartRunner(const std::string& key, const trainjob::Train
     ro.agent_connect_timeout_s = std::max(ro.agent_connect_timeout_s, ro.capacity_wait_s);
   auto runner = std::make_unique<JobRunner>(std::move(bo), ro);
   BW_RETURN_IF_ERROR(runner->Start());
+  if (!replaying.empty()) PostJobEvent(key, "Normal", "Replaying", replaying);
   queue_.Forget(key);  // earlier failed starts no longer delay this key
   j.runner = std::move(runner);
   j.running = tj;
