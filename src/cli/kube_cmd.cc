@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/json_util.h"
+#include "controller/replay_bundle.h"
 #include "k8s/client.h"
 #include "metrics/http_endpoint.h"
 #include "operator/dashboard.h"
@@ -286,20 +287,13 @@ int ReplayOnCluster(const ClusterReplayFlags& f, std::ostream& out, std::ostream
         << " up to step " << r.value("faultStep", -1L) << "; code "
         << r.value("code", std::string("-"))
         << "\n  losses: " << r.value("summary", std::string("-")) << "\n";
-    if (r.value("faultCameBack", false)) {
-      out << "  fault:  came back at step " << r.value("faultStep", -1L) << "\n";
-    } else if (r.value("passed", false)) {
-      out << "  fault:  did not come back: step " << r.value("faultStep", -1L) << " completed\n";
-    } else {
-      out << "  fault:  not concluded: " << r.value("evidence", std::string()) << "\n";
-    }
-    const std::string cause = r.value("cause", std::string("unknown"));
-    if (cause != "unknown") {
-      out << "  cause:  " << cause << ": " << r.value("evidence", std::string()) << "\n";
-    }
+    out << ReplayVerdictLines({{"fault_came_back", r.value("faultCameBack", false)},
+                               {"passed", r.value("passed", false)},
+                               {"fault_step", r.value("faultStep", -1L)},
+                               {"evidence", r.value("evidence", std::string())},
+                               {"cause", r.value("cause", std::string("unknown"))}});
   }
-  const int compared = r.value("compared", 0);
-  return compared > 0 && r.value("equal", 0) == compared ? 0 : 1;
+  return ReplayAllEqual(r) ? 0 : 1;
 }
 
 std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostream& out,

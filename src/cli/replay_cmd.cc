@@ -225,25 +225,11 @@ std::string FormatReplay(const ReplayPlan& plan, const Json& o) {
     }
   }
   out << "\n  losses: " << o.value("summary", std::string("-")) << "\n";
-  if (o.value("fault_came_back", false)) {
-    out << "  fault:  came back: " << DescribeIncident(o.value("ended_by", Json::object()))
-        << " at step " << o.value("fault_step", -1L) << "\n";
-  } else if (o.value("passed", false)) {
-    out << "  fault:  did not come back: step " << o.value("fault_step", -1L) << " completed\n";
-  } else {
-    out << "  fault:  not concluded: " << o.value("evidence", std::string()) << "\n";
-  }
-  const std::string cause = o.value("cause", std::string("unknown"));
-  if (cause != "unknown") {
-    out << "  cause:  " << cause << ": " << o.value("evidence", std::string()) << "\n";
-  }
+  out << ReplayVerdictLines(o);
   out << "  logs:   " << plan.run_dir << "/logs\n";
   return out.str();
 }
 
-int ReplayExitCode(const Json& o) {
-  const int compared = o.value("compared", 0);
-  return compared > 0 && o.value("equal", 0) == compared ? 0 : 1;
-}
+int ReplayExitCode(const Json& o) { return ReplayAllEqual(o) ? 0 : 1; }
 
 }  // namespace bulwark::cli

@@ -99,6 +99,40 @@ std::string IncidentTitle(const Json& inc, int number, const std::string& job) {
          " at step " + std::to_string(step.ok() ? *step : -1L) + ")";
 }
 
+std::string ReplayVerdictLines(const Json& o) {
+  if (!o.is_object()) return "";
+  const auto str = [&](const char* k) {
+    Result<std::string> v = JStrOr(o, k, "");
+    return v.ok() ? *v : std::string();
+  };
+  const auto flag = [&](const char* k) {
+    return o.contains(k) && o[k].is_boolean() && o[k].get<bool>();
+  };
+  Result<long> fs = JIntOr(o, "fault_step", -1);
+  const std::string step = std::to_string(fs.ok() ? *fs : -1L);
+  std::string out;
+  if (flag("fault_came_back")) {
+    out = "  fault:  came back" +
+          (o.contains("ended_by") ? ": " + DescribeIncident(o["ended_by"]) : std::string()) +
+          " at step " + step + "\n";
+  } else if (flag("passed")) {
+    out = "  fault:  did not come back: step " + step + " completed\n";
+  } else {
+    out = "  fault:  not concluded: " + str("evidence") + "\n";
+  }
+  const std::string cause = str("cause");
+  if (!cause.empty() && cause != "unknown") {
+    out += "  cause:  " + cause + ": " + str("evidence") + "\n";
+  }
+  return out;
+}
+
+bool ReplayAllEqual(const Json& o) {
+  Result<long> compared = o.is_object() ? JIntOr(o, "compared", 0) : Result<long>(0L);
+  Result<long> equal = o.is_object() ? JIntOr(o, "equal", 0) : Result<long>(0L);
+  return compared.ok() && equal.ok() && *compared > 0 && *equal == *compared;
+}
+
 Result<ReplayBundle> ReadReplayBundle(const Json& inc, const std::string& what) {
   if (!inc.is_object() || !inc.contains("replay") || !inc["replay"].is_object()) {
     return FailedPrecondition(what +

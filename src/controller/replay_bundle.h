@@ -37,6 +37,13 @@ std::vector<Json> RecordedIncidents(Store* store, const JobRecord& job);
 // "incident 1 of 'gpt' (nan (nan) on rank 0 at step 37)".
 std::string IncidentTitle(const Json& incident, int number, const std::string& job);
 
+// A replay outcome's verdict, the "  fault:" and "  cause:" lines of `bulwark replay`'s
+// report, from the outcome's fields (fault_came_back, passed, fault_step, evidence,
+// cause, and ended_by when known).
+std::string ReplayVerdictLines(const Json& outcome);
+// The exit rule of `bulwark replay`: at least one loss compared, every one equal.
+bool ReplayAllEqual(const Json& outcome);
+
 // The bundle of a recorded incident (its JSON in the store), or an error prefixed with
 // `what` (e.g. "incident 1 of 'gpt' (nan on rank 0 at step 37)") naming what is
 // missing: no bundle (recorded before bundles existed), no checkpoint before the fault

@@ -87,5 +87,24 @@ TEST(ReplayBundleTest, MissingAndMalformedBundlesAreNamed) {
   EXPECT_FALSE(ReadReplayBundle(inc, "incident 1").ok());
 }
 
+TEST(ReplayBundleTest, VerdictLinesAndExitRule) {
+  Json back = {{"fault_came_back", true},
+               {"fault_step", 7},
+               {"cause", "data"},
+               {"evidence", "the NaN came back"},
+               {"ended_by", {{"kind", "nan"}, {"rank", 1}}}};
+  EXPECT_EQ(ReplayVerdictLines(back),
+            "  fault:  came back: nan on rank 1 at step 7\n"
+            "  cause:  data: the NaN came back\n");
+  EXPECT_EQ(ReplayVerdictLines({{"passed", true}, {"fault_step", 7}, {"cause", "unknown"}}),
+            "  fault:  did not come back: step 7 completed\n");
+  EXPECT_EQ(ReplayVerdictLines({{"evidence", "ended early"}}),
+            "  fault:  not concluded: ended early\n");
+  EXPECT_TRUE(ReplayAllEqual({{"compared", 4}, {"equal", 4}}));
+  EXPECT_FALSE(ReplayAllEqual({{"compared", 4}, {"equal", 3}}));
+  EXPECT_FALSE(ReplayAllEqual({{"compared", 0}, {"equal", 0}}));
+  EXPECT_FALSE(ReplayAllEqual({{"compared", "four"}, {"equal", 4}}));
+}
+
 }  // namespace
 }  // namespace bulwark
