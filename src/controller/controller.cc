@@ -104,6 +104,18 @@ void ControllerImpl::StoreWrote(const Status& st) {
   if (!st.ok()) std::fprintf(stderr, "[bulwark] store: %s\n", st.ToString().c_str());
 }
 
+void ControllerImpl::RecordIncident(Json j) {
+  Result<int64_t> row = store_->AddIncident(spec_.name, j.value("attempt", attempt_), j.dump());
+  StoreWrote(row.status());
+  incidents_.push_back(std::move(j));
+  incident_rows_.push_back(row.ok() ? *row : -1);
+}
+
+void ControllerImpl::RewriteIncident(int i) {
+  if (i < 0 || i >= static_cast<int>(incidents_.size()) || incident_rows_[i] < 0) return;
+  StoreWrote(store_->UpdateIncident(spec_.name, incident_rows_[i], incidents_[i].dump()));
+}
+
 void ControllerImpl::Persist() {
   rec_.attempt = attempt_;
   rec_.high_water_step = high_water_;

@@ -213,6 +213,7 @@ void ControllerImpl::RecordDiagnosis(Node& n, const std::vector<diag::CheckResul
     (*rec)["action"] = action;
     (*rec)["charged_s"] = charged ? now - n.diagnose_started : 0.0;
   }
+  RewriteIncident(n.diagnose_incident);
   n.diagnose_incident = -1;
   n.diagnose_observation = -1;
 }

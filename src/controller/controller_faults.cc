@@ -12,6 +12,11 @@ namespace {
 // How long a rank that parked on its own (a collective failed) waits for the incident
 // that explains it (the crash or node loss of a peer) before it is one itself.
 constexpr double kParkGraceS = 1.0;
+// How long after a crash a node loss may be reported and still be the crash's root. A
+// node that dies with its processes (its ranks SIGKILLed, the machine reset) makes its
+// peers fail their next collective at once; its agent's connection closes, or the
+// backend reports the loss, moments before or after their crash reports arrive.
+constexpr double kCascadeWindowS = 2.0;
 
 }  // namespace
 
@@ -22,7 +27,7 @@ void ControllerImpl::OnFault(const Incident& inc, Json extra) {
     Json j = IncidentToJson(inc);
     j["attempt"] = attempt_;
     j["secondary"] = true;
-    StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
+    StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()).status());
     return;
   }
   if (stage_ == Stage::kRunning && inc.kind == FaultKind::kHang) {
@@ -154,7 +159,7 @@ void ControllerImpl::OnMetricVerdict(const MetricVerdict& v) {
   }
   observations_.push_back(j);
   if (test) StartInPlaceDiagnostics(node, static_cast<int>(observations_.size()) - 1);
-  StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
+  StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()).status());
   metrics_.OnIncident(v.kind);
   const char* reason_name = v.kind == "straggler"             ? "StragglerDetected"
                             : v.kind == "data_starvation"     ? "DataStarvation"
@@ -214,9 +219,10 @@ void ControllerImpl::Act(const Incident& fault, Json extra) {
     Event("StacksCaptured", "stacks of ranks " + ranks + " stored in " + path);
   }
   if (stage_ != Stage::kRunning) {
+    if (RecastAsRoot(inc, j)) return;
     // A consequence of a fault already being handled (peers of a crashed rank fail too).
     j["secondary"] = true;
-    StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
+    StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()).status());
     return;
   }
   history_.spares_available = SparesReady();
@@ -256,8 +262,7 @@ void ControllerImpl::Act(const Incident& fault, Json extra) {
                       {"replace", regroup_.replace},
                       {"reason", regroup_.reason}};
   }
-  incidents_.push_back(j);
-  StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
+  RecordIncident(j);
   BeginReplayCheck(inc, d, static_cast<int>(incidents_.size()) - 1);
   metrics_.OnIncident(MetricsIncidentKind(inc));
   std::string what = std::string(FaultKindName(inc.kind)) +
@@ -289,6 +294,67 @@ void ControllerImpl::Act(const Incident& fault, Json extra) {
   backoff_until_ = inc.detect_time + d.backoff_seconds;
   StopAll(d.action != Action::kGiveUp && regroup_.in_process);
   Persist();
+}
+
+bool ControllerImpl::RecastAsRoot(const Incident& inc, Json j) {
+  if (inc.kind != FaultKind::kNodeLost || inc.node < 0) return false;
+  if (stage_ != Stage::kStopping && stage_ != Stage::kBackoff) return false;
+  if (incidents_.empty() || history_.incidents.empty()) return false;
+  const int idx = static_cast<int>(incidents_.size()) - 1;
+  const Json crash_json = incidents_[idx];
+  const Incident crash = history_.incidents.back();
+  const std::string action = crash_json.contains("decision") && crash_json["decision"].is_object()
+                                 ? crash_json["decision"].value("action", "")
+                                 : "";
+  if (crash.kind != FaultKind::kCrash || crash_json.value("kind", "") != "crash" ||
+      crash_json.value("attempt", -1) != attempt_ ||
+      crash_json.value("detect_time", -1.0) != crash.detect_time || action.empty() ||
+      action == ActionName(Action::kGiveUp) ||
+      inc.detect_time - crash.detect_time > kCascadeWindowS) {
+    return false;
+  }
+  const std::string node_id = j.value("node_id", "slot " + std::to_string(inc.node));
+  const std::string crashed = "rank " + std::to_string(crash.rank) + " (" +
+                              (crash.subtype.empty() ? "crash" : crash.subtype) + ", node slot " +
+                              std::to_string(crash.node) + ")";
+  const std::string why =
+      Fmt("%s was lost %.2f s after %s crashed: the crash followed from the loss", node_id.c_str(),
+          inc.detect_time - crash.detect_time, crashed.c_str());
+  // The node loss takes the crash's place: its decision (the stop is under way; the
+  // relaunch fills the lost node's slot with another node), processes and diagnosis.
+  Json d = crash_json["decision"];
+  d["action"] = ActionName(Action::kReplaceNode);
+  d["reason"] = why + "; its slot is filled by another node at the relaunch";
+  j["decision"] = d;
+  for (const char* k : {"processes", "diagnosis", "detection_s", "chaos", "since_injection_s"}) {
+    if (crash_json.contains(k)) j[k] = crash_json[k];
+  }
+  j["cascade"] = Json::array({{{"kind", "crash"},
+                               {"subtype", crash.subtype},
+                               {"rank", crash.rank},
+                               {"node", crash.node},
+                               {"detect_time", crash.detect_time},
+                               {"detail", crash.detail}}});
+  incidents_[idx] = j;
+  RewriteIncident(idx);
+  // The crash stays on record, as a consequence.
+  Json consequence = crash_json;
+  for (const char* k : {"decision", "processes", "diagnosis", "replay"}) consequence.erase(k);
+  consequence["secondary"] = true;
+  consequence["caused_by"] = "node_lost: " + node_id;
+  StoreWrote(store_->AddIncident(spec_.name, attempt_, consequence.dump()).status());
+  history_.incidents.back() = inc;
+  ledger_.RecastLastFault(inc, ActionName(Action::kReplaceNode));
+  metrics_.OnIncident(MetricsIncidentKind(inc));
+  for (ChaosState& c : chaos_) {
+    if (c.fired && c.attempt == attempt_ && c.incident == FaultKindName(FaultKind::kCrash)) {
+      c.incident = FaultKindName(FaultKind::kNodeLost);
+    }
+  }
+  rec_.message = d["reason"];
+  Event("RootCause", why + "; incident " + std::to_string(idx + 1) + " is the node loss");
+  Persist();
+  return true;
 }
 
 void ControllerImpl::StopAll(bool park) {
@@ -339,6 +405,7 @@ void ControllerImpl::CheckSpontaneousPark(double now) {
 
 void ControllerImpl::RecordProcesses(const Json& started) {
   if (!started.contains("ranks") || !started["ranks"].is_array()) return;
+  bool changed = false;
   for (const Json& r : started["ranks"]) {
     auto rank = JIntOr(r, "rank", -1);
     auto pid = JIntOr(r, "pid", 0);
@@ -359,7 +426,9 @@ void ControllerImpl::RecordProcesses(const Json& started) {
       entry["old_pid"] = old;
       procs["replaced_pids"].push_back(entry);
     }
+    changed = true;
   }
+  if (changed) RewriteIncident(static_cast<int>(incidents_.size()) - 1);
 }
 
 void ControllerImpl::PrepareSpares() {

@@ -206,6 +206,75 @@ TEST_F(ControllerGenerationsTest, InProcessRestartOffStopsEveryRank) {
   EXPECT_FALSE(Expect(0, "stop").contains("park"));
 }
 
+// A node lost while the job stops for a peer's crash, moments after it, is the
+// incident: the crash followed from it (a dead node's ranks vanish from the collective,
+// and its agent's connection may close only after the peers' crash reports arrive, as
+// when Slurm kills a step). The crash stays on record, secondary, naming its root; the
+// rows in the store say so while the job runs. A loss later than that stays secondary.
+class ControllerCascadeTest : public ControllerGenerationsTest {
+ protected:
+  // Rank 0 (node 0) crashes; `after` s later node 1's connection closes. The store's
+  // incident rows once the loss is seen.
+  std::vector<Json> CrashThenLoseNode1(double after) {
+    Begin(kSpec);
+    Expect(0, "start");
+    Expect(1, "start");
+    Started(0);
+    Step(0, 5);
+    Crash(0, 0);
+    Expect(1, "stop");
+    clock_.Advance(after);
+    agents_[1] = JsonLineConn(Fd());
+    for (int i = 0; i < 50 && EventMessages("gen", "NodeLost").empty(); ++i) ctl_->RunOnce();
+    EXPECT_EQ(EventMessages("gen", "NodeLost").size(), 1u);
+    std::vector<Json> out;
+    auto rows = store_->ListIncidents("gen");
+    EXPECT_TRUE(rows.ok());
+    if (rows.ok()) {
+      for (const std::string& r : *rows) out.push_back(Json::parse(r));
+    }
+    return out;
+  }
+};
+
+TEST_F(ControllerCascadeTest, ANodeLostMomentsAfterAPeersCrashIsTheIncident) {
+  std::vector<Json> rows = CrashThenLoseNode1(0.5);
+  ASSERT_EQ(rows.size(), 2u);
+  const Json& lost = rows[0];
+  EXPECT_EQ(lost["kind"], "node_lost") << lost.dump();
+  EXPECT_EQ(lost["node"], 1);
+  EXPECT_EQ(lost["decision"]["action"], "replace_node");
+  EXPECT_NE(lost["decision"]["reason"].get<std::string>().find(
+                "node-1 was lost 0.50 s after rank 0 (SIGKILL, node slot 0) crashed"),
+            std::string::npos)
+      << lost.dump();
+  ASSERT_EQ(lost["cascade"].size(), 1u);
+  EXPECT_EQ(lost["cascade"][0]["rank"], 0);
+  EXPECT_FALSE(lost.contains("secondary"));
+  EXPECT_EQ(rows[1]["kind"], "crash");
+  EXPECT_EQ(rows[1]["secondary"], true);
+  EXPECT_EQ(rows[1]["caused_by"], "node_lost: node-1");
+  EXPECT_EQ(EventMessages("gen", "RootCause").size(), 1u);
+  Json report = Finish();
+  ASSERT_EQ(report["incidents"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["incidents"][0]["kind"], "node_lost");
+  EXPECT_EQ(report["incidents"][0]["action"], "replace_node");
+}
+
+TEST_F(ControllerCascadeTest, ANodeLostLaterIsAConsequenceOfTheCrash) {
+  std::vector<Json> rows = CrashThenLoseNode1(3.0);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["kind"], "crash") << rows[0].dump();
+  EXPECT_EQ(rows[0]["decision"]["action"], "restart_in_place");
+  EXPECT_EQ(rows[1]["kind"], "node_lost");
+  EXPECT_EQ(rows[1]["secondary"], true);
+  EXPECT_TRUE(EventMessages("gen", "RootCause").empty());
+  Json report = Finish();
+  ASSERT_EQ(report["incidents"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["incidents"][0]["kind"], "crash");
+  EXPECT_EQ(report["incidents"][0]["action"], "restart_in_place");
+}
+
 // A backend that refuses every start (not "no capacity": srun refusing a step) is asked
 // again after a backoff, not at every turn of the loop, and the job fails at the stage's
 // deadline naming the refusal.

@@ -199,6 +199,11 @@ class ControllerImpl {
   // Faults (controller_faults.cc).
   void OnFault(const Incident& inc, Json extra);
   void Act(const Incident& inc, Json extra);
+  // A node loss that comes while this attempt stops for a crash, within kCascadeWindowS
+  // of it, is the crash's root (the crashed rank's peer vanished): the crash's incident
+  // is recast as the node loss (j: its record) and the crash is kept as a secondary
+  // incident that names it. False (nothing done) otherwise.
+  bool RecastAsRoot(const Incident& inc, Json j);
   void BeginDiagnosis(const Incident& inc, const Json& extra);
   void MergeDiagnosis(int slot, const Json& msg);
   void FinishDiagnosis();
@@ -391,6 +396,11 @@ class ControllerImpl {
   // A store write's outcome: a failure is reported on stderr (the job goes on; its
   // record is rewritten on the next Persist, events and incidents are lost).
   void StoreWrote(const Status& st);
+  // Appends j to incidents_ and adds it to the store.
+  void RecordIncident(Json j);
+  // Writes incidents_[i] to its store row again, after a change to it (a running job's
+  // rows are what `bulwark describe` and `bulwark replay` read).
+  void RewriteIncident(int i);
   Json BuildReport();
 
   JobSpec spec_;
@@ -451,6 +461,7 @@ class ControllerImpl {
   double last_committed_time_ = 0;
   JobHistory history_;
   std::vector<Json> incidents_;
+  std::vector<int64_t> incident_rows_;  // store row of incidents_[i]; -1: its write failed
   std::vector<ChaosState> chaos_;
   RunResult result_;
   std::unique_ptr<ckpt::ObjectTier> object_;     // checkpoint.objectStore, if set

@@ -301,6 +301,7 @@ Status ControllerImpl::Launch() {
   if (!incidents_.empty() && incidents_.back()["resumed_from"].is_null()) {
     incidents_.back()["resumed_from"] = resume;
     RefreshReplayBundle(&incidents_.back());  // the stopped ranks reported everything
+    RewriteIncident(static_cast<int>(incidents_.size()) - 1);
   }
   stage_ = Stage::kRunning;
   rec_.phase = JobPhase::kRunning;

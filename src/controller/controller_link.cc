@@ -245,6 +245,7 @@ void ControllerImpl::FinishLinkSession() {
                            " reference peer(s): " + v.summary + " [" + v.evidence + "]");
   }
   if (Json* rec = DiagnosisRecord(n)) (*rec)["link"] = record;
+  RewriteIncident(n.diagnose_incident);
   if (!n.diagnosing) return;  // finished already (lost, or past its deadline)
   if (!answered) {
     own.push_back({"diagnostics", false, 0, "the node's checks did not answer"});

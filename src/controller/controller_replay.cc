@@ -257,6 +257,7 @@ void ControllerImpl::ConcludeReplay(const Classification& k, const Incident* aga
   }
   c["action"] = action;
   incidents_[idx]["classification"] = c;
+  RewriteIncident(idx);
   Event("FaultClassified", std::string(FaultKindName(fault.kind)) + " of incident " +
                                std::to_string(idx + 1) + ": " + FaultCauseName(k.cause) + " (" +
                                c["evidence"].get<std::string>() + "); " + action);
@@ -273,6 +274,7 @@ std::string ControllerImpl::QuarantineForReplay(const std::string& node_id,
     n.diagnosing = false;  // its verdict, when it comes, answers no request
     if (n.diagnose_incident >= 0 && n.diagnose_incident < static_cast<int>(incidents_.size())) {
       incidents_[n.diagnose_incident]["diagnosis"]["state"] = "superseded by the replay";
+      RewriteIncident(n.diagnose_incident);
     }
   }
   return QuarantineAndRelease(n, "bulwark: a replay found the node computed wrong: " + evidence,

@@ -217,9 +217,8 @@ bool ControllerImpl::RollBackFailedUpdate(const Incident& inc, const Json& extra
   j["attempt"] = attempt_;
   j["decision"] = {{"action", "rollback_update"}, {"backoff_s", 0}, {"reason", reason}};
   j["detection_s"] = inc.detect_time - inc.fault_time;
-  incidents_.push_back(j);
   if (extra.is_object() && extra.contains("log_tail")) j["log_tail"] = extra["log_tail"];
-  StoreWrote(store_->AddIncident(spec_.name, attempt_, j.dump()));
+  RecordIncident(j);
   ledger_.OnFault(inc, "rollback_update");
   Json& e = updates_log_[update_.log_index];
   e["result"] = "rolled back";

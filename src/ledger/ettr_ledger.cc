@@ -138,6 +138,13 @@ void EttrLedger::OnFault(const Incident& incident, const std::string& action) {
   first_step_of_attempt_ = false;
 }
 
+bool EttrLedger::RecastLastFault(const Incident& root, const std::string& action) {
+  if (row_ < 0 || row_ >= static_cast<int>(r_.incidents.size())) return false;
+  r_.incidents[row_].incident = root;
+  r_.incidents[row_].action = action;
+  return true;
+}
+
 void EttrLedger::OnPlannedRestart(double t) {
   if (ended_) return;
   if (!std::isfinite(t)) t = cursor_;

@@ -80,6 +80,11 @@ class EttrLedger {
   // phase's category; [fault_time, detect_time] -> kDetection. Appends an IncidentRow
   // that collects this fault's costs until the next fault.
   void OnFault(const Incident& incident, const std::string& action);
+  // The last fault turned out to be a consequence of `root` (a node lost just after
+  // a peer's crash): its row names `root` and `action` from now on. The time already
+  // attributed stays where it is (the detection was the consequence's); false when
+  // there is no row to recast (no fault yet, or a planned restart since).
+  bool RecastLastFault(const Incident& root, const std::string& action);
   // A restart nobody's fault caused (a code update applied between generations) at t:
   // [cursor, t] is closed as OnFault would (a running step cut short is rework), then
   // the job is restarting, with no incident row: the restart and reinit that follow

@@ -175,6 +175,32 @@ TEST(EttrLedgerTest, APlannedRestartIsChargedToNoIncident) {
   EXPECT_DOUBLE_EQ(r.incidents[0].reinit_s, 3);
 }
 
+// A crash recast as the node loss it followed: one row, the node loss's, with the
+// crash's costs; nothing to recast before a fault or after a planned restart.
+TEST(EttrLedgerTest, ACrashRecastAsItsRootKeepsItsCosts) {
+  EttrLedger l(0);
+  EXPECT_FALSE(l.RecastLastFault(Fault(FaultKind::kNodeLost, 0, 9, 9), "replace_node"));
+  l.OnAttemptLaunched(0, -1);
+  l.OnStep(10, 0, 4, 0, 1);                                            // reinit 6
+  l.OnFault(Fault(FaultKind::kCrash, 0, 12, 13), "restart_in_place");  // rework 2, detect 1
+  Incident lost = Fault(FaultKind::kNodeLost, 0, 12, 13.5);
+  lost.node = 1;
+  EXPECT_TRUE(l.RecastLastFault(lost, "replace_node"));
+  l.OnAttemptLaunched(15, 0);  // restart 2
+  l.OnStep(20, 1, 4, 0, 1);    // reinit 1
+  LedgerReport r = l.Report(20);
+  ASSERT_EQ(r.incidents.size(), 1u);
+  EXPECT_EQ(r.incidents[0].incident.kind, FaultKind::kNodeLost);
+  EXPECT_EQ(r.incidents[0].incident.node, 1);
+  EXPECT_EQ(r.incidents[0].action, "replace_node");
+  EXPECT_DOUBLE_EQ(r.incidents[0].rework_s, 2);
+  EXPECT_DOUBLE_EQ(r.incidents[0].detection_s, 1);
+  EXPECT_DOUBLE_EQ(r.incidents[0].restart_s, 2);
+  EXPECT_DOUBLE_EQ(Sum(r), 20);
+  l.OnPlannedRestart(21);
+  EXPECT_FALSE(l.RecastLastFault(lost, "replace_node"));
+}
+
 TEST(EttrLedgerTest, HangHasLongDetection) {
   EttrLedger l(0);
   l.OnAttemptLaunched(0, -1);

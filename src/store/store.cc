@@ -1,8 +1,7 @@
 #include "store/store.h"
 
-#include <unistd.h>
-
 #include <sqlite3.h>
+#include <unistd.h>
 
 namespace bulwark {
 namespace {
@@ -250,11 +249,23 @@ Result<std::vector<EventRecord>> Store::ListEvents(const std::string& job) {
   return out;
 }
 
-Status Store::AddIncident(const std::string& job, int attempt, const std::string& json) {
+Result<int64_t> Store::AddIncident(const std::string& job, int attempt, const std::string& json) {
   Stmt s(db_, "INSERT INTO incidents (job, attempt, json) VALUES (?1, ?2, ?3)");
   BW_RETURN_IF_ERROR(s.status());
   s.Bind(1, job).Bind(2, attempt).Bind(3, json);
-  return s.Step().status();
+  BW_RETURN_IF_ERROR(s.Step().status());
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Status Store::UpdateIncident(const std::string& job, int64_t id, const std::string& json) {
+  Stmt s(db_, "UPDATE incidents SET json = ?1 WHERE job = ?2 AND id = ?3");
+  BW_RETURN_IF_ERROR(s.status());
+  s.Bind(1, json).Bind(2, job).Bind(3, id);
+  BW_RETURN_IF_ERROR(s.Step().status());
+  if (sqlite3_changes(db_) == 0) {
+    return NotFound("job " + job + " has no incident row " + std::to_string(id));
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<std::string>> Store::ListIncidents(const std::string& job) {

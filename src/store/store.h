@@ -6,6 +6,7 @@
 // (it owns a single sqlite3 connection); separate processes may open the same file.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,7 +75,11 @@ class Store {
   Result<std::vector<JobRecord>> ListJobs();
   Status AddEvent(const EventRecord& e);
   Result<std::vector<EventRecord>> ListEvents(const std::string& job);
-  Status AddIncident(const std::string& job, int attempt, const std::string& json);
+  // An incident's JSON; returns its row id, which UpdateIncident names. ListIncidents
+  // lists a job's incidents in the order they were added (updates keep the order).
+  Result<int64_t> AddIncident(const std::string& job, int attempt, const std::string& json);
+  // Replaces the JSON of row `id` (NOT_FOUND when the job has no such row).
+  Status UpdateIncident(const std::string& job, int64_t id, const std::string& json);
   Result<std::vector<std::string>> ListIncidents(const std::string& job);
   Status AddCheckpoint(const std::string& job, long step, double t);
   Result<std::vector<long>> ListCheckpoints(const std::string& job);

@@ -1,11 +1,10 @@
 #include "store/store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <sqlite3.h>
 
 namespace bulwark {
 namespace {
@@ -55,6 +54,24 @@ TEST(Store, JobsSurviveReopen) {
   EXPECT_EQ((*ev)[0].reason, "RankCrashed");
   EXPECT_EQ(*(*s)->ListCheckpoints("gpt"), (std::vector<long>{100, 110}));
   EXPECT_EQ((*(*s)->ListIncidents("gpt")).size(), 1u);
+}
+
+// An incident row is rewritten in place: the order stays, another job's row of the same
+// id is not touched, a missing row is NOT_FOUND.
+TEST(Store, IncidentsAreUpdatedInPlace) {
+  auto s = Store::Open(TmpPath("incidents.db"));
+  ASSERT_TRUE(s.ok());
+  auto a = (*s)->AddIncident("gpt", 0, R"({"kind":"crash"})");
+  auto b = (*s)->AddIncident("gpt", 0, R"({"kind":"hang"})");
+  auto other = (*s)->AddIncident("bert", 0, R"({"kind":"nan"})");
+  ASSERT_TRUE(a.ok() && b.ok() && other.ok());
+  EXPECT_NE(*a, *b);
+  ASSERT_TRUE((*s)->UpdateIncident("gpt", *a, R"({"kind":"node_lost"})").ok());
+  EXPECT_EQ(*(*s)->ListIncidents("gpt"),
+            (std::vector<std::string>{R"({"kind":"node_lost"})", R"({"kind":"hang"})"}));
+  Status wrong_job = (*s)->UpdateIncident("gpt", *other, "{}");
+  EXPECT_EQ(wrong_job.code(), Code::kNotFound) << wrong_job.ToString();
+  EXPECT_EQ(*(*s)->ListIncidents("bert"), (std::vector<std::string>{R"({"kind":"nan"})"}));
 }
 
 // A store written before the run_dir column: read-only readers see "" and a writer
