@@ -16,17 +16,26 @@
 //                the page cache of the file dropped first (cold) and not (warm).
 //   restore_mem  Stager::Restore (copy + verify every chunk) vs memcpy.
 //   memory       the ring's mapped bytes vs slots x state bytes.
+//   push         PushSnapshot of the sealed state to a PeerServer on loopback (into a
+//                warm replica ring) vs the same bytes over plain loopback TCP into a
+//                pre-faulted buffer; push_cost: the process's CPU seconds and peak
+//                growth of anonymous resident memory (RssAnon) of each.
 //
 // Usage: ckpt_bench [--tensors 64] [--tensor-mib 8] [--reps 5] [--persist-reps 3*reps]
 //                   [--slots 3]
 //                   [--dir DISK_DIR] [--shm /dev/shm] [--out FILE]
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,10 +44,12 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/env.h"
+#include "ckpt/peer.h"
 #include "ckpt/staging.h"
 
 extern char** environ;
@@ -106,6 +117,47 @@ double RunTimed(const std::vector<std::string>& args) {
   posix_spawn_file_actions_destroy(&fa);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("dd failed: " + args[1] + " " + args[2]);
   return t;
+}
+
+// This process's user + system CPU seconds (every thread).
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// A "Vm...:" field of /proc/self/status in KiB (0 if absent).
+double StatusKiB(const char* field) {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double v = 0;
+  const size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof(line), f)) {
+    if (std::strncmp(line, field, n) == 0) v = std::atof(line + n);
+  }
+  std::fclose(f);
+  return v;
+}
+
+// Runs f while a thread samples RssAnon (anonymous resident memory: not the shared
+// memory rings, whose pages exist before and after) every millisecond; returns the
+// largest growth over its value before f, in bytes.
+double PeakAnonGrowth(const std::function<void()>& f) {
+  const double before = StatusKiB("RssAnon:");
+  std::atomic<bool> done{false};
+  double peak = before;
+  std::thread sampler([&] {
+    while (!done.load()) {
+      peak = std::max(peak, StatusKiB("RssAnon:"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  f();
+  done = true;
+  sampler.join();
+  return (std::max(peak, StatusKiB("RssAnon:")) - before) * 1024;
 }
 
 struct Opts {
@@ -345,6 +397,82 @@ int main(int argc, char** argv) {
     hash_only.push_back(Now() - t0);
     if (acc == 42) std::fprintf(stderr, " ");
   }
+  // Peer push: PushSnapshot of the sealed state to a PeerServer on loopback (received
+  // straight into the replica ring, every chunk verified, then sealed) vs the same
+  // bytes over a plain loopback TCP connection into a pre-faulted buffer. Wall and
+  // process CPU seconds (the sampler thread's included, alike for both), and the peak
+  // growth of anonymous resident memory during each. Warm: `slots` pushes fill the
+  // replica ring first, as in steady-state training.
+  std::vector<double> push, push_raw, push_cpu, push_raw_cpu, push_rss, push_raw_rss;
+  {
+    auto r = Take(stager->Stage(++step, views), "Stage for push");
+    auto push_reader = Take(ck::RingReader::Open(ck::RingPath(staging, 0)), "RingReader::Open");
+    auto snap = Take(push_reader->Pin(r.slot, r.seq), "Pin for push");
+    ck::PeerServerOptions po;
+    po.replica_dir = staging + "/replicas";
+    po.slots = o.slots;
+    po.max_snapshot_bytes = total + (1 << 20);
+    auto server = Take(ck::PeerServer::Start(po), "PeerServer::Start");
+    for (int i = 0; i < o.slots; ++i) {
+      Check(ck::PushSnapshot("127.0.0.1", server->port(), *snap, 60), "warm-up push");
+    }
+    int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof(a);
+    if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        ::listen(lfd, 4) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen) != 0) {
+      Die("raw listener");
+    }
+    Buf sink(total);
+    auto raw = [&] {
+      std::thread rx([&] {
+        int c = ::accept(lfd, nullptr, nullptr);
+        if (c < 0) Die("accept");
+        for (uint64_t got = 0; got < total;) {
+          ssize_t n = ::read(c, sink.p.get() + got, total - got);
+          if (n <= 0) Die("raw read");
+          got += static_cast<uint64_t>(n);
+        }
+        ::close(c);
+      });
+      int c = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (c < 0 || ::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) Die("connect");
+      for (int t = 0; t < o.tensors; ++t) {
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(src[t].get());
+        for (uint64_t off = 0; off < tbytes;) {
+          ssize_t n = ::write(c, p + off, tbytes - off);
+          if (n <= 0) Die("raw write");
+          off += static_cast<uint64_t>(n);
+        }
+      }
+      ::close(c);
+      rx.join();
+    };
+    auto timed = [&](const std::function<void()>& f, std::vector<double>* wall,
+                     std::vector<double>* cpu, std::vector<double>* rss) {
+      const double cpu0 = CpuSeconds(), t0 = Now();
+      double wall_s = 0;
+      rss->push_back(PeakAnonGrowth([&] {
+        f();
+        wall_s = Now() - t0;
+      }));
+      wall->push_back(wall_s);
+      cpu->push_back(CpuSeconds() - cpu0);
+    };
+    auto pushed = [&] { Check(ck::PushSnapshot("127.0.0.1", server->port(), *snap, 60), "push"); };
+    for (int rep = 0; rep < o.reps; ++rep) {
+      if (rep % 2 == 0) {
+        timed(pushed, &push, &push_cpu, &push_rss);
+        timed(raw, &push_raw, &push_raw_cpu, &push_raw_rss);
+      } else {
+        timed(raw, &push_raw, &push_raw_cpu, &push_raw_rss);
+        timed(pushed, &push, &push_cpu, &push_rss);
+      }
+    }
+    ::close(lfd);
+  }
   const uint64_t mapped = stager->mapped_bytes();
   reader.reset();
   stager.reset();
@@ -380,6 +508,13 @@ int main(int argc, char** argv) {
   fig("restore_disk_warm", rd_warm, rd_warm_dd, "load", "dd");
   fig("restore_mem", rm, rm_memcpy, "restore", "memcpy");
   fig("hash", hash_only, stall_memcpy, "xxh3", "memcpy");
+  fig("push", push, push_raw, "push", "tcp");
+  j << "  \"push_cost\": {\"push_cpu_s\": " << Median(push_cpu)
+    << ", \"tcp_cpu_s\": " << Median(push_raw_cpu)
+    << ", \"push_rss_growth_bytes\": " << Median(push_rss)
+    << ", \"tcp_rss_growth_bytes\": " << Median(push_raw_rss)
+    << ", \"push_cpu_samples\": " << Arr(push_cpu) << ", \"push_rss_samples\": " << Arr(push_rss)
+    << "},\n";
   j << "  \"first_stage_s\": " << first_stage_s << ",\n";
   j << "  \"shard_bytes\": " << shard_bytes << ",\n";
   j << "  \"memory\": {\"ring_mapped_bytes\": " << mapped

@@ -85,6 +85,18 @@ def figures(c, p):
         row("First save (allocates + populates the ring)", c["first_stage_s"] * 1e3, "ms",
             "steady-state Stage", s["stage_s"] * 1e3, c["first_stage_s"] / s["stage_s"],
             "info (one-off)", None)
+    if "push" in c:
+        pu, pc = c["push"], c["push_cost"]
+        r = pu["push_mib_s"] / pu["tcp_mib_s"]
+        row("Peer push (into the replica ring, every chunk verified, sealed)", pu["push_mib_s"],
+            "MiB/s", "plain loopback TCP", pu["tcp_mib_s"], r, ">= 50% of TCP", r >= 0.5)
+        r = pc["push_cpu_s"] / pc["tcp_cpu_s"]
+        row("Peer push: CPU of both ends", pc["push_cpu_s"] * 1e3, "ms", "plain TCP",
+            pc["tcp_cpu_s"] * 1e3, r, "info", None)
+        row("Peer push: transient memory (peak RssAnon growth)",
+            pc["push_rss_growth_bytes"] / 2**20, "MiB", "plain TCP",
+            pc["tcp_rss_growth_bytes"] / 2**20, None, "no buffer the size of the state",
+            pc["push_rss_growth_bytes"] < 0.05 * c["config"]["state_bytes"])
     mem = c["memory"]
     r = mem["ring_mapped_bytes"] / mem["slots_x_state_bytes"]
     row(f"Ring mapped ({c['config']['slots']} slots)", mem["ring_mapped_bytes"] / 2**20, "MiB",

@@ -1285,6 +1285,43 @@ TEST_F(StagingTest, PinSealsAndChunkHashesMatchXxh3) {
   EXPECT_EQ((*reader)->PinStep(8).status().code(), Code::kNotFound);
 }
 
+// StageFilled: the filler writes the slot; with the hashes it checked, the slot is
+// SEALED at once with them (restorable without a sealing pass); a failed fill, or too
+// few hashes, leaves nothing staged and the newest snapshot before it restorable.
+TEST_F(StagingTest, StageFilledPublishesSealedOrNothing) {
+  auto s = OpenStager(0, 1, 3, 64);
+  ASSERT_NE(s, nullptr);
+  const std::vector<T> ts = {MakeT("a", DType::kU8, {150}, 3), MakeT("b", DType::kF32, {0}, 4)};
+  std::vector<TensorMeta> metas;
+  std::vector<std::vector<uint64_t>> hashes;
+  for (const T& t : ts) {
+    metas.push_back(t.meta);
+    hashes.emplace_back();
+    for (size_t c = 0; c * 64 < t.bytes.size(); ++c) {
+      hashes.back().push_back(
+          XXH3_64bits(t.bytes.data() + c * 64, std::min<size_t>(64, t.bytes.size() - c * 64)));
+    }
+  }
+  auto copy = [&](const std::vector<uint8_t*>& dsts) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (!ts[i].bytes.empty()) std::memcpy(dsts[i], ts[i].bytes.data(), ts[i].bytes.size());
+    }
+    return Status::Ok();
+  };
+  ASSERT_TRUE(s->StageFilled(5, metas, copy, &hashes).ok());
+  EXPECT_EQ(s->SealedSteps(), std::vector<long>{5});  // sealed without a reader's pass
+  ExpectRestores(s.get(), 5, ts);
+  auto broken = [](const std::vector<uint8_t*>&) { return DataLoss("transfer broke"); };
+  EXPECT_EQ(s->StageFilled(6, metas, broken, &hashes).status().code(), Code::kDataLoss);
+  std::vector<std::vector<uint64_t>> short_hashes = {{hashes[0][0]}, {}};
+  EXPECT_EQ(s->StageFilled(7, metas, copy, &short_hashes).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(s->SealedSteps(), std::vector<long>{5});
+  auto reader = RingReader::Open(RingPath(dir_, 0));
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->Steps(), std::vector<long>{5});
+  ExpectRestores(s.get(), 5, ts);
+}
+
 TEST_F(StagingTest, PinWithoutSealThenEnsureSealed) {
   auto s = OpenStager();
   const std::vector<T> ts = {MakeT("a", DType::kU8, {200}, 3)};

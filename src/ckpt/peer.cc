@@ -21,8 +21,9 @@
 //   FETCH JSON: {"rank": r, "step": s}.
 //
 //   PUSH:   C->S PUSH header (data_len = tensor bytes)
-//           S->C STATUS: OK = "send the data" (header valid, buffer allocated), else
-//                the rejection and the server closes
+//           S->C STATUS: OK = "send the data" (header valid), else the rejection and
+//                the server closes. The data lands straight in a slot of the rank's
+//                replica ring (staging.h: StageFilled), each chunk checked as it lands.
 //           C->S data_len bytes
 //           S->C STATUS: OK once every chunk verified and the snapshot is staged
 //                sealed; DATA_LOSS naming the first bad tensor/chunk (nothing staged)
@@ -43,8 +44,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -447,76 +448,17 @@ Status DecodeSnapshot(const Json& j, uint64_t data_len, WireSnapshot* s) {
   return Status::Ok();
 }
 
-// Anonymous memory for a received snapshot (lazily backed; no zeroing pass).
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (p_ != nullptr) ::munmap(p_, n_);
-  }
-  Status Allocate(uint64_t n) {
-    if (n == 0) return Status::Ok();
-    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-      return Unavailable("cannot allocate " + std::to_string(n) +
-                         " bytes for a snapshot: " + std::strerror(errno));
-    }
-    p_ = static_cast<uint8_t*>(p);
-    n_ = n;
-    return Status::Ok();
-  }
-  uint8_t* data() const { return p_; }
-
- private:
-  uint8_t* p_ = nullptr;
-  uint64_t n_ = 0;
-};
-
-// A verified snapshot held in a Buffer; StageCopy writes it into a ring.
-class BufferSnapshot : public Snapshot {
- public:
-  BufferSnapshot(WireSnapshot w, std::unique_ptr<Buffer> buf)
-      : w_(std::move(w)), buf_(std::move(buf)) {
-    uint64_t off = 0;
-    for (size_t i = 0; i < w_.metas.size(); ++i) {
-      TensorView v;
-      v.meta = w_.metas[i];
-      const uint64_t nb = v.meta.nbytes();
-      v.data = nb > 0 ? buf_->data() + off : nullptr;
-      v.chunk_hashes = w_.hashes[i].empty() ? nullptr : w_.hashes[i].data();
-      off += nb;
-      views_.push_back(std::move(v));
-    }
-  }
-  long step() const override { return w_.step; }
-  int rank() const override { return w_.rank; }
-  int world() const override { return w_.world; }
-  uint64_t chunk_size() const override { return w_.chunk_size; }
-  const std::vector<TensorView>& tensors() const override { return views_; }
-  Status EnsureSealed(double*) override { return Status::Ok(); }  // verified on receipt
-  uint64_t bytes() const override { return w_.total; }
-
- private:
-  WireSnapshot w_;
-  std::unique_ptr<Buffer> buf_;
-  std::vector<TensorView> views_;
-};
-
-// Receives w.total bytes into `buf` (allocated to w.total), checking each chunk's hash as it
+// Receives w.total bytes, tensor i's into dsts[i], checking each chunk's hash as it
 // lands. With `drain_on_mismatch` the rest is still read (so the sender gets the
 // reply); the first mismatch is returned as DATA_LOSS either way.
-Status ReceiveVerified(Conn& c, const WireSnapshot& w, Buffer* buf, bool drain_on_mismatch,
-                       const std::string& who) {
+Status ReceiveVerified(Conn& c, const WireSnapshot& w, const std::vector<uint8_t*>& dsts,
+                       bool drain_on_mismatch, const std::string& who) {
   Status bad;
-  uint64_t off = 0;
   for (size_t i = 0; i < w.metas.size(); ++i) {
     const uint64_t nb = w.metas[i].nbytes();
     for (uint64_t k = 0; k * w.chunk_size < nb; ++k) {
       const uint64_t len = std::min(w.chunk_size, nb - k * w.chunk_size);
-      uint8_t* p = buf->data() + off + k * w.chunk_size;
+      uint8_t* p = dsts[i] + k * w.chunk_size;
       BW_RETURN_IF_ERROR(c.ReadFull(p, len));
       if (bad.ok() && internal::Hash(p, len) != w.hashes[i][k]) {
         bad =
@@ -526,9 +468,27 @@ Status ReceiveVerified(Conn& c, const WireSnapshot& w, Buffer* buf, bool drain_o
         if (!drain_on_mismatch) return bad;
       }
     }
-    off += nb;
   }
   return bad;
+}
+
+// Receives snapshot w straight into a free slot of `stager`'s ring (no buffer: no
+// second copy, no transient memory the size of the snapshot), verifying each chunk as
+// it lands, and publishes the slot sealed with the verified hashes. Any error leaves
+// nothing staged (the slot is EMPTY); *transfer is the transfer's own outcome (not OK:
+// the error came from the connection or the checksums, not from the ring). The caller
+// serialises writers of one ring.
+Status ReceiveIntoRing(Conn& c, const WireSnapshot& w, Stager* stager, bool drain_on_mismatch,
+                       const std::string& who, Status* transfer) {
+  return stager
+      ->StageFilled(
+          w.step, w.metas,
+          [&](const std::vector<uint8_t*>& dsts) {
+            *transfer = ReceiveVerified(c, w, dsts, drain_on_mismatch, who);
+            return *transfer;
+          },
+          &w.hashes)
+      .status();
 }
 
 Result<Conn> Connect(const std::string& host, int port, double timeout_s) {
@@ -577,6 +537,16 @@ struct PeerServer::Impl {
     std::atomic<int>* active_;
   };
   std::map<int, std::unique_ptr<std::mutex>> rank_mu;
+  // A rank's replica ring, kept open (mapped) between its pushes; used under
+  // RankMutex(rank). Reopened when a push brings another world or chunk size, after a
+  // ring error, and when the ring file is no longer the one mapped (removed, replaced).
+  struct ReplicaRing {
+    std::unique_ptr<Stager> stager;
+    int world = -1;
+    uint64_t chunk_size = 0;
+    ino_t ino = 0;  // of the ring file after the last push (0: none yet)
+  };
+  std::map<int, ReplicaRing> rings;  // guarded by mu (entries are stable)
 
   void Log(const std::string& msg) {
     if (opts.log) {
@@ -584,6 +554,36 @@ struct PeerServer::Impl {
     } else {
       std::cerr << "bulwark-peer: " << msg << std::endl;
     }
+  }
+
+  // The entry of `rank` (the caller holds RankMutex(rank) to use it).
+  ReplicaRing& RingOf(int rank) {
+    std::lock_guard<std::mutex> l(mu);
+    return rings[rank];
+  }
+
+  // Receives push w into rank w.rank's replica ring (opened or reopened as needed).
+  // Called under RankMutex(w.rank). *transfer as for ReceiveIntoRing.
+  Status ReceiveReplica(Conn& c, const WireSnapshot& w, Status* transfer) {
+    ReplicaRing& r = RingOf(w.rank);
+    const std::string path = RingPath(opts.replica_dir, w.rank);
+    struct stat sb {};
+    const ino_t now_ino = ::stat(path.c_str(), &sb) == 0 ? sb.st_ino : 0;
+    if (!r.stager || r.world != w.world || r.chunk_size != w.chunk_size || r.ino != now_ino) {
+      r = ReplicaRing{};
+      BW_ASSIGN_OR_RETURN(
+          r.stager, Stager::Open(opts.replica_dir, w.rank, w.world, opts.slots, w.chunk_size));
+      r.world = w.world;
+      r.chunk_size = w.chunk_size;
+    }
+    Status st =
+        ReceiveIntoRing(c, w, r.stager.get(), /*drain_on_mismatch=*/true, "peer replica", transfer);
+    if (!st.ok() && transfer->ok()) {
+      r = ReplicaRing{};  // the ring itself failed: open it afresh next time
+      return st;
+    }
+    r.ino = ::stat(path.c_str(), &sb) == 0 ? sb.st_ino : 0;
+    return st;
   }
 
   std::mutex& RankMutex(int rank) {
@@ -734,20 +734,18 @@ struct PeerServer::Impl {
     if (!st.ok()) return Reject(c, slot, "PUSH", st);
     const std::string what =
         "PUSH rank " + std::to_string(w.rank) + " step " + std::to_string(w.step);
-    // Receive (the ready reply tells the client to send the data).
-    auto buf = std::make_unique<Buffer>();
-    st = buf->Allocate(w.total);
-    if (!st.ok()) return Reject(c, slot, what, st);
+    // Receive (the ready reply tells the client to send the data) into the replica
+    // ring; the rank's lock keeps one writer per ring (and fetches out of a regrow).
     st = SendStatus(c, Status::Ok());
     if (!st.ok()) return Reject(c, slot, what, st);
-    st = ReceiveVerified(c, w, buf.get(), /*drain_on_mismatch=*/true, "peer replica");
-    if (!st.ok()) return Reject(c, slot, what, st);
-    BufferSnapshot snap(std::move(w), std::move(buf));
+    Status transfer;
     {
-      std::lock_guard<std::mutex> l(RankMutex(snap.rank()));
-      st = StageCopy(opts.replica_dir, opts.slots, snap);
+      std::lock_guard<std::mutex> l(RankMutex(w.rank));
+      st = ReceiveReplica(c, w, &transfer);
     }
+    if (!transfer.ok()) return Reject(c, slot, what, transfer);
     if (!st.ok()) {
+      // The ring's own ABORTED (not the server stopping) must not read as a stop.
       st = st.Annotate("staging the replica into " + opts.replica_dir);
       return Reject(c, slot, what, st.code() == Code::kAborted ? Internal(st.message()) : st);
     }
@@ -903,9 +901,10 @@ Status PushSnapshot(const std::string& host, int port, const Snapshot& snap, dou
     if (!st.ok()) break;
   }
   if (!st.ok() && st.code() != Code::kUnavailable) return st.Annotate(what);
-  // The peer verifies and stages (copy + hash) after the last byte: allow for
-  // that at 256 MiB/s on top of the progress timeout. On a send error the server
-  // may still have explained why.
+  // The peer verifies each chunk as it lands and replies once the slot is published;
+  // the reply may still wait for its last chunks' hashing: allow 1 s per 256 MiB on
+  // top of the progress timeout. On a send error the server may still have explained
+  // why.
   c.set_timeout(timeout_s + static_cast<double>(total) / (256.0 * (1 << 20)));
   Status reply = ReadFrame(c, {kStatus}, 0, &f);
   if (reply.ok()) reply = StatusFromJson(f.json);
@@ -938,13 +937,17 @@ Status FetchSnapshot(const std::string& host, int port, int rank, long step,
                          std::to_string(w.step));
   }
   if (!st.ok()) return st.Annotate(what);
-  auto buf = std::make_unique<Buffer>();
-  st = buf->Allocate(w.total);
-  if (st.ok())
-    st = ReceiveVerified(c, w, buf.get(), /*drain_on_mismatch=*/false, "fetched snapshot");
-  if (!st.ok()) return st.Annotate(what);
-  BufferSnapshot snap(std::move(w), std::move(buf));
-  return StageCopy(staging_dir, slots, snap).Annotate(what + ": staging into " + staging_dir);
+  Status transfer;
+  Result<std::unique_ptr<Stager>> stager =
+      Stager::Open(staging_dir, w.rank, w.world, slots, w.chunk_size);
+  if (stager.ok()) {
+    st = ReceiveIntoRing(c, w, stager->get(), /*drain_on_mismatch=*/false, "fetched snapshot",
+                         &transfer);
+  } else {
+    st = stager.status();
+  }
+  if (!transfer.ok()) return transfer.Annotate(what);
+  return st.Annotate(what + ": staging into " + staging_dir);
 }
 
 }  // namespace bulwark::ckpt

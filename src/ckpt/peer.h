@@ -86,7 +86,7 @@ class PeerServer {
   std::map<int, std::vector<long>> ReplicaSteps();
   // Closes the listener, aborts in-flight transfers (nothing partial is staged)
   // and joins every thread. Bounded: no wait exceeds the abort of a poll plus
-  // finishing a staging copy already under way. Idempotent.
+  // publishing a slot whose data has all arrived. Idempotent.
   void Stop();
 
   struct Impl;

@@ -124,6 +124,14 @@ Status StageAndPush(int port, int rank, int world, long step, const std::vector<
   return PushSnapshot("127.0.0.1", port, *s.snap, 10);
 }
 
+// The steps staged in rank's ring in `dir` (none when there is no ring).
+std::vector<long> StagedSteps(const std::string& dir, int rank) {
+  if (!fs::exists(RingPath(dir, rank))) return {};
+  auto reader = RingReader::Open(RingPath(dir, rank));
+  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+  return reader.ok() ? (*reader)->Steps() : std::vector<long>{};
+}
+
 // `dir` holds sealed `step` of `rank` bit-identical to `ts`, with the same metas.
 void ExpectStaged(const std::string& dir, int rank, long step, const std::vector<TensorData>& ts,
                   uint64_t chunk = kChunk) {
@@ -412,7 +420,7 @@ TEST(PeerTest, FetchOfUnheldStepIsNotFound) {
   EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
   st = FetchSnapshot("127.0.0.1", srv.port(), 3, 1, node.path, 2, 10);
   EXPECT_EQ(st.code(), Code::kNotFound) << st.ToString();
-  EXPECT_FALSE(fs::exists(RingPath(node.path, 0)));
+  EXPECT_TRUE(StagedSteps(node.path, 0).empty());
 }
 
 TEST(PeerTest, FetchServesFromOwnStagingDir) {
@@ -448,7 +456,53 @@ TEST(PeerTest, CorruptedByteInPushIsDataLossAndNothingStaged) {
   EXPECT_NE(msg.find("tensor 'h' chunk 1"), std::string::npos) << msg;
   EXPECT_TRUE(srv.log.WaitFor("DATA_LOSS"));
   EXPECT_TRUE(srv.server->ReplicaSteps().empty());
-  EXPECT_FALSE(fs::exists(RingPath(srv.replica(), 0)));
+  EXPECT_TRUE(StagedSteps(srv.replica(), 0).empty());
+}
+
+// A push that fails (a corrupted chunk, a pusher gone mid-transfer), received straight
+// into the replica ring, leaves the newest replica before it readable and bit-identical:
+// the slot it claimed (the oldest's) is emptied, the newest was never a candidate.
+TEST(PeerTest, AFailedPushLeavesTheReplicasBeforeIt) {
+  PeerServerOptions o;
+  o.slots = 2;
+  Server srv(o);
+  ASSERT_TRUE(StageAndPush(srv.port(), 0, 1, 10, MakeTensors(10)).ok());
+  ASSERT_TRUE(StageAndPush(srv.port(), 0, 1, 20, MakeTensors(20)).ok());
+  for (bool corrupt : {true, false}) {
+    auto ts = MakeTensors(30);
+    RawClient c(srv.port());
+    ASSERT_TRUE(c.Send(FrameBytes(1, SnapshotJson(0, 1, 30, ts).dump(), Concat(ts).size())));
+    ASSERT_EQ(c.ReadStatus().first, 0);
+    std::string data = Concat(ts);
+    if (corrupt) {
+      data[5] ^= 1;
+      ASSERT_TRUE(c.Send(data));
+      EXPECT_EQ(c.ReadStatus().first, static_cast<int>(Code::kDataLoss));
+    } else {
+      ASSERT_TRUE(c.Send(data.substr(0, data.size() / 2)));  // then the pusher dies
+    }
+  }
+  ASSERT_TRUE(srv.log.WaitFor("PUSH rank 0 step 30 failed", 2));
+  // Step 10's slot was the one claimed (the oldest); step 20, the newest, is whole.
+  EXPECT_EQ(srv.server->ReplicaSteps(), (std::map<int, std::vector<long>>{{0, {20}}}));
+  TempDir node;
+  ASSERT_TRUE(FetchSnapshot("127.0.0.1", srv.port(), 0, 20, node.path, 2, 10).ok());
+  ExpectStaged(node.path, 0, 20, MakeTensors(20));
+  EXPECT_EQ(StagedSteps(srv.replica(), 0), (std::vector<long>{20}));
+}
+
+// The server keeps a rank's replica ring open between pushes; a ring file removed
+// meanwhile (the replica directory cleaned) is recreated by the next push, not written
+// unseen into the removed file.
+TEST(PeerTest, AReplicaRingRemovedBetweenPushesIsRecreated) {
+  Server srv;
+  ASSERT_TRUE(StageAndPush(srv.port(), 0, 1, 10, MakeTensors(10)).ok());
+  ASSERT_TRUE(fs::remove(RingPath(srv.replica(), 0)));
+  ASSERT_TRUE(StageAndPush(srv.port(), 0, 1, 20, MakeTensors(20)).ok());
+  EXPECT_EQ(srv.server->ReplicaSteps(), (std::map<int, std::vector<long>>{{0, {20}}}));
+  TempDir node;
+  ASSERT_TRUE(FetchSnapshot("127.0.0.1", srv.port(), 0, 20, node.path, 2, 10).ok());
+  ExpectStaged(node.path, 0, 20, MakeTensors(20));
 }
 
 // A fake peer answering FETCH with `data` under the given header.
@@ -484,7 +538,7 @@ TEST(PeerTest, CorruptedFetchIsDataLossAndNothingStaged) {
   srv.join();
   EXPECT_EQ(st.code(), Code::kDataLoss) << st.ToString();
   EXPECT_NE(st.message().find("tensor 'w' chunk 0"), std::string::npos) << st.ToString();
-  EXPECT_FALSE(fs::exists(RingPath(node.path, 0)));
+  EXPECT_TRUE(StagedSteps(node.path, 0).empty());
 }
 
 TEST(PeerTest, PushOfUnsealedSnapshotIsFailedPrecondition) {
@@ -632,7 +686,7 @@ TEST(PeerTest, OversizedDeclaredLengthsRejectedBeforeAllocating) {
   TempDir node;
   EXPECT_EQ(FetchSnapshot("127.0.0.1", srv.port(), 0, 1, node.path, 2, 10, 100).code(),
             Code::kInvalidArgument);
-  EXPECT_FALSE(fs::exists(RingPath(node.path, 0)));
+  EXPECT_TRUE(StagedSteps(node.path, 0).empty());
 }
 
 // ---- stalls, shutdown, unreachable peers -----------------------------------
@@ -657,7 +711,7 @@ TEST(PeerTest, DestructorReturnsPromptlyWhileClientsStall) {
   // The stalled push was aborted: told so (or cut off), nothing staged.
   auto [code, msg] = mid.ReadStatus(5);
   EXPECT_TRUE(code == static_cast<int>(Code::kAborted) || code == -1) << code << " " << msg;
-  EXPECT_FALSE(fs::exists(RingPath(replica, 0)));
+  EXPECT_TRUE(StagedSteps(replica, 0).empty());
   // The port is closed.
   TempDir node;
   EXPECT_EQ(FetchSnapshot("127.0.0.1", port, 0, 1, node.path, 2, 2).code(), Code::kUnavailable);

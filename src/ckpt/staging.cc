@@ -446,11 +446,35 @@ Result<std::unique_ptr<Stager>> Stager::Open(const std::string& staging_dir, int
 }
 
 Result<StageResult> Stager::Stage(long step, const std::vector<TensorView>& tensors) {
+  std::vector<TensorMeta> metas;
+  metas.reserve(tensors.size());
+  for (const TensorView& t : tensors) {
+    if (t.meta.nbytes() > 0 && t.data == nullptr) {
+      return InvalidArgument("tensor '" + t.meta.name + "' has bytes but null data");
+    }
+    metas.push_back(t.meta);
+  }
+  return StageFilled(step, metas, [&](const std::vector<uint8_t*>& dsts) {
+    std::vector<CopyPiece> pieces;
+    uint64_t total = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const uint64_t n = tensors[i].meta.nbytes();
+      if (n > 0) pieces.push_back({dsts[i], static_cast<const uint8_t*>(tensors[i].data), n});
+      total += n;
+    }
+    ParallelCopy(pieces, total >= kParallelCopyMin ? kCopyThreads : 1);
+    return Status::Ok();
+  });
+}
+
+Result<StageResult> Stager::StageFilled(long step, const std::vector<TensorMeta>& metas,
+                                        const Filler& fill,
+                                        const std::vector<std::vector<uint64_t>>* sealed_hashes) {
   Impl& s = *impl_;
   // Layout, cached while the metas are unchanged.
-  bool same = tensors.size() == s.metas.size();
-  for (size_t i = 0; same && i < tensors.size(); ++i) {
-    const TensorMeta& a = tensors[i].meta;
+  bool same = metas.size() == s.metas.size();
+  for (size_t i = 0; same && i < metas.size(); ++i) {
+    const TensorMeta& a = metas[i];
     const TensorMeta& b = s.metas[i];
     same = a.name == b.name && a.dtype == b.dtype && a.shape == b.shape &&
            a.global_shape == b.global_shape && a.offsets == b.offsets &&
@@ -462,19 +486,16 @@ Result<StageResult> Stager::Stage(long step, const std::vector<TensorView>& tens
     s.total = 0;
     s.hash_n = 0;
     Json j = Json::array();
-    for (const TensorView& t : tensors) {
-      BW_RETURN_IF_ERROR(t.meta.Validate());
-      if (t.meta.nbytes() > 0 && t.data == nullptr) {
-        return InvalidArgument("tensor '" + t.meta.name + "' has bytes but null data");
-      }
+    for (const TensorMeta& t : metas) {
+      BW_RETURN_IF_ERROR(t.Validate());
       Json e;
-      internal::MetaToJson(t.meta, &e);
+      internal::MetaToJson(t, &e);
       e["off"] = s.total;
       j.push_back(std::move(e));
-      s.metas.push_back(t.meta);
+      s.metas.push_back(t);
       s.offs.push_back(s.total);
-      s.total = RoundUp(s.total + t.meta.nbytes(), kAlign);
-      s.hash_n += internal::ChunkCount(t.meta.nbytes(), s.chunk_size);
+      s.total = RoundUp(s.total + t.nbytes(), kAlign);
+      s.hash_n += internal::ChunkCount(t.nbytes(), s.chunk_size);
     }
     s.index_json = j.dump();
   }
@@ -503,19 +524,36 @@ Result<StageResult> Stager::Stage(long step, const std::vector<TensorView>& tens
   }
   std::memcpy(s.m->index_area(slot), s.index_json.data(), s.index_json.size());
   uint8_t* data = s.m->data_area(slot);
-  std::vector<CopyPiece> pieces;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t n = tensors[i].meta.nbytes();
-    if (n > 0)
-      pieces.push_back({data + s.offs[i], static_cast<const uint8_t*>(tensors[i].data), n});
+  std::vector<uint8_t*> dsts;
+  dsts.reserve(metas.size());
+  for (size_t i = 0; i < metas.size(); ++i) dsts.push_back(data + s.offs[i]);
+  Status filled = fill(dsts);
+  if (filled.ok() && sealed_hashes != nullptr) {
+    uint64_t* hashes = s.m->hash_area(slot);
+    uint64_t base = 0;
+    for (size_t i = 0; i < metas.size() && filled.ok(); ++i) {
+      const uint64_t n = internal::ChunkCount(metas[i].nbytes(), s.chunk_size);
+      if (i >= sealed_hashes->size() || (*sealed_hashes)[i].size() < n) {
+        filled = InvalidArgument("tensor '" + metas[i].name + "' has fewer chunk hashes than its " +
+                                 std::to_string(n) + " chunks");
+      } else if (n > 0) {
+        std::memcpy(hashes + base, (*sealed_hashes)[i].data(), n * sizeof(uint64_t));
+      }
+      base += n;
+    }
   }
-  ParallelCopy(pieces, s.total >= kParallelCopyMin ? kCopyThreads : 1);
+  if (!filled.ok()) {
+    // Nothing staged: the slot's old snapshot is partly overwritten, so it is EMPTY.
+    sh->word.store(Word(kEmpty, 0, seq), std::memory_order_release);
+    return filled;
+  }
   sh->step = step;
   sh->data_len = s.total;
   sh->index_len = s.index_json.size();
   sh->hash_n = s.hash_n;
   sh->time = SystemClock::Get()->NowWall();
-  sh->word.store(Word(kStaged, 0, seq), std::memory_order_release);
+  sh->word.store(Word(sealed_hashes != nullptr ? kSealed : kStaged, 0, seq),
+                 std::memory_order_release);
   StageResult r;
   r.slot = slot;
   r.seq = seq;

@@ -20,6 +20,12 @@
 //   hash area and CASes STAGED -> SEALED. Only SEALED slots are restorable.
 //   A writer that dies mid-copy leaves WRITING; the next Stager::Open (a new
 //   trainer process for the same rank) resets WRITING slots to EMPTY.
+//   A writer whose fill fails (StageFilled: a peer's replica received straight into
+//   the slot, whose transfer broke or failed its checksums) stores (EMPTY, 0, s):
+//   the slot's old snapshot is partly overwritten, the newest complete one is intact.
+//   A writer that verified every chunk as it wrote it (StageFilled with
+//   sealed_hashes) writes the hashes into the slot's hash area and stores
+//   (SEALED, 0, s) directly: no reader can have pinned a WRITING slot.
 // Memory: the file is K slots of fixed capacity plus a 4 KiB header, allocated
 // (posix_fallocate) once at the first save and reused; a save that no longer
 // fits regrows the ring into a new file that atomically replaces the old one.
@@ -29,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +70,17 @@ class Stager {
   // UNAVAILABLE if every other slot is pinned by the agent (the persister is
   // behind): the caller may retry or skip this snapshot.
   Result<StageResult> Stage(long step, const std::vector<TensorView>& tensors);
+  // Stages `step` of tensors `metas` whose bytes `fill` writes: dsts[i] is where
+  // tensor i's metas[i].nbytes() bytes go (in the claimed slot). A fill error is
+  // returned and leaves nothing staged (the claimed slot is EMPTY). Stage is this with
+  // a copy; the agent receives a peer's replica straight into its ring with it.
+  // With `sealed_hashes` (tensor i's chunk hashes, which `fill` checked against the
+  // bytes it wrote: a verified transfer), the slot is published SEALED with them, not
+  // STAGED, and needs no sealing pass; fewer hashes than chunks is INVALID_ARGUMENT.
+  using Filler = std::function<Status(const std::vector<uint8_t*>& dsts)>;
+  Result<StageResult> StageFilled(
+      long step, const std::vector<TensorMeta>& metas, const Filler& fill,
+      const std::vector<std::vector<uint64_t>>* sealed_hashes = nullptr);
 
   // Restores from the newest SEALED slot holding `step` into `dsts` (matched by
   // name; dtype and shape must equal), verifying every chunk. NOT_FOUND if no
