@@ -57,6 +57,15 @@ TEST_F(ControllerGenerationsTest, ACrashParksTheSurvivorsAndReportsKeptAndReplac
   Started(1, {{0, {1000, "kept"}}, {1, {2001, "warm"}}, {2, {1002, "kept"}}, {3, {1003, "kept"}}});
   Step(1, 6);
   for (int i = 0; i < 20; ++i) ctl_->RunOnce();
+  // While the job runs, its stored incident already says where it resumed and which
+  // processes were kept (what `bulwark describe` and `bulwark replay` read).
+  auto rows = store_->ListIncidents("gen");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  const Json row = Json::parse(rows->front());
+  EXPECT_TRUE(row.contains("resumed_from")) << row.dump();
+  EXPECT_EQ(row["processes"]["kept_pids"].size(), 3u) << row.dump();
+  EXPECT_EQ(row["processes"]["replaced_pids"].size(), 1u) << row.dump();
   ctl_->Cancel();
   for (int n = 0; n < 2; ++n) Expect(n, "stop");
   Stopped(1, {});
