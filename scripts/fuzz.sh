@@ -142,9 +142,11 @@ if [ "${FUZZ_NO_BUILD:-0}" != "1" ]; then
   echo "== fuzz: building ${TARGETS[*]}"
   cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}"
   # The commit the binaries are built from, for the ledger (the tree may move on while a
-  # campaign runs them with FUZZ_NO_BUILD=1); "+dirty" when the tree had changes.
+  # campaign runs them with FUZZ_NO_BUILD=1); "+dirty" when the code had changes (the
+  # campaign's own corpus and ledger are not code).
   built="$(git -C "$ROOT" rev-parse --short=12 HEAD)"
-  git -C "$ROOT" diff --quiet HEAD -- src fuzz CMakeLists.txt 2>/dev/null || built="$built+dirty"
+  git -C "$ROOT" diff --quiet HEAD -- src fuzz ':!fuzz/corpus' ':!fuzz/campaign.tsv' \
+    CMakeLists.txt 2>/dev/null || built="$built+dirty"
   echo "$built" > "$BUILD_DIR/built-commit"
 fi
 [ "$MODE" = build ] && exit 0
