@@ -147,6 +147,7 @@ Side Bench::Bulwark() {
     << "args: [\"--steps\", \"" << steps_
     << "\", \"--log-every\", \"10\", \"--val-every\", \"0\"]\n"
     << "checkpoint: {dir: " << dir << "/ckpt, intervalSteps: 10, keep: 3, memorySlots: 4}\n"
+    << "slurm: {growNodes: 1}\n"
     << "faultPolicy: {restartBudget: 6, backoff: {baseSeconds: 0.2, capSeconds: 2}, "
        "hangTimeout: {floorSeconds: 3, multiplier: 10, startupSeconds: 180}, spareNodes: 1, "
        "heartbeat: {intervalSeconds: 1, misses: 3}, stopGraceSeconds: 3}\n"
@@ -162,7 +163,9 @@ Side Bench::Bulwark() {
   const double t0 = Now();
   const std::string job = Submit(script->output, dir);
   const std::string log = dir + "/bulwark-demo-" + job + ".out";
-  const std::regex step_re("\\[node-0/0\\] step +([0-9]+) loss");
+  // Rank 0's step lines, from whichever node serves slot 0 (stop-diagnose may have put a
+  // standby there: "[node-1/0] step ...").
+  const std::regex step_re("\\[node-[0-9]+/0\\] step +([0-9]+) loss");
   if (!WaitFor([&] { return HighestMatch(ReadFile(log), step_re) >= crash_step_; }, 600)) {
     Die("Bulwark: never reached step " + std::to_string(crash_step_));
   }
@@ -391,7 +394,12 @@ int main(int argc, char** argv) {
   if (work.empty()) work = "/tmp/bw-slurm-bench-" + std::to_string(getpid());
   fs::remove_all(work);
   fs::create_directories(work);
-  auto cluster = testing::SlurmCluster::Start();
+  // Four hosts: Bulwark's allocation takes three (two nodes and a standby); the fourth is
+  // what it grows onto (slurm.growNodes) once a replay quarantined the NaN's node and the
+  // crash took another. The baseline's two nodes, requeued, find two of those left.
+  testing::SlurmClusterOptions co;
+  co.nodes = 4;
+  auto cluster = testing::SlurmCluster::Start(co);
   if (!cluster.ok()) Die(cluster.status().ToString());
   Bench b(cluster->get(), work, steps, crash_step);
   const Side bw = b.Bulwark();
@@ -404,7 +412,8 @@ int main(int argc, char** argv) {
             {"baseline_sbatch_requeue_torchrun", ToJson(base)},
             {"steps", steps},
             {"crash_step", crash_step},
-            {"cluster", "Slurm 22.05 test cluster, 3 nodes on one machine (SlurmdTimeout=3)"}};
+            {"cluster", "Slurm 22.05 test cluster, " + std::to_string(co.nodes) +
+                            " nodes on one machine (SlurmdTimeout=3)"}};
   const double be = j["bulwark"]["ettr"], re = j["baseline_sbatch_requeue_torchrun"]["ettr"];
   j["ratio"] = re > 0 ? be / re : 0;
   char when[64];
@@ -412,8 +421,8 @@ int main(int argc, char** argv) {
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   j["run_at"] = when;
   j["machine"] = std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) +
-                 " cores, the Slurm test cluster's 3 nodes on it, torch from Debian's "
-                 "python3-torch";
+                 " cores, the Slurm test cluster's " + std::to_string(co.nodes) +
+                 " nodes on it, torch from Debian's python3-torch";
   std::ofstream(out) << j.dump(2) << "\n";
   if (!docs.empty()) UpdateDocs(docs, j, command);
   std::printf("ETTR: Bulwark %.3f, sbatch --requeue + srun torchrun %.3f, ratio %.2f\n", be, re,
