@@ -337,6 +337,10 @@ bool ControllerImpl::RecastAsRoot(const Incident& inc, Json j) {
                                {"detail", crash.detail}}});
   incidents_[idx] = j;
   RewriteIncident(idx);
+  if (replay_incident_ == idx) {  // a re-run cannot tell anything about a node's loss
+    replay_.reset();
+    replay_incident_ = -1;
+  }
   // The crash stays on record, as a consequence.
   Json consequence = crash_json;
   for (const char* k : {"decision", "processes", "diagnosis", "replay"}) consequence.erase(k);
