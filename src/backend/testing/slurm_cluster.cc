@@ -474,14 +474,21 @@ void SlurmCluster::KillSteps(const std::string& node) {
   const std::vector<pid_t> steps = StepDaemonPids(node);
   if (steps.empty()) return;
   // The step daemons and every process under them, found before any dies (an orphan is
-  // reparented and would leave the tree).
-  const std::map<pid_t, pid_t> parents = ParentsOfAll();
+  // reparented and would leave the tree). Each round stops what it found (a stopped
+  // process forks no more) and looks again, so a task a step daemon was forking while
+  // the tree was read is found too (one such `sh -c` outlived a teardown).
   std::set<pid_t> doomed(steps.begin(), steps.end());
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (const auto& [pid, ppid] : parents) {
-      if (doomed.count(ppid) != 0 && doomed.insert(pid).second) grew = true;
+  for (int round = 0; round < 20; ++round) {
+    for (pid_t pid : doomed) ::kill(pid, SIGSTOP);
+    const std::map<pid_t, pid_t> parents = ParentsOfAll();
+    bool found = false;
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const auto& [pid, ppid] : parents) {
+        if (doomed.count(ppid) != 0 && doomed.insert(pid).second) grew = found = true;
+      }
     }
+    if (!found) break;
   }
   for (pid_t pid : doomed) ::kill(pid, SIGKILL);  // one already gone needs no kill
   // They are children of init (or of this process, if it is a subreaper: then reaped
