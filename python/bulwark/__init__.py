@@ -223,16 +223,83 @@ def ordered_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-de
     where the element falls in its bucket, and DDP lays its buckets out anew after the
     first step of every process: a run resumed from a checkpoint then sums some
     gradients in another order than the first run did, and its losses drift from the
-    record by a few ulps. This hook gathers every rank's bucket and adds them rank 0
-    first, so the sums depend on the data alone (what `bulwark replay` needs to compare
-    bit for bit). It moves world-size times the bucket instead of about twice: meant for
-    data-parallel groups of a few ranks, or for a replay. (Not annotated: DDP refuses a
-    hook whose annotations are not its own types.)"""
-    import torch
+    record by a few ulps. This hook adds every element's ranks 0, 1, ..., world-1 in that
+    order wherever it lies, so the sums depend on the data alone (what `bulwark replay`
+    needs to compare bit for bit). A large bucket moves what a ring moves: an
+    all-to-all hands rank j the j-th slice of every rank's bucket, rank j sums its slice
+    in rank order and divides by the world size, an all-gather returns the slices to
+    everyone (the all-to-all is waited for inside the hook; the all-gather overlaps the
+    backward pass as DDP's all-reduce would). A bucket of at most
+    ORDERED_GATHER_MAX_BYTES once multiplied by the world size (DDP's first bucket, a
+    small model), or any bucket on a backend without all-to-all, is gathered whole from
+    every rank and summed in rank order: one collective instead of two. Both ways give
+    the same bits. A failed collective raises, never sums garbage. (Not annotated: DDP
+    refuses a hook whose annotations are not its own types.)"""
     import torch.distributed as dist
     group = process_group if process_group is not None else dist.group.WORLD
-    world = dist.get_world_size(group)
     t = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+    gathered_bytes = t.numel() * t.element_size() * dist.get_world_size(group)
+    if gathered_bytes <= ORDERED_GATHER_MAX_BYTES or _ALLTOALL_UNSUPPORTED.get(
+            dist.get_backend(group)):
+        return _gathered_sum(group, t)
+    try:
+        return _sliced_sum(group, t)
+    except RuntimeError as e:
+        # Every rank of the group runs the same backend and fails here alike.
+        if "not supported" not in str(e).lower() and "unsupported" not in str(e).lower():
+            raise
+        _ALLTOALL_UNSUPPORTED[dist.get_backend(group)] = True
+        return _gathered_sum(group, t)
+
+
+# ordered_allreduce_hook gathers a bucket whole when bucket bytes x world size is at most
+# this: there one collective that overlaps the backward pass beats two of which the first
+# blocks it. Measured in bench/allreduce_hook (4 ranks, gloo on CPU): alone, slices win
+# from 2 MiB buckets on; in DDP, gathering its first bucket (a little over 1 MiB) whole
+# wins.
+ORDERED_GATHER_MAX_BYTES = 6 << 20
+_ALLTOALL_UNSUPPORTED: dict = {}  # backend name -> True once all_to_all_single refused
+
+
+def _slice_sizes(n: int, world: int) -> List[int]:
+    """Rank j's slice of an n-element bucket: ceil(n / world) elements, fewer at the end."""
+    c = -(-n // world)
+    return [max(0, min(c, n - j * c)) for j in range(world)]
+
+
+def _sliced_sum(group, t):  # type: ignore[no-untyped-def]
+    """Reduce-scatter by all-to-all, the rank-order sum of this rank's slice, all-gather."""
+    import torch
+    import torch.distributed as dist
+    world, me = dist.get_world_size(group), dist.get_rank(group)
+    n = t.numel()
+    sizes = _slice_sizes(n, world)
+    c, mine = sizes[0], sizes[me]
+    recv = torch.empty(world * mine, dtype=t.dtype, device=t.device)
+    dist.all_to_all_single(recv, t.view(-1), [mine] * world, sizes, group=group)
+    rows = recv.view(world, mine)
+    acc = torch.zeros(c, dtype=t.dtype, device=t.device)  # padded: all-gather wants equal parts
+    acc[:mine].copy_(rows[0])
+    for r in range(1, world):
+        acc[:mine].add_(rows[r])
+    acc.div_(world)
+    out = torch.empty(world * c, dtype=t.dtype, device=t.device)
+    fut = dist.all_gather(list(out.view(world, c).unbind(0)), acc, group=group,
+                          async_op=True).get_future()
+
+    def whole(done: Any) -> Any:
+        done.value()  # raises when the gather failed (a peer died)
+        return out[:n].view_as(t)
+
+    return fut.then(whole)
+
+
+def _gathered_sum(group, t):  # type: ignore[no-untyped-def]
+    """Every rank's whole bucket gathered, summed in rank order: the same bits as
+    _sliced_sum, world-size times the traffic."""
+    import torch
+    import torch.distributed as dist
+    world = dist.get_world_size(group)
     parts = [torch.empty_like(t) for _ in range(world)]
     fut = dist.all_gather(parts, t, group=group, async_op=True).get_future()
 

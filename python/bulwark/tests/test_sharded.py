@@ -16,7 +16,6 @@ reports as skipped. Workers are this file run with --worker; every wait has a de
 import datetime
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -24,6 +23,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG_PARENT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, PKG_PARENT)
+
+import _groups  # noqa: E402  (this directory: the script's own)
 
 _DEADLINE_S = 240  # per group of workers; the process group's own timeout is 60 s
 
@@ -216,30 +217,8 @@ class ShardedCheckpointTest(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def run_group(self, phase, world):
-        """Runs `world` workers of `phase`; fails with their output if any fails or the
-        group is not done within the deadline (then every worker is killed)."""
-        procs = []
-        for rank in range(world):
-            env = dict(self.env, RANK=str(rank), WORLD_SIZE=str(world))
-            procs.append(subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--worker", phase, str(rank),
-                 str(world), self.dir], env=env, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True))
-        outputs, failed = [], False
-        for p in procs:
-            try:
-                out, _ = p.communicate(timeout=_DEADLINE_S)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                out, _ = p.communicate()
-                out += f"\n(killed after {_DEADLINE_S} s)"
-            outputs.append(out)
-            failed = failed or p.returncode != 0
-        if failed:
-            self.fail(f"{phase} workers failed:\n" +
-                      "\n".join(f"--- rank {r} (exit {p.returncode}):\n{o}"
-                                for r, (p, o) in enumerate(zip(procs, outputs))))
+        return _groups.run_workers(self, os.path.abspath(__file__), phase, world, self.dir,
+                                   self.env, _DEADLINE_S)
 
     def test_dtensor_and_sharded_tensor_save_and_reshard(self):
         self.run_group("save", 2)
