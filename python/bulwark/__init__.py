@@ -245,8 +245,9 @@ def ordered_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-de
     try:
         return _sliced_sum(group, t)
     except RuntimeError as e:
-        # Every rank of the group runs the same backend and fails here alike.
-        if "not supported" not in str(e).lower() and "unsupported" not in str(e).lower():
+        # A backend without all-to-all says so ("ProcessGroupX does not support
+        # alltoall_base") before any transfer; every rank of the group fails here alike.
+        if "support" not in str(e).lower():
             raise
         _ALLTOALL_UNSUPPORTED[dist.get_backend(group)] = True
         return _gathered_sum(group, t)

@@ -5,7 +5,8 @@
   bits): every rank gets, bit for bit, the sum of the ranks' buckets added rank 0 first,
   divided by the world size, from the hook and from each of its two ways (slices by
   all-to-all, whole buckets gathered); the same data through gloo's own all-reduce does
-  not (so the comparison can fail).
+  not (so the comparison can fail). On a backend that refuses all-to-all the hook falls
+  back to the gather, same bits, and does not ask again.
 - DDP with the hook: 4 steps with DDP's default buckets and with a bucket per layer
   (another layout) end with the same parameters bit for bit, on every rank.
 - A rank that died: the others' hook (its all-to-all) raises instead of summing garbage
@@ -76,6 +77,26 @@ def _check_sums(rank, world):
             dist.all_reduce(ring)
             ring_differs = ring_differs or not torch.equal(ring.div_(world), want)
     assert ring_differs, "gloo's all-reduce matched the rank-order sum everywhere: weak data"
+    # A backend without all-to-all (as torch's base ProcessGroup refuses it): the hook
+    # gathers instead, with the same bits, and remembers it.
+    n = 600000  # sliced while all-to-all works
+    real = dist.all_to_all_single
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("ProcessGroupFake does not support alltoall_base")
+
+    dist.all_to_all_single = refuse
+    try:
+        for _ in range(2):
+            got = bulwark.ordered_allreduce_hook(None, _Bucket(_data(rank, n, torch.float32)))
+            assert torch.equal(got.wait(), _rank_order_mean(n, torch.float32, world)), \
+                "the fallback's sums differ"
+    finally:
+        dist.all_to_all_single = real
+        bulwark._ALLTOALL_UNSUPPORTED.clear()
+    assert len(calls) == 1, f"all-to-all tried {len(calls)} times; once, then remembered"
 
 
 def _train(bucket_cap_mb):
