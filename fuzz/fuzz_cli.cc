@@ -11,16 +11,22 @@
 // failure rates so that one `sim` input costs about a millisecond, not the example's
 // 60), ck (a checkpoint root with committed steps, rewritten before every `ckpt` input,
 // the only command that reads it); XDG_STATE_HOME points there too, so get/describe see
-// no store of this machine. Contracts checked beyond "no crash": the exit status is 0, 1
-// or 2.
+// no store of this machine. After every input what it created (`sim --json FILE`,
+// `--csv FILE`) is removed and a fixed file it overwrote is rewritten, so an input means
+// the same thing whatever ran before it (and later inputs do not pay for validating
+// earlier ones' output). Contracts checked beyond "no crash": the exit status is 0, 1 or
+// 2, and nothing is written under XDG_STATE_HOME (get and describe only read stores).
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,8 +45,8 @@ bool Allowed(const std::vector<std::string>& words) {
   bool first = words[0].rfind('-', 0) == 0;
   for (const char* w : kFirst) first = first || words[0] == w;
   if (!first) return false;
-  static const char* kNever[] = {"run", "operator", "submit", "chaos", "top", "update", "logs",
-                                 "cancel"};
+  static const char* kNever[] = {"run", "operator", "submit", "chaos",
+                                 "top", "update",   "logs",   "cancel"};
   for (const std::string& w : words) {
     if (w.find('/') != std::string::npos) return false;
     for (const char* n : kNever) {
@@ -80,9 +86,48 @@ void WriteCheckpoints() {
   std::vector<uint8_t> bytes(100, 3);
   for (long step : {1, 2}) {
     bulwark::ckpt::Blob b{"state", bytes.data(), bytes.size()};
-    Check(bulwark::ckpt::WriteShard(env, root, step, 0, 1, bulwark::ckpt::BlobsToTensors({b}),
-                                    {}).ok(), "harness: WriteShard");
+    Check(bulwark::ckpt::WriteShard(env, root, step, 0, 1, bulwark::ckpt::BlobsToTensors({b}), {})
+              .ok(),
+          "harness: WriteShard");
     Check(bulwark::ckpt::Commit(env, root, step, 1).ok(), "harness: Commit");
+  }
+}
+
+// The scratch directory's fixed files: name -> content.
+std::map<std::string, std::string>& FixedFiles() {
+  static auto* files = new std::map<std::string, std::string>;
+  return *files;
+}
+
+std::string ReadAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The names in the working directory.
+std::set<std::string> Listing() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(".", ec)) {
+    names.insert(e.path().filename().string());
+  }
+  return names;
+}
+
+// Removes what an input created in the working directory (names not in `before`) and
+// rewrites a fixed file it changed. Only what the input made is removed: the replay
+// build runs in its binaries' directory.
+void RestoreScratch(const std::set<std::string>& before) {
+  std::error_code ec;
+  for (const std::string& name : Listing()) {
+    if (!before.count(name) && !FixedFiles().count(name)) fs::remove_all(name, ec);
+  }
+  for (const auto& [name, content] : FixedFiles()) {
+    if (fs::is_regular_file(name, ec) && ReadAll(name) == content) continue;
+    fs::remove_all(name, ec);
+    std::ofstream out(name, std::ios::binary | std::ios::trunc);
+    out << content;
+    Check(static_cast<bool>(out), "harness: write", name);
   }
 }
 
@@ -96,12 +141,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
       {"p.yaml", src / "src/trainjob/testdata/pytorchjob-mnist.yaml"},
       {"bad.yaml", src / "src/spec/testdata/bad.yaml"}};
   for (const auto& [name, from] : files) {
-    fs::copy_file(from, name, fs::copy_options::overwrite_existing);
+    FixedFiles()[name] = ReadAll(from);
+    Check(!FixedFiles()[name].empty(), "harness: read", from.string());
   }
-  std::FILE* sim = std::fopen("s.yaml", "w");
-  Check(sim != nullptr, "harness: create s.yaml");
-  std::fputs(kSimConfig, sim);
-  std::fclose(sim);
+  FixedFiles()["s.yaml"] = kSimConfig;
+  RestoreScratch(Listing());
+  std::error_code ec;
+  fs::remove_all("state", ec);
   fs::create_directories("state");
   setenv("XDG_STATE_HOME", (fs::current_path() / "state").c_str(), 1);
   return 0;
@@ -127,11 +173,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<char*> argv;
   for (std::string& s : store) argv.push_back(s.data());
   argv.push_back(nullptr);
+  const std::set<std::string> before = Listing();
   int rc;
   {
     bulwark::fuzz::Silence quiet(/*out=*/true, /*err=*/true);
     rc = bulwark::cli::Main(static_cast<int>(argv.size()) - 1, argv.data());
   }
+  RestoreScratch(before);
   Check(rc == 0 || rc == 1 || rc == 2, "exit status other than 0, 1, 2", std::to_string(rc));
+  Check(fs::is_empty("state"), "a command wrote under XDG_STATE_HOME");
   return 0;
 }

@@ -181,7 +181,10 @@ run_target() {
   local scratch_root="${FUZZ_SCRATCH:-$BUILD_DIR/scratch}"
   [ -z "${FUZZ_SCRATCH:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
     scratch_root="/dev/shm/bw-fuzz-$(id -u)"
+  # Each run starts from an empty one, so what an input means does not depend on the
+  # files earlier runs left there.
   local scratch="$scratch_root/$t"
+  rm -rf "$scratch"
   mkdir -p "$scratch"
   # A campaign keeps no allocation stacks (ASan's malloc_context_size=0: a fifth more
   # executions per second); rerun a finding's input to get them.
