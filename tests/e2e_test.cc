@@ -631,6 +631,30 @@ TEST_F(E2E, UsageErrorsExitTwoAndAMistypedCommandGetsASuggestion) {
   EXPECT_NE(help.find("Exit status: 0 success, 1 failure, 2 usage error"), std::string::npos);
 }
 
+TEST_F(E2E, ANumberOutOfRangeIsNamedWithItsBound) {
+  // CLI11's own checks printed "not in range 0.000000 to 1797693134862315708...": 309 digits.
+  const std::string bin = build_ + "/bin/bulwark";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{bin, "chaos", "kill_rank", "--rank", "-1", "--job", "x"}, "--rank: must be >= 0 (got -1)"},
+      {{bin, "logs", "x", "--tail", "-5"}, "--tail: must be >= -1 (got -5)"},
+      {{bin, "top", "x", "--interval", "0"}, "--interval: must be between 0.1 and 3600 (got 0)"},
+      {{bin, "update", src_ + "/examples/pytorch-ddp/job.yaml", "--verify-steps", "0"},
+       "--verify-steps: must be > 0 (got 0)"},
+      {{bin, "cancel", "x", "--wait", "soon"},
+       "--wait: must be a number between 0 and 86400 (got \"soon\")"}};
+  for (const auto& [argv, message] : cases) {
+    auto [rc, out] = RunProcess(argv, {}, 30);
+    EXPECT_EQ(rc, 2) << argv[1] << ": " << out;
+    EXPECT_NE(out.find(message), std::string::npos) << out;
+    EXPECT_EQ(out.find("000000"), std::string::npos) << out;
+  }
+  // The agent's flags (bulwark-agent is started by backends; CLI11's exit status).
+  auto [arc, aout] = RunProcess({build_ + "/bin/bulwark-agent", "--peer-port", "70000"}, {}, 30);
+  EXPECT_NE(arc, 0);
+  EXPECT_NE(aout.find("--peer-port: must be between 0 and 65535 (got 70000)"), std::string::npos)
+      << aout;
+}
+
 TEST_F(E2E, ASpecWithInvalidUtf8IsAnErrorNotACrash) {
   // Raw 0xff in a value: rendering it as JSON used to abort (nlohmann type_error.316).
   const std::string path = dir_ + "/bad-utf8.yaml";

@@ -10,6 +10,7 @@
 #include "agent/agent.h"
 #include "agent/install.h"
 #include "common/clock.h"
+#include "common/flag_checks.h"
 #include "common/install_paths.h"
 #include "diag/diag.h"
 #include "gpu/gpu_health.h"
@@ -81,19 +82,19 @@ int Diagnose(int argc, char** argv) {
   std::string peers;
   bulwark::diag::LinkOptions link;
   app.add_option("--index", link.index, "link: this member's place in the ring")
-      ->check(CLI::Range(0, bulwark::diag::kMaxLinkMembers - 1));
+      ->check(bulwark::flags::InRange(0, bulwark::diag::kMaxLinkMembers - 1));
   app.add_option("--peers", peers, "link: every member's HOST:PORT, in ring order");
   app.add_option("--session", link.session, "link: the ring's session number");
   app.add_option("--budget", link.budget_s, "link: every socket op ends by then (seconds)")
-      ->check(CLI::Range(0.5, 600.0));
+      ->check(bulwark::flags::InRange(0.5, 600.0));
   app.add_option("--throttle-mibps", link.throttle_mib_s,
                  "link, chaos slow_link: pace this member's sends (MiB/s)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(bulwark::flags::InRange(0.0, 1e6));
   app.add_option("--dir", dir, "disk: the checkpoint directory to test");
   app.add_option("--bytes", bytes,
                  "disk: how much to write and read back; link: how much to stream on each link")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 36));
-  app.add_option("--n", n, "matmul: the matrix size")->check(CLI::Range(1, 4096));
+      ->check(bulwark::flags::InRange(size_t{1}, size_t{1} << 36));
+  app.add_option("--n", n, "matmul: the matrix size")->check(bulwark::flags::InRange(1, 4096));
   std::string cuda_runtime = "auto", cublas = "auto";
   app.add_option("--cuda-runtime", cuda_runtime,
                  "matmul: the CUDA runtime library (auto: libcudart.so.12, .11.0, .so; '': "
@@ -170,7 +171,7 @@ int main(int argc, char** argv) {
   app.add_option("--node", o.node, "this node's id, e.g. node-0")->required();
   app.add_option("--run-dir", o.run_dir, "directory for this agent's sockets")->required();
   app.add_option("--heartbeat-interval", o.heartbeat_interval_s, "seconds between heartbeats")
-      ->check(CLI::PositiveNumber);
+      ->check(bulwark::flags::Positive());
   app.add_option("--connect-timeout", o.connect_timeout_s,
                  "seconds to keep retrying the controller");
   o.python_dir = bulwark::DefaultPythonDir(BULWARK_DEFAULT_PYTHON_DIR);
@@ -180,14 +181,14 @@ int main(int argc, char** argv) {
   app.add_option("--peer-host", o.peer_host,
                  "address this agent's peer-replication server binds and peers dial");
   app.add_option("--peer-port", o.peer_port, "peer-replication port (0 = ephemeral)")
-      ->check(CLI::Range(0, 65535));
+      ->check(bulwark::flags::InRange(0, 65535));
   app.add_option("--orphan-timeout", o.orphan_timeout_s,
                  "seconds the ranks keep running after the controller is lost, for a new "
                  "controller to adopt this agent (0 = stop them at once)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(bulwark::flags::AtLeast(0));
   app.add_option("--adopt-port", o.adopt_port,
                  "port an adopting controller dials, on --peer-host (0 = ephemeral)")
-      ->check(CLI::Range(0, 65535));
+      ->check(bulwark::flags::InRange(0, 65535));
   app.add_option("--gdb", o.stacks.gdb_path, "gdb for native stacks of hung ranks ('' = off)");
   app.add_option("--stack-budget", o.stacks.budget_s,
                  "max seconds spent capturing stacks before a hang is reported");

@@ -46,6 +46,7 @@
 #include "cli/sim_cmd.h"
 #include "cli/slurm_cmd.h"
 #include "cli/stores.h"
+#include "common/flag_checks.h"
 #include "common/install_paths.h"
 #include "common/proc.h"
 #include "controller/controller.h"
@@ -849,15 +850,15 @@ int Main(int argc, char** argv) {
                                  "script: nodes, N or MIN:MAX (elastic between them)");
   auto* nproc = run->add_option("--nproc-per-node,--nproc_per_node", rf.adhoc.nproc_per_node,
                                 "script: ranks per node")
-                    ->check(CLI::Range(1, 4096));
+                    ->check(flags::InRange(1, 4096));
   auto* module = run->add_flag("-m,--module", rf.adhoc.module,
                                "script: the argument is a Python module (python3 -m NAME)");
   run->add_option("--name", rf.adhoc.name, "script: job name (default: from the script)");
   run->add_option("--max-restarts,--max_restarts", rf.adhoc.max_restarts,
                   "script: restarts before the job fails (-1: the spec default, 10)")
-      ->check(CLI::Range(-1, 100000));
+      ->check(flags::InRange(-1, 100000));
   run->add_option("--standby", rf.adhoc.standby, "script: warm standby nodes")
-      ->check(CLI::Range(0, 1024));
+      ->check(flags::InRange(0, 1024));
   run->add_option("--checkpoint-dir", rf.adhoc.checkpoint_dir,
                   "script: checkpoint directory (default <cwd>/checkpoints/<name>)");
   rf.adhoc.python.clear();  // "": chosen by AdhocPython
@@ -866,7 +867,7 @@ int Main(int argc, char** argv) {
                   "on PATH and /usr/bin/python3 that has torch)");
   run->add_option("--checkpoint-every", rf.adhoc.checkpoint_every,
                   "script: a checkpoint every N steps (the SDK's should_checkpoint; 0: none)")
-      ->check(CLI::Range(0, 1 << 30));
+      ->check(flags::InRange(0, 1 << 30));
   run->callback([&rf, nnodes, nproc, module] {
     rf.torchrun_flags = nnodes->count() > 0 || nproc->count() > 0 || module->count() > 0;
   });
@@ -887,7 +888,7 @@ int Main(int argc, char** argv) {
   run->add_option("--machines", rf.machines,
                   "model a fixed set of local machines (0 = unlimited): a node without a free "
                   "one waits for capacity, an elastic job shrinks")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::AtLeast(0));
   run->add_option("--metrics-addr", rf.metrics_addr,
                   "serve Prometheus /metrics on HOST:PORT (:0 = a free port, printed); the "
                   "agents then serve theirs too");
@@ -897,7 +898,7 @@ int Main(int argc, char** argv) {
   run->add_option("--progress-interval", rf.progress_s,
                   "when stderr is not a terminal, print a progress line this often (seconds; 0 = "
                   "never); on a terminal a status line is kept up to date")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(flags::InRange(0.0, 86400.0));
   run->add_flag("--ui", rf.ui,
                 "serve the web dashboard (read-only) on the metrics port (127.0.0.1:0 without "
                 "--metrics-addr; the address is printed)");
@@ -907,7 +908,7 @@ int Main(int argc, char** argv) {
   run->add_option("--metrics-linger", rf.metrics_linger_s,
                   "after the job ends, keep /metrics (and the --ui dashboard) up until /metrics "
                   "is scraped once more, at most this many seconds")
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(flags::InRange(0.0, 3600.0));
   run->add_option("--backend", rf.backend,
                   "auto: Slurm inside an allocation (SLURM_JOB_ID set), else local; local: "
                   "agents on this machine; slurm: one agent per allocated node via srun "
@@ -927,7 +928,7 @@ int Main(int argc, char** argv) {
                   "--allocate: node features, e.g. a100");
   run->add_option("--repair-seconds", rf.repair_s,
                   "with --machines: how long a node lost to chaos keeps its machine down")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::AtLeast(0));
 
   std::vector<std::string> vspecs, vfiles;
   std::string vtarget = "auto";
@@ -963,8 +964,8 @@ int Main(int argc, char** argv) {
   chaos
       ->add_option("--rank", rank,
                    "global rank (kill_rank, hang_rank, nan_loss, sdc, slow_rank, slow_link)")
-      ->check(CLI::NonNegativeNumber);
-  chaos->add_option("--node", node, "node slot (kill_agent)")->check(CLI::NonNegativeNumber);
+      ->check(flags::AtLeast(0));
+  chaos->add_option("--node", node, "node slot (kill_agent)")->check(flags::AtLeast(0));
   chaos->footer(
       "Examples:\n  bulwark chaos kill_rank --rank 1 --job gpt-char\n"
       "  bulwark chaos kill_agent --node 1 --controller 127.0.0.1:40123\n"
@@ -982,7 +983,7 @@ int Main(int argc, char** argv) {
   top->footer(
       "Examples:\n  bulwark top gpt-char\n  bulwark top --controller 127.0.0.1:40123 --once");
   top->add_option("--interval", tinterval, "seconds between refreshes")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(flags::InRange(0.1, 3600.0));
 
   std::string uspec, ucontroller, urun_dir;
   int uverify = 20;
@@ -998,7 +999,7 @@ int Main(int argc, char** argv) {
       ->add_option("--verify-steps", uverify,
                    "new steps the new code must make before it is kept; a fault before that "
                    "rolls it back")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::Positive());
   update->footer(
       "Example: edit the running job's spec (command, args, env or workdir), then\n"
       "  bulwark update examples/pytorch-ddp/job.yaml --verify-steps 50");
@@ -1052,7 +1053,7 @@ int Main(int argc, char** argv) {
       ->add_option("--timeout", kube_replay.timeout_s,
                    "on a cluster: seconds to wait for the replay TrainJob to end")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(flags::Positive());
   replay->footer(
       "Examples:\n  bulwark replay gpt-char 3\n  salloc -N2 bulwark replay gpt-char 3 --nodes "
       "gpu07,gpu12   # on other machines\n  bulwark replay gpt-char 3 --kubeconfig "

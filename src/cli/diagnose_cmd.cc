@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "common/flag_checks.h"
 #include "common/install_paths.h"
 #include "diag/diag.h"
 
@@ -56,13 +57,13 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, int* exit_code, std::ostream& out, s
   cmd->add_option("--checkpoint-dir", f->checkpoint_dirs,
                   "a checkpoint directory to write, fsync and read back (repeatable)");
   cmd->add_option("--budget", f->budget_s, "seconds each check may take; past it, it fails")
-      ->check(CLI::Range(0.01, 86400.0))
+      ->check(flags::InRange(0.01, 86400.0))
       ->capture_default_str();
   cmd->add_option("--matmul-n", f->matmul_n, "size of the compute check's matrices")
-      ->check(CLI::Range(1, 4096))
+      ->check(flags::InRange(1, 4096))
       ->capture_default_str();
   cmd->add_option("--disk-mib", f->disk_mib, "MiB each disk check writes and reads back")
-      ->check(CLI::Range(1, 65536))
+      ->check(flags::InRange(1, 65536))
       ->capture_default_str();
   cmd->add_option("--nvml-library", f->nvml_library,
                   "the gpu check's NVIDIA management library (\"\": no gpu check)")

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/stores.h"
+#include "common/flag_checks.h"
 #include "common/net.h"
 #include "controller/controller.h"
 #include "store/store.h"
@@ -472,10 +473,9 @@ std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code, std::ostrea
   auto l = std::make_shared<LogsFlags>();
   auto* logs = app.add_subcommand("logs", "print a rank's log (stdout and stderr) of a job");
   logs->add_option("name", l->name, "job name")->required();
-  logs->add_option("--rank", l->rank, "global rank")->check(CLI::NonNegativeNumber);
+  logs->add_option("--rank", l->rank, "global rank")->check(flags::AtLeast(0));
   logs->add_flag("--all-ranks", l->all_ranks, "every rank's log, lines prefixed [rank N]");
-  logs->add_option("--tail", l->tail, "only the last N lines (-1: all)")
-      ->check(CLI::Range(-1L, 1L << 40));
+  logs->add_option("--tail", l->tail, "only the last N lines (-1: all)")->check(flags::AtLeast(-1));
   logs->add_flag("-f,--follow", l->follow, "keep printing new lines until the job ends");
   logs->add_option("--store", l->store, store_help)->check(CLI::ExistingFile);
   logs->footer(
@@ -488,7 +488,7 @@ std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code, std::ostrea
   auto* cancel = app.add_subcommand("cancel", "stop a running job (it ends Cancelled)");
   cancel->add_option("name", c->name, "job name")->required();
   cancel->add_option("--wait", c->wait_s, "seconds to wait for it to end (0: do not wait)")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(flags::InRange(0.0, 86400.0));
   cancel->add_option("--store", c->store, store_help)->check(CLI::ExistingFile);
   cancel->footer("Example:\n  bulwark cancel gpt-char");
   cancel->callback([=, &out, &err] { *exit_code = CancelJob(*c, out, err, clock); });
