@@ -143,9 +143,9 @@ std::vector<NodeLoss> LocalBackend::Poll() {
     }
   }
   for (auto it = agents_.begin(); it != agents_.end();) {
-    if (Reap(it->second.pid)) {
+    if (const std::optional<ExitInfo> e = Reap(it->second.pid)) {
       IgnoreError(SignalGroup(it->second.pgid, SIGKILL), "the process may be gone already");
-      gone.push_back({it->first, "agent exited"});
+      gone.push_back({it->first, "agent exited (" + e->Describe() + ")"});
       it = agents_.erase(it);
     } else {
       ++it;

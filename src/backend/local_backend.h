@@ -53,7 +53,7 @@ class LocalBackend : public Backend {
   Status StartNode(const NodeRequest& req) override;
   Status KillNode(const std::string& node_id) override;
   Status ReleaseNode(const std::string& node_id, double grace_s) override;
-  std::vector<NodeLoss> Poll() override;  // reason "agent exited"
+  std::vector<NodeLoss> Poll() override;  // reason "agent exited (exit 2)" / "(SIGKILL)"
   Status Teardown(double grace_s) override;
   void AdoptNode(const AdoptableNode& n) override;
   // With `machines` > 0 the node's machine leaves the pool for good (StartNode counts it

@@ -309,6 +309,10 @@ void ControllerImpl::ProvisionAndLaunch(double now, const char* what) {
       Finish(JobPhase::kFailed, std::string("could not ") + what + ": " + st.ToString());
     return;
   }
+  if (!early_exit_failure_.empty()) {
+    Finish(JobPhase::kFailed, early_exit_failure_);
+    return;
+  }
   bool waiting = false;
   std::string capacity = CapacityExceeded(now, &waiting);
   if (!capacity.empty()) {

@@ -115,6 +115,7 @@ void ControllerImpl::AcceptAndGreet() {
 
 void ControllerImpl::Greet(Node& n, const Json& m) {
   n.last_heartbeat = clock_->NowWall();
+  early_exits_.erase(n.slot);
   auto peer_host = JStrOr(m, "peer_host", "");
   n.peer_host = peer_host.ok() ? *peer_host : "";
   n.link_capable = m.contains("diag_checks") && m["diag_checks"].is_array() &&
@@ -473,6 +474,7 @@ void ControllerImpl::OnNodeGone(Node& n, const std::string& subtype, const std::
       backend_->KillNode(n.id),
       "the node is written off already; Teardown reaps what is left");  // make sure a half-dead
                                                                         // node is really gone
+  if (!n.conn && !n.retire && subtype != "not_adopted") OnEarlyExit(n, reason, now);
   if (n.slot < 0) {
     Event("SpareLost", n.id + " (" + reason + ")");
     return;
@@ -527,7 +529,7 @@ void ControllerImpl::CheckHeartbeats() {
                  n->started_at);
     }
   }
-  // The backend's reason is both the subtype and the detail: "agent exited" (local),
+  // The backend's reason is both the subtype and the detail: "agent exited (exit 2)" (local),
   // "node gke-a-3 NotReady: kubelet stopped posting node status" (Kubernetes).
   for (const NodeLoss& loss : backend_->Poll()) {
     auto it = nodes_.find(loss.node_id);

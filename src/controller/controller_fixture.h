@@ -36,7 +36,11 @@ class FakeBackend : public Backend {
     return Status::Ok();
   }
   Status ReleaseNode(const std::string&, double) override { return Status::Ok(); }
-  std::vector<NodeLoss> Poll() override { return {}; }
+  std::vector<NodeLoss> Poll() override {
+    std::vector<NodeLoss> out;
+    out.swap(losses);
+    return out;
+  }
   Status QuarantineNode(const std::string& id, const std::string& reason) override {
     quarantined.push_back(id + ": " + reason);
     return Status::Ok();
@@ -45,6 +49,7 @@ class FakeBackend : public Backend {
   std::vector<NodeRequest> started;
   std::vector<std::string> killed;
   std::vector<std::string> quarantined;  // "node-1: <reason>"
+  std::vector<NodeLoss> losses;          // the next Poll's answer
   bool capacity = true;                  // false: StartNode answers UNAVAILABLE
   Status start_error;                    // not OK: StartNode fails with it
   int start_calls = 0;

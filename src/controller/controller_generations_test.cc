@@ -318,6 +318,84 @@ TEST_F(ControllerGenerationsTest, AStartTheBackendRefusesIsRetriedWithBackoffThe
   EXPECT_NE(msg.find("Step limit reached"), std::string::npos) << msg;
 }
 
+class ControllerEarlyExitTest : public testing::ControllerFixture {
+ protected:
+  // Loses slot 0's node, then runs the controller: each agent started for slot 0 ends
+  // before it says hello ("agent exited (exit 2)") until `early` of them did; the next
+  // one connects. Returns the wall times of slot 0's starts; stops when the job ended
+  // or slot 0's agent connected (*connected).
+  std::vector<double> EndEarlyAfterALoss(int early, bool* connected) {
+    std::vector<double> starts;
+    size_t seen = backend_.started.size();
+    *connected = false;
+    agents_[0] = JsonLineConn(Fd());
+    Expect(1, "stop");
+    Send(1,
+         {{"type", "stopped"}, {"attempt", 0}, {"mem", Json::object()}, {"parked", Json::array()}});
+    int turns = 0;
+    while (++turns < 200000 && !*connected && ctl_->RunOnce()) {
+      for (; seen < backend_.started.size(); ++seen) {
+        const NodeRequest r = backend_.started[seen];
+        if (r.slot != 0) continue;
+        starts.push_back(clock_.NowWall());
+        if (static_cast<int>(starts.size()) <= early) {
+          backend_.losses.push_back({r.node_id, "agent exited (exit 2)"});
+        } else {
+          Connect(r.node_id, 500);
+          *connected = true;
+        }
+      }
+    }
+    EXPECT_LT(turns, 200000) << "the job never ended";
+    return starts;
+  }
+};
+
+// An agent that ends before it connects (a bad flag, a run dir too long for its sockets)
+// is not replaced at every turn until the 60 s deadline: replacements back off, and the
+// third early end in a row of one slot fails the job with the agent's reason.
+TEST_F(ControllerEarlyExitTest, AgentsThatEndBeforeConnectingFailTheJobAfterThreeInARow) {
+  Begin(kSpec);
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Step(0, 5);
+  const double lost_at = clock_.NowWall();
+  bool connected = false;
+  const std::vector<double> starts = EndEarlyAfterALoss(100, &connected);
+  ASSERT_FALSE(connected);
+  ASSERT_EQ(starts.size(), 3u);
+  EXPECT_GE(starts[1] - starts[0], 0.5);  // backoff 0.5 s, then 1 s
+  EXPECT_GE(starts[2] - starts[1], 1.0);
+  while (ctl_->RunOnce()) {
+  }
+  EXPECT_LT(clock_.NowWall() - lost_at, 20.0);  // not the 60 s connect deadline
+  auto result = ctl_->Run();
+  ASSERT_TRUE(result.ok());
+  const std::string msg = result->report.value("message", "");
+  EXPECT_NE(msg.find("the agent for slot 0 ended before connecting 3 times in a row (last: "
+                     "node-4, agent exited (exit 2))"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(EventMessages("gen", "Failed").size(), 1u);
+}
+
+// Early ends that stop short of the limit cost only their backoff: the slot's agent
+// that then connects resets the count, and the job runs on.
+TEST_F(ControllerEarlyExitTest, AnAgentThatConnectsAfterTwoEarlyEndsResetsTheCount) {
+  Begin(kSpec);
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Step(0, 5);
+  bool connected = false;
+  const std::vector<double> starts = EndEarlyAfterALoss(2, &connected);
+  ASSERT_TRUE(connected);
+  EXPECT_EQ(starts.size(), 3u);
+  Expect(static_cast<int>(agents_.size()) - 1, "start");  // the job goes on
+  EXPECT_TRUE(EventMessages("gen", "Failed").empty());
+}
+
 TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtAStepBoundary) {
   std::string spec = kSpec;
   spec += "elastic: {minNodes: 1, waitSeconds: 5}\n";

@@ -362,6 +362,12 @@ class ControllerImpl {
   // turn of the loop until the stage's deadline.
   bool TryStartNode(Node& n);
   bool StartBackingOff() const { return clock_->NowWall() < start_retry_at_; }
+  // An agent the backend started ended before it said hello (it exited, its node went,
+  // or it never connected). Backs further starts off as a refused start does; the
+  // kMaxEarlyExits-th such end in a row of one slot fails the job (the agent cannot
+  // start there: a bad flag, a run dir too long for its sockets, a missing library),
+  // where each replacement would end the same way until the stage's deadline.
+  void OnEarlyExit(const Node& n, const std::string& reason, double now);
   void RetryCapacityWaits();
   // The slot waiting longest for capacity beyond capacity_wait_s, as a failure
   // message; "" if none. *waiting tells whether any slot waits for capacity at all.
@@ -432,6 +438,9 @@ class ControllerImpl {
   int start_failures_ = 0;     // node starts the backend refused, in a row
   double start_retry_at_ = 0;  // no start before (wall time)
   std::string start_error_;    // the last refusal ("" after a start succeeded)
+  static constexpr int kMaxEarlyExits = 3;
+  std::map<int, int> early_exits_;  // slot (-1: standbys) -> agents ended before hello, in a row
+  std::string early_exit_failure_;  // why the job fails once a slot reached kMaxEarlyExits
 
   Stage stage_ = Stage::kProvisioning;
   double stage_deadline_ = 0;

@@ -11,6 +11,10 @@ namespace {
 
 std::string NodeId(int i) { return "node-" + std::to_string(i); }
 
+// The wait before the next node start after `k` failed ones in a row: 0.5 s, doubling
+// to 10 s.
+double StartBackoffS(int k) { return std::min(10.0, 0.5 * std::pow(2.0, std::min(k - 1, 5))); }
+
 }  // namespace
 
 ControllerNode* ControllerImpl::StartNode(int slot) {
@@ -59,7 +63,7 @@ bool ControllerImpl::TryStartNode(Node& n) {
   }
   n.awaiting_capacity = false;
   ++start_failures_;
-  const double wait = std::min(10.0, 0.5 * std::pow(2.0, std::min(start_failures_ - 1, 5)));
+  const double wait = StartBackoffS(start_failures_);
   start_retry_at_ = now + wait;
   start_error_ = st.ToString();
   char next[32];
@@ -68,6 +72,17 @@ bool ControllerImpl::TryStartNode(Node& n) {
                                std::to_string(start_failures_) + " in a row; next try in " + next +
                                " s)");
   return false;
+}
+
+void ControllerImpl::OnEarlyExit(const Node& n, const std::string& reason, double now) {
+  const int k = ++early_exits_[n.slot];
+  start_retry_at_ = std::max(start_retry_at_, now + StartBackoffS(k));
+  if (n.slot < 0 || k < kMaxEarlyExits || !early_exit_failure_.empty()) return;
+  early_exit_failure_ = "the agent for slot " + std::to_string(n.slot) + " ended before " +
+                        "connecting " + std::to_string(k) + " times in a row (last: " + n.id +
+                        ", " + reason + "); it cannot start there: its own error is in its " +
+                        "output (the console of `bulwark run`; the pod's or the step's log on "
+                        "a cluster)";
 }
 
 void ControllerImpl::RetryCapacityWaits() {
