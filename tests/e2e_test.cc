@@ -118,6 +118,30 @@ TEST_F(E2E, CrashIsDetectedAndResumesFromCommittedCheckpoint) {
   ExpectNoLeftovers();
 }
 
+// A run dir too deep for Unix socket paths (sun_path: 107 bytes; a deep working
+// directory and a long job name get there) used to make every agent exit at once. The
+// sockets then go to the node's short tmpfs directory, and the job runs and recovers.
+TEST_F(E2E, ARunDirTooLongForSocketPathsStillRuns) {
+  const std::string run_dir = dir_ + "/" + std::string(100, 'r');
+  ASSERT_GE((run_dir + "/node-0/rank-9999999.sock").size(), 108u);
+  const std::string spec =
+      WriteSpec("deep", 2, 2, 40,
+                std::string(kFastPolicy) + "chaos: [{kind: kill_rank, atStep: 25, rank: 1}]\n");
+  auto [rc, out] =
+      RunProcess({build_ + "/bin/bulwark", "run", spec, "--report", dir_ + "/report.json",
+                  "--run-dir", run_dir, "--store", dir_ + "/bulwark.db"},
+                 StateEnv(), 240);
+  ASSERT_EQ(rc, 0) << out;
+  std::ifstream rf(dir_ + "/report.json");
+  const Json report = Json::parse(rf, nullptr, false);
+  EXPECT_EQ(report.value("last_step", -1L), 40) << out;
+  const Json* inc = FirstIncident(report, "crash");
+  ASSERT_NE(inc, nullptr) << report.dump(2);
+  EXPECT_EQ((*inc)["action"],
+            "restart_in_place");  // the agent told the kept ranks over their sockets
+  ExpectNoLeftovers();
+}
+
 TEST_F(E2E, HangIsDetectedWithEveryRanksStack) {
   // Two nodes: the hung rank's agent reports, the other agent is asked for its stacks.
   auto o = Run(

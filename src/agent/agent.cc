@@ -85,7 +85,6 @@ Status Agent::Setup() {
   if (opts_.run_dir.empty()) return InvalidArgument("--run-dir is required");
   paths_.node = opts_.node;
   paths_.node_dir = opts_.run_dir + "/" + opts_.node;
-  paths_.agent_sock = paths_.node_dir + "/agent.sock";
   paths_.python_dir = opts_.python_dir;
   paths_.lib_path = opts_.lib_path;
   BW_RETURN_IF_ERROR(MakeDirs(paths_.node_dir));
@@ -107,12 +106,24 @@ Status Agent::Setup() {
     paths_.staging_dir = paths_.node_dir + "/staging";
     BW_RETURN_IF_ERROR(MakeDirs(paths_.staging_dir));
   }
-  // Rank sockets are the longest paths under node_dir: check the worst case up front.
-  std::string longest = paths_.node_dir + "/rank-9999999.sock";
-  if (longest.size() >= 108) {
-    return InvalidArgument("--run-dir '" + opts_.run_dir + "' is too long: socket paths like " +
-                           longest + " exceed 107 bytes; use a shorter run directory");
+  // The agent's and its ranks' Unix sockets live in node_dir, unless a rank's socket
+  // path there would not fit a sockaddr_un (107 bytes: a deep working directory, a long
+  // job name); then in the node's tmpfs directory, whose name is short and which is
+  // removed with the agent (or swept after it died).
+  paths_.sock_dir = paths_.node_dir;
+  const auto too_long = [](const std::string& dir) {
+    return (dir + "/rank-9999999.sock").size() >= 108;  // the longest socket path
+  };
+  if (too_long(paths_.sock_dir) && staging_lease_.lock.valid() && !too_long(staging_lease_.path)) {
+    paths_.sock_dir = staging_lease_.path;
   }
+  if (too_long(paths_.sock_dir)) {
+    return InvalidArgument("--run-dir '" + opts_.run_dir + "' is too long: socket paths like " +
+                           paths_.sock_dir +
+                           "/rank-9999999.sock exceed 107 bytes and there is "
+                           "no /dev/shm to put them in instead; use a shorter run directory");
+  }
+  paths_.agent_sock = paths_.sock_dir + "/agent.sock";
   BW_ASSIGN_OR_RETURN(dgram_, UnixDgramBind(paths_.agent_sock));
   {
     ckpt::PeerServerOptions po;

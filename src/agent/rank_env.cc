@@ -134,7 +134,8 @@ Result<StartSpec> ParseStartMessage(const Json& m, const std::string& default_lo
 }
 
 std::string RankSockPath(const AgentPaths& paths, int global_rank) {
-  return paths.node_dir + "/rank-" + std::to_string(global_rank) + ".sock";
+  return (paths.sock_dir.empty() ? paths.node_dir : paths.sock_dir) + "/rank-" +
+         std::to_string(global_rank) + ".sock";
 }
 
 std::string StackFilePath(const StartSpec& spec, int global_rank) {

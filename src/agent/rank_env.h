@@ -83,11 +83,14 @@ Result<StartSpec> ParseStartMessage(const Json& msg, const std::string& default_
 // Where the agent's per-node files live.
 struct AgentPaths {
   std::string node;         // "node-0"
-  std::string agent_sock;   // <run-dir>/<node>/agent.sock
+  std::string agent_sock;   // <sock_dir>/agent.sock
   std::string node_dir;     // <run-dir>/<node>
   std::string python_dir;   // Bulwark Python package root ("" = do not touch PYTHONPATH)
   std::string lib_path;     // libbulwark.so ("" = leave BULWARK_LIB unset)
   std::string staging_dir;  // memory tier: this node's staging rings ("" = none)
+  // The agent's and the ranks' sockets: node_dir ("" means that too), or the node's
+  // tmpfs directory where node_dir is too long for a socket path.
+  std::string sock_dir;
 };
 
 std::string RankSockPath(const AgentPaths& paths, int global_rank);

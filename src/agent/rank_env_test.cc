@@ -36,7 +36,7 @@ Json StartMsg() {
 TEST(RankEnv, ParsesStartAndBuildsTorchrunEnv) {
   auto spec = ParseStartMessage(StartMsg());
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "/py", "/lib/libbulwark.so", ""};
+  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "/py", "/lib/libbulwark.so", "", ""};
   auto env = BuildRankEnv(*spec, 1, p, {{"PYTHONPATH", "/old"}, {"FOO", "base"}, {"HOME", "/h"}});
   EXPECT_EQ(env["RANK"], "3");
   EXPECT_EQ(env["LOCAL_RANK"], "1");
@@ -67,11 +67,23 @@ TEST(RankEnv, ParsesStartAndBuildsTorchrunEnv) {
   EXPECT_EQ(env["PYTHONUNBUFFERED"], "1");
 }
 
+// Where the node dir is too long for socket paths the agent puts its sockets elsewhere
+// (agent.cc): the ranks' socket follows sock_dir.
+TEST(RankEnv, TheRankSocketLivesInTheSocketDir) {
+  auto spec = ParseStartMessage(StartMsg());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  AgentPaths p{"node-1", "/dev/shm/b-1/agent.sock", "/r/node-1", "", "", "", "/dev/shm/b-1"};
+  auto env = BuildRankEnv(*spec, 1, p, {});
+  EXPECT_EQ(env["BULWARK_RANK_SOCK"], "/dev/shm/b-1/rank-3.sock");
+  EXPECT_EQ(env["BULWARK_AGENT_SOCK"], "/dev/shm/b-1/agent.sock");
+  EXPECT_EQ(RankSockPath(p, 0), "/dev/shm/b-1/rank-0.sock");
+}
+
 // As torchrun: one OpenMP/OpenBLAS thread per rank when a node runs several, unless the
 // job or the agent's environment says how many.
 TEST(RankEnv, SeveralRanksOnANodeGetOneOmpThreadUnlessSetElsewhere) {
   Json m = StartMsg();
-  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "", "", ""};
+  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "", "", "", ""};
   auto spec = ParseStartMessage(m);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(BuildRankEnv(*spec, 0, p, {})["OMP_NUM_THREADS"], "1");
@@ -93,7 +105,7 @@ TEST(RankEnv, AnElasticWorldNamesTheSizeItGrowsBackTo) {
   m["max_world_size"] = 8;
   auto spec = ParseStartMessage(m);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "", "", ""};
+  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "", "", "", ""};
   EXPECT_EQ(BuildRankEnv(*spec, 0, p, {})["BULWARK_MAX_WORLD_SIZE"], "8");
   m["max_world_size"] = 2;  // below world_size 4
   auto bad = ParseStartMessage(m);
@@ -114,7 +126,7 @@ TEST(RankEnv, AutoCadenceHandsPersistenceToTheAgent) {
   EXPECT_TRUE(spec->persist_by_agent);
   EXPECT_EQ(spec->cadence_steps, 40);
   EXPECT_EQ(spec->cadence_from_step, 120);
-  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "/py", "", ""};
+  AgentPaths p{"node-1", "/r/node-1/agent.sock", "/r/node-1", "/py", "", "", ""};
   auto env = BuildRankEnv(*spec, 1, p, {});
   EXPECT_EQ(env["BULWARK_CKPT_PERSIST"], "agent");
   EXPECT_EQ(env["BULWARK_CKPT_INTERVAL_STEPS"], "1");
