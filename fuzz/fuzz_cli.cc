@@ -10,8 +10,8 @@
 // examples/sim/one-job.yaml, scaled down to 12 nodes for 2 days with 30 times Llama 3's
 // failure rates so that one `sim` input costs about a millisecond, not the example's
 // 60), ck (a checkpoint root with committed steps, rewritten before every `ckpt` input,
-// the only command that reads it); XDG_STATE_HOME points there too, so get/describe see
-// no store of this machine. After every input what it created (`sim --json FILE`,
+// the only command that reads it); XDG_STATE_HOME points to its fuzz-cli-state, so
+// get/describe see no store of this machine. After every input what it created (`sim --json FILE`,
 // `--csv FILE`) is removed and a fixed file it overwrote is rewritten, so an input means
 // the same thing whatever ran before it (and later inputs do not pay for validating
 // earlier ones' output). Contracts checked beyond "no crash": the exit status is 0, 1 or
@@ -93,6 +93,9 @@ void WriteCheckpoints() {
   }
 }
 
+// XDG_STATE_HOME of the commands: a name of the harness's own, since it is emptied.
+constexpr const char* kStateDir = "fuzz-cli-state";
+
 // The scratch directory's fixed files: name -> content.
 std::map<std::string, std::string>& FixedFiles() {
   static auto* files = new std::map<std::string, std::string>;
@@ -147,9 +150,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   FixedFiles()["s.yaml"] = kSimConfig;
   RestoreScratch(Listing());
   std::error_code ec;
-  fs::remove_all("state", ec);
-  fs::create_directories("state");
-  setenv("XDG_STATE_HOME", (fs::current_path() / "state").c_str(), 1);
+  fs::remove_all(kStateDir, ec);  // the harness's own: emptied at every start
+  fs::create_directories(kStateDir);
+  setenv("XDG_STATE_HOME", (fs::current_path() / kStateDir).c_str(), 1);
   return 0;
 }
 
@@ -181,6 +184,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   RestoreScratch(before);
   Check(rc == 0 || rc == 1 || rc == 2, "exit status other than 0, 1, 2", std::to_string(rc));
-  Check(fs::is_empty("state"), "a command wrote under XDG_STATE_HOME");
+  Check(fs::is_empty(kStateDir), "a command wrote under XDG_STATE_HOME");
   return 0;
 }
