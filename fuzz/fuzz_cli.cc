@@ -11,11 +11,12 @@
 // failure rates so that one `sim` input costs about a millisecond, not the example's
 // 60), ck (a checkpoint root with committed steps, rewritten before every `ckpt` input,
 // the only command that reads it); XDG_STATE_HOME points to its fuzz-cli-state, so
-// get/describe see no store of this machine. After every input what it created (`sim --json FILE`,
-// `--csv FILE`) is removed and a fixed file it overwrote is rewritten, so an input means
-// the same thing whatever ran before it (and later inputs do not pay for validating
-// earlier ones' output). Contracts checked beyond "no crash": the exit status is 0, 1 or
-// 2, and nothing is written under XDG_STATE_HOME (get and describe only read stores).
+// get/describe see no store of this machine. After every input what it created
+// (`sim --json FILE`, `--csv FILE`) is removed and a fixed file it overwrote is
+// rewritten, so an input means the same thing whatever ran before it (and later inputs
+// do not pay for validating earlier ones' output). Contracts checked beyond "no crash":
+// the exit status is 0, 1 or 2, and nothing is written under XDG_STATE_HOME (get and
+// describe only read stores).
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
