@@ -1,11 +1,12 @@
 #include "common/flag_checks.h"
 
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <optional>
+
+#include "common/str_format.h"
 
 namespace bulwark::flags {
 namespace {
@@ -37,20 +38,14 @@ CLI::Validator Numeric(std::string desc, std::string rule, std::function<bool(do
 
 }  // namespace
 
-std::string FormatNumber(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
 CLI::Validator InRange(double lo, double hi) {
-  const std::string lo_s = FormatNumber(lo), hi_s = FormatNumber(hi);
+  const std::string lo_s = ShortestDecimal(lo), hi_s = ShortestDecimal(hi);
   return Numeric("[" + lo_s + ", " + hi_s + "]", "between " + lo_s + " and " + hi_s,
                  [lo, hi](double v) { return v >= lo && v <= hi; });
 }
 
 CLI::Validator AtLeast(double lo) {
-  const std::string lo_s = FormatNumber(lo);
+  const std::string lo_s = ShortestDecimal(lo);
   return Numeric(lo == 0 ? "NONNEGATIVE" : ">= " + lo_s, ">= " + lo_s,
                  [lo](double v) { return v >= lo; });
 }

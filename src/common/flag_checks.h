@@ -20,10 +20,6 @@ CLI::Validator AtLeast(double lo);
 // value > 0. Help shows POSITIVE.
 CLI::Validator Positive();
 
-// A number as a person writes it: the shortest text that reads back as the same double
-// ("0.1", "3600", "1099511627776").
-std::string FormatNumber(double v);
-
 }  // namespace bulwark::flags
 
 #endif  // BULWARK_COMMON_FLAG_CHECKS_H_

@@ -76,12 +76,5 @@ TEST(FlagChecksTest, HelpNamesTheRule) {
   EXPECT_NE(help.find("--d FLOAT:POSITIVE"), std::string::npos) << help;
 }
 
-TEST(FlagChecksTest, FormatNumberIsShortest) {
-  EXPECT_EQ(FormatNumber(0.1), "0.1");
-  EXPECT_EQ(FormatNumber(3600), "3600");
-  EXPECT_EQ(FormatNumber(1099511627776.0), "1099511627776");
-  EXPECT_EQ(FormatNumber(-1), "-1");
-}
-
 }  // namespace
 }  // namespace bulwark::flags

@@ -1,5 +1,6 @@
 #include "common/str_format.h"
 
+#include <charconv>
 #include <cstdarg>
 #include <cstdio>
 
@@ -20,6 +21,12 @@ std::string Fmt(const char* fmt, ...) {
   }
   va_end(again);
   return out;
+}
+
+std::string ShortestDecimal(double v) {
+  char buf[64];  // the longest shortest form of a double is 24 characters
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 }  // namespace bulwark

@@ -3,12 +3,12 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <string_view>
 #include <utility>
 
 #include "gpu/nvml_abi.h"
+#include "metrics/exposition.h"
 
 namespace bulwark::gpu {
 
@@ -106,37 +106,6 @@ Status Resolve(void* lib, const std::string& path, const char* name, F* fn) {
 void MarkAbsent(GpuSample* s, const std::string& field, const std::string& problem) {
   s->unsupported.push_back(field);
   if (!problem.empty()) s->problems.push_back(field + ": " + problem);
-}
-
-std::string FormatValue(double v) {
-  char buf[64];
-  if (std::abs(v) < 1e15 && v == std::floor(v)) {
-    auto r = std::to_chars(buf, buf + sizeof buf, static_cast<long long>(v));
-    return std::string(buf, r.ptr);
-  }
-  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
-  return std::string(buf, r.ptr);
-}
-
-std::string EscapeLabel(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -410,50 +379,45 @@ std::string DcgmExposition(const std::vector<GpuSample>& samples,
                            const std::map<int, unsigned long long>& last_xid,
                            const std::string& hostname,
                            const std::vector<std::pair<std::string, std::string>>& extra_labels) {
-  std::string extra;
-  for (const auto& [k, v] : extra_labels) extra += "," + k + "=\"" + EscapeLabel(v) + "\"";
+  using Xids = std::map<int, unsigned long long>;
   struct Family {
     const char* name;
     const char* type;
     const char* help;
     const char* field;  // the GpuSample field without which a device has no line
-    // The value's text for a sample that has `field`.
-    std::string (*value)(const GpuSample&, const std::map<int, unsigned long long>&);
+    double (*value)(const GpuSample&, const Xids&);  // for a sample that has `field`
   };
-  using Xids = std::map<int, unsigned long long>;
   // dcgm-exporter's names, types and help texts (etc/default-counters.csv; the throttle
   // reasons field is DCGM's DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, NVML's bits).
   static const Family kFamilies[] = {
       {"DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock_mhz",
-       [](const GpuSample& s, const Xids&) { return FormatValue(s.sm_clock_mhz); }},
+       [](const GpuSample& s, const Xids&) { return s.sm_clock_mhz; }},
       {"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temp_c",
-       [](const GpuSample& s, const Xids&) { return FormatValue(s.temp_c); }},
+       [](const GpuSample& s, const Xids&) { return s.temp_c; }},
       {"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_w",
-       [](const GpuSample& s, const Xids&) { return FormatValue(s.power_w); }},
+       [](const GpuSample& s, const Xids&) { return s.power_w; }},
       {"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "util_pct",
-       [](const GpuSample& s, const Xids&) { return FormatValue(s.util_pct); }},
+       [](const GpuSample& s, const Xids&) { return s.util_pct; }},
       {"DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "uuid",
        [](const GpuSample& s, const Xids& xids) {
          auto it = xids.find(s.index);
-         return std::to_string(it == xids.end() ? 0ULL : it->second);
+         return static_cast<double>(it == xids.end() ? 0ULL : it->second);
        }},
       {"DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "mem_total_bytes",
        [](const GpuSample& s, const Xids&) {
-         return FormatValue(std::floor((s.mem_total_bytes - s.mem_used_bytes) / kMiB));
+         return std::floor((s.mem_total_bytes - s.mem_used_bytes) / kMiB);
        }},
       {"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "mem_used_bytes",
-       [](const GpuSample& s, const Xids&) {
-         return FormatValue(std::floor(s.mem_used_bytes / kMiB));
-       }},
+       [](const GpuSample& s, const Xids&) { return std::floor(s.mem_used_bytes / kMiB); }},
       {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter",
        "Total number of single-bit volatile ECC errors.", "ecc_sbe_volatile",
-       [](const GpuSample& s, const Xids&) { return std::to_string(s.ecc_sbe_volatile); }},
+       [](const GpuSample& s, const Xids&) { return static_cast<double>(s.ecc_sbe_volatile); }},
       {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
        "Total number of double-bit volatile ECC errors.", "ecc_dbe_volatile",
-       [](const GpuSample& s, const Xids&) { return std::to_string(s.ecc_dbe_volatile); }},
+       [](const GpuSample& s, const Xids&) { return static_cast<double>(s.ecc_dbe_volatile); }},
       {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge",
        "Current clock throttle reasons (bitmask of nvmlClocksThrottleReasons).", "throttle_reasons",
-       [](const GpuSample& s, const Xids&) { return std::to_string(s.throttle_reasons); }},
+       [](const GpuSample& s, const Xids&) { return static_cast<double>(s.throttle_reasons); }},
   };
   // A field is usable when not listed as unsupported and, for a double, not NaN.
   auto has = [](const GpuSample& s, const std::string& field) {
@@ -469,38 +433,33 @@ std::string DcgmExposition(const std::vector<GpuSample>& samples,
     return true;
   };
 
-  std::string out;
-  auto family = [&](const std::string& name, const char* type, const char* help,
-                    const std::string& lines) {
-    if (lines.empty()) return;
-    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + lines;
-  };
+  // A family's HELP and TYPE come with its first sample: none without samples.
+  metrics::Exposition out;
   for (const Family& f : kFamilies) {
-    std::string lines;
     for (const GpuSample& s : samples) {
       if (!has(s, f.field)) continue;
-      lines += std::string(f.name) + "{gpu=\"" + std::to_string(s.index) + "\",UUID=\"" +
-               EscapeLabel(s.uuid) + "\",modelName=\"" + EscapeLabel(s.name) + "\"";
-      if (!hostname.empty()) lines += ",Hostname=\"" + EscapeLabel(hostname) + "\"";
-      lines += extra + "} " + f.value(s, last_xid) + "\n";
+      metrics::Labels l = {
+          {"gpu", std::to_string(s.index)}, {"UUID", s.uuid}, {"modelName", s.name}};
+      if (!hostname.empty()) l.emplace_back("Hostname", hostname);
+      l.insert(l.end(), extra_labels.begin(), extra_labels.end());
+      out.Family(f.name, f.type, f.help);
+      out.Sample(f.name, l, f.value(s, last_xid));
     }
-    family(f.name, f.type, f.help, lines);
   }
-  std::string lines;
   for (const GpuSample& s : samples) {
     if (!has(s, "throttle_reasons")) continue;
-    const std::string labels = "{gpu=\"" + std::to_string(s.index) + "\",UUID=\"" +
-                               EscapeLabel(s.uuid) + "\"" + extra + ",reason=";
-    lines += "bulwark_gpu_throttled" + labels + "\"thermal\"} " + (s.thermal_throttle ? "1" : "0") +
-             "\n";
-    lines +=
-        "bulwark_gpu_throttled" + labels + "\"power\"} " + (s.power_throttle ? "1" : "0") + "\n";
+    out.Family("bulwark_gpu_throttled", "gauge",
+               "Whether a thermal or power limit holds the GPU's clocks down (1) or not (0), "
+               "from its clock throttle reasons.");
+    for (const auto& [reason, on] : {std::pair<const char*, bool>{"thermal", s.thermal_throttle},
+                                     {"power", s.power_throttle}}) {
+      metrics::Labels l = {{"gpu", std::to_string(s.index)}, {"UUID", s.uuid}};
+      l.insert(l.end(), extra_labels.begin(), extra_labels.end());
+      l.emplace_back("reason", reason);
+      out.Sample("bulwark_gpu_throttled", l, on ? 1 : 0);
+    }
   }
-  family("bulwark_gpu_throttled", "gauge",
-         "Whether a thermal or power limit holds the GPU's clocks down (1) or not (0), from "
-         "its clock throttle reasons.",
-         lines);
-  return out;
+  return out.Take();
 }
 
 }  // namespace bulwark::gpu

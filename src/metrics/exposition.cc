@@ -1,8 +1,9 @@
 #include "metrics/exposition.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
+
+#include "common/str_format.h"
 
 namespace bulwark::metrics {
 
@@ -26,9 +27,7 @@ std::string EscapeLabelValue(std::string_view v) {
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
+  return ShortestDecimal(v);
 }
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
