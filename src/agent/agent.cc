@@ -801,7 +801,9 @@ void Agent::HandleDatagram(const std::string& payload) {
     return;
   }
   Rank* r = FindRank(static_cast<int>(*rank));
-  if (!spec_ || !r || stopping_) {
+  // While a stop runs, a rank's last steps (sent before it saw the stop) still count:
+  // the controller keeps their losses for the replay bundle.
+  if (!spec_ || !r || (stopping_ && type != "step")) {
     ++reports_dropped_["no_rank"];
     Warn("sdk: dropped " + type + " from rank " + std::to_string(*rank) +
          ": no running attempt has this rank on " + opts_.node);
@@ -811,14 +813,16 @@ void Agent::HandleDatagram(const std::string& payload) {
   out["rank"] = *rank;
   out["step"] = *step;
   out["t"] = *t;
-  if (type == "step") {
-    step_hist_.Observe(out["step_time"].get<double>());
-    ForwardStep(*r, std::move(out));
-  } else {
+  if (type != "step") {
     Send(out);
+    return;
   }
-  if (type == "step") {
-    if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) SendIncident(*f, nullptr);
+  step_hist_.Observe(out["step_time"].get<double>());
+  ForwardStep(*r, std::move(out));
+  if (stopping_) {
+    FlushStep(*r);  // the stop's report must not overtake it
+  } else if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) {
+    SendIncident(*f, nullptr);
   }
 }
 

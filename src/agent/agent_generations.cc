@@ -49,6 +49,7 @@ std::string RankList(const std::vector<int>& ranks) {
 }  // namespace
 
 void Agent::BeginPark(long reply_attempt, const std::vector<int>& kill, double timeout_s) {
+  for (Rank& r : ranks_) FlushStep(r);  // the steps before the stop, for the loss record
   detector_.Disarm();
   if (persister_) persister_->PausePushes(true);  // the replicas the stop reports stay
   stopping_ = true;

@@ -285,6 +285,32 @@ TEST_F(AgentGenerationsTest, AModelReportWithoutFlopsIsDropped) {
   EXPECT_EQ(m["flops_per_token"], 6e9);
 }
 
+// A stop (another node's fault) arrives while a step is held back, and a rank's step
+// report (sent before it saw the SIGTERM) after it: both reach the controller before the
+// stop's report, for the loss record a replay bundle is cut from.
+TEST_F(AgentGenerationsTest, StepsBeforeAStopAreForwardedNotDropped) {
+  StartTwoRanks();
+  for (long s = 1; s <= 3; ++s) {
+    FromRank({{"type", "step"}, {"rank", 0}, {"step", s}, {"loss", 1.0 / s}, {"t", 1.0}});
+  }
+  RunUntil([] { return false; }, 1);  // read at once: 1 forwarded, 2-3 held
+  Send({{"type", "stop"}, {"attempt", 0}, {"grace_s", 1}});
+  FromRank({{"type", "step"}, {"rank", 1}, {"step", 3}, {"loss", 0.25}, {"t", 1.0}});
+  std::vector<Json> got;
+  ASSERT_TRUE(RunUntil([&] {
+    for (const Json& m : ctl_->Read()) got.push_back(m);
+    return std::any_of(got.begin(), got.end(),
+                       [](const Json& m) { return m["type"] == "stopped"; });
+  }));
+  std::map<long, long> last;  // rank -> its newest step reported before "stopped"
+  for (const Json& m : got) {
+    if (m["type"] == "stopped") break;
+    if (m["type"] == "step") last[m["rank"].get<long>()] = m["step"].get<long>();
+  }
+  EXPECT_EQ(last[0], 3) << "the held-back step was lost in the stop";
+  EXPECT_EQ(last[1], 3) << "a step reported during the stop was dropped";
+}
+
 TEST_F(AgentGenerationsTest, AFloodOfStepReportsIsMergedNotLost) {
   StartTwoRanks();
   const double t0 = clock_.NowMono();

@@ -392,6 +392,7 @@ void Agent::SendIncident(const DetectedFault& f, const Json& stacks) {
 }
 
 void Agent::BeginStop(double grace_s, long reply_attempt) {
+  for (Rank& r : ranks_) FlushStep(r);  // the steps before the stop, for the loss record
   detector_.Disarm();
   if (persister_) persister_->PausePushes(true);  // the replicas the stop reports stay
   stopping_ = true;

@@ -353,10 +353,20 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
         return;
       }
     }
-    if (stage_ != Stage::kRunning) return;  // steps after a fault are lost work
     const StepSample sample =
         StepSampleFromJson(m, *rank, *step, std::min(*t, now), *st, *stall, *tokens);
-    metrics_.OnStep(sample);
+    // After a fault the steps are lost work, but the ranks of the other nodes report
+    // their last ones in their own time: those losses still go to the record (the replay
+    // bundle is refreshed from it at the relaunch), and nothing else does.
+    const bool late = stage_ != Stage::kRunning;
+    if (!late) metrics_.OnStep(sample);
+    auto loss = [&](long s, double l, StepDigests d) {
+      if (late) {
+        RecordLoss(s, static_cast<int>(*rank), l, d);
+      } else {
+        OnReplayLoss(s, static_cast<int>(*rank), l, d);
+      }
+    };
     // Steps the agent merged into this report (a burst faster than it forwards) keep
     // their losses and digests for the loss record and the replay check.
     if (m.contains("earlier") && m["earlier"].is_array()) {
@@ -365,12 +375,11 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
         auto es = JInt(e, "step");
         auto el = JNumOr(e, "loss", std::numeric_limits<double>::quiet_NaN());
         if (!es.ok() || !el.ok() || *es >= *step) continue;
-        OnReplayLoss(*es, static_cast<int>(*rank), *el,
-                     {HexDigestOr0(e, "rng"), HexDigestOr0(e, "data")});
+        loss(*es, *el, {HexDigestOr0(e, "rng"), HexDigestOr0(e, "data")});
       }
     }
-    OnReplayLoss(*step, static_cast<int>(*rank), sample.loss,
-                 {HexDigestOr0(m, "rng"), HexDigestOr0(m, "data")});
+    loss(*step, sample.loss, {HexDigestOr0(m, "rng"), HexDigestOr0(m, "data")});
+    if (late) return;
     if (*rank != 0) return;
     tb_.OnStep(sample);
     if (auto v = metric_faults_.OnLoss(*step, sample.loss)) OnMetricVerdict(*v);

@@ -236,6 +236,8 @@ class ControllerImpl {
   // After the decision on incidents_[index]: checks the re-run of inc's steps, when a
   // re-run can tell its cause.
   void BeginReplayCheck(const Incident& inc, const Decision& d, int index);
+  // A loss into the record replay bundles are cut from (a NaN without digests is not kept).
+  void RecordLoss(long step, int rank, double loss, StepDigests digests);
   // A loss of the running attempt: recorded, and compared while a check runs.
   void OnReplayLoss(long step, int rank, double loss, StepDigests digests);
   // An incident during a check: concludes it; the same fault again sets inc's cause.

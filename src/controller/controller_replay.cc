@@ -124,8 +124,12 @@ void ControllerImpl::DigestCodeOnce() {
   code_files_ = d.ok() ? d->files : 0;
 }
 
-void ControllerImpl::OnReplayLoss(long step, int rank, double loss, StepDigests digests) {
+void ControllerImpl::RecordLoss(long step, int rank, double loss, StepDigests digests) {
   if (std::isfinite(loss) || !digests.empty()) losses_.Record(step, rank, loss, digests);
+}
+
+void ControllerImpl::OnReplayLoss(long step, int rank, double loss, StepDigests digests) {
+  RecordLoss(step, rank, loss, digests);
   if (!replay_ || !replay_->OnLoss(step, rank, loss, digests)) return;
   if (!replay_->Complete()) {
     // The fault rank passed; the other ranks' last losses come through their own

@@ -29,6 +29,17 @@ struct Odd {
 class ControllerReplayTest : public testing::ControllerFixture {
  protected:
   void BeginWithoutStandby() { Begin(TwoNodeSpec("replay", 0)); }
+  // A 2-node job with one standby whose attempt 0 runs on slots 0 and 1; the standby's
+  // agent.
+  int StartWithStandby() {
+    Begin(TwoNodeSpec("replay", 1));
+    Expect(0, "start");
+    Expect(1, "start");
+    EXPECT_EQ(backend_.started.size(), 3u);
+    const int standby = Connect(backend_.started.at(2).node_id, 102);
+    Started(0);
+    return standby;
+  }
   // The agents serving slots 0 and 1 (`slot_agents`) report `attempt`'s ranks started.
   void StartedOn(int attempt, std::vector<int> slot_agents) {
     for (int s = 0; s < 2; ++s) {
@@ -40,19 +51,24 @@ class ControllerReplayTest : public testing::ControllerFixture {
       Send(slot_agents[s], {{"type", "started"}, {"attempt", attempt}, {"ranks", ranks}});
     }
   }
+  // `agent` forwards rank `rank`'s report of `step`.
+  void Step(int agent, int attempt, int rank, long step, double loss, const std::string& rng) {
+    Send(agent, {{"type", "step"},
+                 {"attempt", attempt},
+                 {"rank", rank},
+                 {"step", step},
+                 {"loss", loss},
+                 {"rng", rng},
+                 {"step_time", 0.1},
+                 {"t", clock_.NowWall()}});
+  }
   // Every rank reports steps [from, to] with LossOf and RngOf; `odd` replaces one of them.
   void Losses(int attempt, std::vector<int> slot_agents, long from, long to, Odd odd = {}) {
     for (long s = from; s <= to; ++s) {
       for (int r = 0; r < 4; ++r) {
         const bool is_odd = s == odd.step && r == odd.rank;
-        Send(slot_agents[r / 2], {{"type", "step"},
-                                  {"attempt", attempt},
-                                  {"rank", r},
-                                  {"step", s},
-                                  {"loss", is_odd ? odd.loss : LossOf(s, r)},
-                                  {"rng", is_odd ? odd.rng : RngOf(s, r)},
-                                  {"step_time", 0.1},
-                                  {"t", clock_.NowWall()}});
+        Step(slot_agents[r / 2], attempt, r, s, is_odd ? odd.loss : LossOf(s, r),
+             is_odd ? odd.rng : RngOf(s, r));
       }
       for (int i = 0; i < 3; ++i) ctl_->RunOnce();
     }
@@ -73,12 +89,7 @@ class ControllerReplayTest : public testing::ControllerFixture {
 };
 
 TEST_F(ControllerReplayTest, ANanThatDoesNotComeBackOnAStandbyQuarantinesItsNode) {
-  Begin(TwoNodeSpec("replay", 1));
-  Expect(0, "start");
-  Expect(1, "start");
-  ASSERT_EQ(backend_.started.size(), 3u);
-  const int standby = Connect(backend_.started[2].node_id, 102);
-  Started(0);
+  const int standby = StartWithStandby();
   Losses(0, {0, 1}, 1, 11);
   Incident(0, 0, "nan", "nan", 1, 12);  // rank 1 (node-0): a NaN at step 12
   Expect(0, "stop");
@@ -151,6 +162,42 @@ TEST_F(ControllerReplayTest, StepsAnAgentMergedKeepTheirLossesInTheBundle) {
     EXPECT_EQ(b["losses"][std::to_string(s)]["1"], LossOf(s, 1)) << s << b["losses"].dump();
     EXPECT_EQ(b["digests"][std::to_string(s)]["1"]["rng"], RngOf(s, 1)) << s;
   }
+}
+
+// The ranks on other nodes report their last steps before the fault in their own time,
+// often after the faulting node's incident: those losses still reach the bundle (it is
+// refreshed at the relaunch), or a replay of the incident compares fewer steps.
+TEST_F(ControllerReplayTest, StepsReportedAfterTheFaultStillReachTheBundle) {
+  const int standby = StartWithStandby();
+  Losses(0, {0, 1}, 1, 10);
+  for (int r : {0, 1}) Step(0, 0, r, 11, LossOf(11, r), RngOf(11, r));
+  Incident(0, 0, "nan", "nan", 1, 12);
+  Expect(0, "stop");
+  Expect(1, "stop");
+  // Step 11 of node-1's ranks, late (while they stop), and the fault's step.
+  for (long s : {11, 12}) {
+    for (int r : {0, 2, 3}) {
+      if (r == 0 && s == 11) continue;  // reported in time
+      Step(r / 2, 0, r, s, LossOf(s, r), RngOf(s, r));
+    }
+  }
+  Stopped(0, {});
+  Expect(0, "diagnose");
+  Expect(standby, "start");
+  Expect(1, "start");
+  Json report = Finish();
+  const Json& b = report["incidents"][0]["replay"];
+  ASSERT_TRUE(b["losses"].contains("11") && b["digests"].contains("11")) << b.dump();
+  for (int r = 0; r < 4; ++r) {
+    const std::string rank = std::to_string(r);
+    EXPECT_EQ(b["losses"]["11"].value(rank, Json()), LossOf(11, r)) << r << b["losses"].dump();
+    EXPECT_EQ(b["digests"]["11"].value(rank, Json()), Json({{"rng", RngOf(11, r)}})) << r;
+  }
+  // The fault's step, as a report in time would have left it: the others' losses.
+  EXPECT_EQ(b["losses"]["12"],
+            Json({{"0", LossOf(12, 0)}, {"2", LossOf(12, 2)}, {"3", LossOf(12, 3)}}));
+  // The late reports are the record, not progress: the job's step stays at 11.
+  EXPECT_EQ(report["last_step"], 11) << report.dump(2);
 }
 
 TEST_F(ControllerReplayTest, ACrashThatComesBackAtTheSameStepIsTheProgramAndGivesUp) {
@@ -233,11 +280,7 @@ TEST_F(ControllerReplayTest, ANanThatComesBackIsTheDataAndPassingWithItSkippedCo
 class ControllerReplayDiffTest : public ControllerReplayTest {
  protected:
   Json Run(const std::string& rng) {
-    Begin(TwoNodeSpec("replay", 1));
-    Expect(0, "start");
-    Expect(1, "start");
-    const int standby = Connect(backend_.started[2].node_id, 102);
-    Started(0);
+    const int standby = StartWithStandby();
     Losses(0, {0, 1}, 1, 11);
     Incident(0, 0, "nan", "nan", 1, 12);
     Expect(0, "stop");
