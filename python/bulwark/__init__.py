@@ -73,7 +73,8 @@ def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[fl
                 optimizer: Optional[float] = None, busy: Optional[float] = None,
                 data: Any = None, _inferred: bool = False) -> None:
     """Reports a finished step (the heartbeat; non-blocking, dropped if no agent
-    listens). A safe point of bulwark.run. `loss` may be a tensor (float(loss)). The
+    listens; held in order while the agent's socket is full). A safe point of
+    bulwark.run. `loss` may be a tensor (float(loss)). The
     keywords are optional measurements of the step (seconds for the phases); phases
     timed with bulwark.metrics.phase/timed since the last report fill those not given.
     `busy`: this rank's own work in the step, without waiting for other ranks (default:

@@ -85,7 +85,9 @@ Result<Fd> UnixDgramBind(const std::string& path);
 Result<Fd> UnixDgramSocket();
 // A connected pair of Unix stream sockets (blocking, close-on-exec).
 Result<std::pair<Fd, Fd>> UnixStreamPair();
-// Non-blocking send of one datagram; Unavailable if the peer is absent or full.
+// Non-blocking send of one datagram. ResourceExhausted when the receiver's queue is full
+// (net.unix.max_dgram_qlen datagrams wait unread); NotFound or Unavailable when nothing
+// is bound at `path`.
 Status UnixDgramSend(int fd, const std::string& path, const std::string& payload);
 // Non-blocking receive of all pending datagrams.
 std::vector<std::string> UnixDgramRecvAll(int fd);

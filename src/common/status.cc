@@ -32,6 +32,8 @@ const char* CodeName(Code c) {
       return "PERMISSION_DENIED";
     case Code::kOutOfRange:
       return "OUT_OF_RANGE";
+    case Code::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
   }
   return "UNKNOWN";
 }
@@ -58,6 +60,7 @@ Status ErrnoStatus(const std::string& what, int err) {
   if (err == EEXIST) c = Code::kAlreadyExists;
   if (err == EINVAL) c = Code::kInvalidArgument;
   if (err == ECONNREFUSED || err == ECONNRESET || err == EPIPE) c = Code::kUnavailable;
+  if (err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS) c = Code::kResourceExhausted;
   return Status(c, what + ": " + std::strerror(err));
 }
 

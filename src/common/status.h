@@ -22,10 +22,13 @@ enum class Code {
   kDeadlineExceeded,
   kUnavailable,  // peer gone, transient I/O
   kInternal,
-  kAborted,           // optimistic-concurrency conflict (e.g. a stale resourceVersion)
-  kPermissionDenied,  // authentication or authorization refused
-  kOutOfRange,        // a version or position no longer (or not yet) served, e.g. HTTP 410
+  kAborted,            // optimistic-concurrency conflict (e.g. a stale resourceVersion)
+  kPermissionDenied,   // authentication or authorization refused
+  kOutOfRange,         // a version or position no longer (or not yet) served, e.g. HTTP 410
+  kResourceExhausted,  // a queue or buffer is full for now: the same request may pass later
 };
+// How many codes there are (a new code goes last, and this names it).
+inline constexpr int kNumCodes = static_cast<int>(Code::kResourceExhausted) + 1;
 
 const char* CodeName(Code c);
 
@@ -60,6 +63,7 @@ inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded,
 inline Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
 inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {Code::kOutOfRange, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
 // Status from errno with the failing operation and path: "open /x/y: No such file".
 Status ErrnoStatus(const std::string& what, int err);
 

@@ -10,7 +10,7 @@ namespace {
 
 // The Code whose CodeName is `name`; INTERNAL for an unknown name.
 Code CodeFromName(const std::string& name) {
-  for (int c = 0; c <= static_cast<int>(Code::kOutOfRange); ++c) {
+  for (int c = 0; c < kNumCodes; ++c) {
     if (name == CodeName(static_cast<Code>(c))) return static_cast<Code>(c);
   }
   return Code::kInternal;

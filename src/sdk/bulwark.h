@@ -4,13 +4,20 @@
 // A Client reads its configuration from the rank environment set by the node agent
 // (docs/protocol.md section 3). With none of it set it runs standalone: reports go
 // nowhere and checkpoints go to BULWARK_CKPT_DIR if set. Reports are single
-// non-blocking datagrams to the agent; a missing or full agent drops them. No call
-// blocks longer than its own file I/O (Save/Load/Commit).
+// non-blocking datagrams to the agent, in the order they were made. The agent's socket
+// queues only a few datagrams (net.unix.max_dgram_qlen, 10 by default, for all of a
+// node's ranks), so a busy agent leaves it full: a report that finds it full waits in
+// the client's outbox (at most kMaxOutbox; beyond, the oldest is dropped and counted)
+// with every later one behind it, and goes out at the next call into the client. A
+// missing agent (nothing bound at BULWARK_AGENT_SOCK) drops them. No call blocks longer
+// than its own file I/O (Save/Load/Commit), except Finished, Park and FlushReports,
+// which wait for the outbox to empty, at most kFlushWaitS.
 //
 // Thread-safety: every method may be called from any thread; calls are serialised
 // by an internal mutex.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -191,7 +198,16 @@ class Client {
   Status Park(const std::string& error);
   // The training function returned: sends `finished`, so the agent stops watching this
   // rank for progress while the process exits (an interpreter's exit can take seconds).
+  // Waits for the outbox, as FlushReports.
   Status Finished();
+  // Waits up to timeout_s for the reports the agent's full queue held back to go out
+  // (the C API calls it at exit). True when none is left (or none can be sent: no agent).
+  bool FlushReports(double timeout_s = kFlushWaitS);
+  // Reports that waited in the outbox and were dropped because it was full.
+  long reports_dropped() const;
+
+  static constexpr size_t kMaxOutbox = 4096;
+  static constexpr double kFlushWaitS = 2.0;
   // Waits up to timeout_s for the agent's `generation` message and returns it
   // ({"type": "generation", "attempt", "env": {...}}); DEADLINE_EXCEEDED if none came.
   // The caller applies `env` to the process environment and calls Init again.
@@ -202,7 +218,12 @@ class Client {
   bool ShouldSkip(long step) const;
 
  private:
-  void SendLocked(const std::string& payload);
+  // Queues `payload` behind the outbox and sends what the agent's queue takes.
+  void SendLocked(std::string payload);
+  // Sends from the outbox until it is empty (true) or the agent's queue is full (false).
+  bool FlushOutboxLocked();
+  // FlushOutboxLocked until it empties or timeout_s passes, the lock held throughout.
+  bool FlushWithinLocked(double timeout_s);
   void ResetLocked();
   // Reads every pending datagram from the agent into the flags below.
   void DrainLocked();
@@ -231,6 +252,8 @@ class Client {
   std::optional<Json> next_gen_;          // the newest `generation` not yet taken
   std::unique_ptr<ckpt::Stager> stager_;  // lazily opened memory tier
   long skipped_ = 0;                      // snapshots skipped: ring full
+  std::deque<std::string> outbox_;        // reports the agent's full queue held back
+  long outbox_dropped_ = 0;
   double next_skip_warning_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -27,7 +28,12 @@ using bulwark::sdk::Client;
 thread_local std::string g_last_error;
 
 Client& TheClient() {
-  static Client* c = new Client();  // never destroyed: safe at process exit
+  // Never destroyed (safe at process exit); at exit the reports the agent's full queue
+  // held back (the last steps, a checkpoint's `staged`) still go out, within a bound.
+  static Client* c = [] {
+    std::atexit([] { TheClient().FlushReports(); });
+    return new Client();
+  }();
   return *c;
 }
 

@@ -113,6 +113,8 @@ Client::~Client() {
 }
 
 void Client::ResetLocked() {
+  FlushWithinLocked(kFlushWaitS);  // the reports held back are still the agent's
+  outbox_.clear();
   if (fd_ >= 0) {
     ::close(fd_);
     if (!cfg_.rank_sock.empty()) ::unlink(cfg_.rank_sock.c_str());
@@ -184,11 +186,48 @@ Config Client::config() const {
   return cfg_;
 }
 
-void Client::SendLocked(const std::string& payload) {
+void Client::SendLocked(std::string payload) {
   if (fd_ < 0 || cfg_.agent_sock.empty()) return;
-  // Dropped on EAGAIN (full), ENOENT/ECONNREFUSED (no agent): reports are best effort.
-  IgnoreError(UnixDgramSend(fd_, cfg_.agent_sock, payload),
-              "a report the agent does not get is a missed heartbeat, which it detects");
+  outbox_.push_back(std::move(payload));
+  if (outbox_.size() > kMaxOutbox) {
+    outbox_.pop_front();
+    if (outbox_dropped_++ == 0) {
+      std::fprintf(stderr,
+                   "bulwark: the agent has not read %zu reports of rank %d; dropping the oldest "
+                   "(is the agent stopped?)\n",
+                   kMaxOutbox, cfg_.rank);
+    }
+  }
+  FlushOutboxLocked();
+}
+
+bool Client::FlushOutboxLocked() {
+  while (!outbox_.empty() && fd_ >= 0 && !cfg_.agent_sock.empty()) {
+    const Status st = UnixDgramSend(fd_, cfg_.agent_sock, outbox_.front());
+    if (st.code() == Code::kResourceExhausted) return false;
+    IgnoreError(st, "sent, or no agent is bound there: a rank without an agent reports nowhere");
+    outbox_.pop_front();
+  }
+  return true;
+}
+
+bool Client::FlushWithinLocked(double timeout_s) {
+  const double deadline = clock_->NowMono() + timeout_s;
+  while (!FlushOutboxLocked()) {
+    if (clock_->NowMono() >= deadline) return false;
+    clock_->SleepFor(0.002);
+  }
+  return true;
+}
+
+bool Client::FlushReports(double timeout_s) {
+  std::lock_guard<std::mutex> l(mu_);
+  return FlushWithinLocked(timeout_s);
+}
+
+long Client::reports_dropped() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return outbox_dropped_;
 }
 
 Status Client::ReportStep(long step, double loss, long long tokens, const StepMetrics& m) {
@@ -553,6 +592,7 @@ Result<std::vector<ckpt::OwnedBlob>> Client::Load(long step) {
 }
 
 void Client::DrainLocked() {
+  FlushOutboxLocked();  // every step comes here: what the agent's queue held back goes out
   if (fd_ < 0 || cfg_.rank_sock.empty()) return;
   for (const std::string& d : UnixDgramRecvAll(fd_)) {
     Json j = Json::parse(d, nullptr, /*allow_exceptions=*/false);
@@ -642,6 +682,7 @@ Status Client::Park(const std::string& error) {
               {"error", error.size() > 2000 ? error.substr(0, 2000) + "..." : error}};
   abort_pending_ = false;
   SendLocked(msg.dump(-1, ' ', false, Json::error_handler_t::replace));
+  FlushWithinLocked(kFlushWaitS);  // the agent waits for it to start the next generation
   return Status::Ok();
 }
 
@@ -650,6 +691,7 @@ Status Client::Finished() {
   if (!initialized_) return FailedPrecondition("finished called before init()");
   Json msg = {{"type", "finished"}, {"rank", cfg_.rank}, {"attempt", cfg_.attempt}};
   SendLocked(msg.dump());
+  FlushWithinLocked(kFlushWaitS);  // the process exits next
   return Status::Ok();
 }
 

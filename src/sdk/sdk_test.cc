@@ -290,6 +290,67 @@ TEST_F(SdkTest, MissingAgentNeverFails) {
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(c.ReportStep(i, 1.0, 1).ok());
   std::string w = "w";
   EXPECT_TRUE(c.Save(5, {{"w", w.data(), 1}}).ok());
+  EXPECT_TRUE(c.FlushReports(0));  // nothing waits for an agent that is not there
+  EXPECT_TRUE(c.Finished().ok());
+  EXPECT_EQ(c.reports_dropped(), 0);
+}
+
+// The agent's socket queues only net.unix.max_dgram_qlen datagrams (10 by default): an
+// agent busy for a few steps used to lose the reports beyond (the last steps' losses a
+// replay bundle wants, a checkpoint's `staged`, `finished`). They wait, in order, and go
+// out as the agent reads.
+class SdkOutboxTest : public SdkTest {
+ protected:
+  // What the agent reads until the client has nothing left to send (it is given a
+  // chance after every read); its types and steps in the order read.
+  std::vector<Json> ReadUntilFlushed(Client& c) {
+    std::vector<Json> got;
+    for (int turn = 0; turn < 100000; ++turn) {
+      const bool empty = c.FlushReports(0);
+      std::vector<std::string> ds = UnixDgramRecvAll(agent_.get());
+      for (const std::string& d : ds) got.push_back(Json::parse(d));
+      if (empty && ds.empty()) break;
+    }
+    return got;
+  }
+};
+
+TEST_F(SdkOutboxTest, ReportsTheAgentsFullQueueHeldBackArriveInOrder) {
+  BindAgent();
+  TickClock clock(0.001);
+  Client c(&clock);
+  ASSERT_TRUE(c.Init(ManagedEnv()).ok());
+  constexpr int kSteps = 600;  // more than a queue of the largest usual max_dgram_qlen
+  for (int s = 1; s <= kSteps; ++s) ASSERT_TRUE(c.ReportStep(s, 1.0 / s, 10).ok());
+  ASSERT_TRUE(c.Finished().ok());  // waits its bound (fake time) for the agent, in vain
+  const std::vector<Json> got = ReadUntilFlushed(c);
+  ASSERT_EQ(got.size(), kSteps + 2u);  // hello, every step, finished
+  EXPECT_EQ(got.front()["type"], "hello");
+  for (int s = 1; s <= kSteps; ++s) {
+    ASSERT_EQ(got[s]["type"], "step");
+    ASSERT_EQ(got[s]["step"], s) << "out of order";
+  }
+  EXPECT_EQ(got.back()["type"], "finished");
+  EXPECT_EQ(c.reports_dropped(), 0);
+}
+
+TEST_F(SdkOutboxTest, AnAgentThatNeverReadsCostsTheOldestReportsNotMemoryOrTime) {
+  BindAgent();
+  TickClock clock(0.001);
+  Client c(&clock);
+  ASSERT_TRUE(c.Init(ManagedEnv()).ok());
+  const int steps = static_cast<int>(Client::kMaxOutbox) + 100;
+  for (int s = 1; s <= steps; ++s) ASSERT_TRUE(c.ReportStep(s, 1.0, 10).ok());
+  // The queue took the first few, the outbox the newest; what is between was dropped.
+  EXPECT_GT(c.reports_dropped(), 0);
+  EXPECT_LE(c.reports_dropped(), 101);
+  const std::vector<Json> got = ReadUntilFlushed(c);
+  EXPECT_EQ(static_cast<long>(got.size()) + c.reports_dropped(), steps + 1);  // + hello
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back()["step"], steps);  // the newest are kept
+  for (size_t i = 2; i < got.size(); ++i) {
+    EXPECT_GT(got[i]["step"].get<long>(), got[i - 1]["step"].get<long>());
+  }
 }
 
 TEST_F(SdkTest, CAbiRoundTrip) {
@@ -332,7 +393,6 @@ TEST_F(SdkTest, CAbiRoundTrip) {
   }
   EXPECT_EQ(bw_shutdown(), BW_OK);
 }
-
 
 // Rows [a, b) and columns [c, d) of a row-major {rows, 4} float tensor whose element
 // (i, j) is 10 * i + j + base.
@@ -379,9 +439,9 @@ TEST_F(SdkTest, CAbiSavesPiecesAndLoadsAnyRegionInAnyWorld) {
     const long long offsets[] = {r == 0 ? 0 : 3, 0, 0, 2 * r, 0};
     const void* data[] = {w.data(), col.data(), bias.data()};
     const int flags[] = {0, 0, 1};
-    ASSERT_EQ(bw_ckpt_save_sharded(5, 3, names, dtypes, ndims, shapes, globals, offsets, data,
-                                   flags),
-              BW_OK)
+    ASSERT_EQ(
+        bw_ckpt_save_sharded(5, 3, names, dtypes, ndims, shapes, globals, offsets, data, flags),
+        BW_OK)
         << bw_last_error();
   }
   ASSERT_EQ(bw_commit(5), BW_OK) << bw_last_error();
@@ -471,9 +531,9 @@ TEST_F(SdkTest, CAbiSavesPiecesAndLoadsAnyRegionInAnyWorld) {
   const long long shape[] = {2}, global[] = {4}, off[] = {3};
   const void* data[] = {bias.data()};
   const int replicated[] = {1}, plain[] = {0};
-  EXPECT_EQ(bw_ckpt_save_sharded(6, 1, names, dtypes, ndims, shape, global, nullptr, data,
-                                 replicated),
-            BW_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      bw_ckpt_save_sharded(6, 1, names, dtypes, ndims, shape, global, nullptr, data, replicated),
+      BW_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(bw_last_error()).find("'p' is the piece [2] at [0] of [4]"),
             std::string::npos)
       << bw_last_error();
@@ -536,8 +596,8 @@ TEST_F(SdkTest, MemoryTierServesItsOwnPieceAndReshardsFromTheFileTier) {
     p.meta.shape = {r == 0 ? 3 : 2, 4};
     p.meta.offsets = {r == 0 ? 0 : 3, 0};
     p.data = rows.data();
-    ASSERT_TRUE(ckpt::WriteShard(ckpt::Env::Default(), root, 7, r, 2, {p}, ckpt::WriteOptions())
-                    .ok());
+    ASSERT_TRUE(
+        ckpt::WriteShard(ckpt::Env::Default(), root, 7, r, 2, {p}, ckpt::WriteOptions()).ok());
   }
   ASSERT_TRUE(ckpt::Commit(ckpt::Env::Default(), root, 7, 2).ok());
   ASSERT_TRUE((*s)->Load(whole, got.data()).ok());
