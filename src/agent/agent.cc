@@ -819,11 +819,8 @@ void Agent::HandleDatagram(const std::string& payload) {
   }
   step_hist_.Observe(out["step_time"].get<double>());
   ForwardStep(*r, std::move(out));
-  if (stopping_) {
-    FlushStep(*r);  // the stop's report must not overtake it
-  } else if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) {
-    SendIncident(*f, nullptr);
-  }
+  if (stopping_) return;  // SendStopped flushes what the rate limit holds back
+  if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) SendIncident(*f, nullptr);
 }
 
 namespace {
@@ -887,6 +884,11 @@ void Agent::FlushStep(Rank& r) {
   r.step_forwarded_at = clock_->NowMono();
   Send(r.step_pending);
   r.step_pending = Json();
+}
+
+void Agent::TakeLastReports() {
+  for (const auto& d : UnixDgramRecvAll(dgram_.get())) HandleDatagram(d);
+  for (Rank& r : ranks_) FlushStep(r);
 }
 
 void Agent::FlushPendingSteps() {

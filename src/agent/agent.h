@@ -186,6 +186,10 @@ class Agent {
   // an incident).
   void FlushStep(Rank& r);
   void FlushPendingSteps();
+  // At the end of a stop (its ranks dead or parked, `stopping_` still set): what they
+  // sent before is in the socket's queue; their steps, and those the rate limit held
+  // back, go to the controller before the stop's report.
+  void TakeLastReports();
   // Forwards a rank's declared model FLOPs per token (`model`, or a hello carrying it).
   void ForwardModel(const Json& m, const Rank& r);
   // Warn, at most once a minute per kind of message (bad values a trainer repeats).

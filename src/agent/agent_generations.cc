@@ -148,6 +148,7 @@ std::string Agent::SaveLateParkerStacks() {
 }
 
 void Agent::FinishPark() {
+  TakeLastReports();
   timers_.Disarm("park");
   timers_.Disarm("park_kill");
   Json parked = Json::array();

@@ -439,6 +439,7 @@ void Agent::AdvanceStop() {
 }
 
 void Agent::FinishStop() {
+  TakeLastReports();
   for (Rank& r : ranks_) {
     IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL),
                 "the process may be gone already");  // stragglers in the groups
