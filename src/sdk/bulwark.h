@@ -17,6 +17,8 @@
 // by an internal mutex.
 #pragma once
 
+#include <sys/types.h>
+
 #include <deque>
 #include <map>
 #include <memory>
@@ -222,6 +224,9 @@ class Client {
   void SendLocked(std::string payload);
   // Sends from the outbox until it is empty (true) or the agent's queue is full (false).
   bool FlushOutboxLocked();
+  // A forked child (a data loader's worker) inherits its parent's outbox: those reports
+  // are the parent's to send, and the child's own start an outbox of their own.
+  void DropInheritedReportsLocked();
   // FlushOutboxLocked until it empties or timeout_s passes, the lock held throughout.
   bool FlushWithinLocked(double timeout_s);
   void ResetLocked();
@@ -253,6 +258,7 @@ class Client {
   std::unique_ptr<ckpt::Stager> stager_;  // lazily opened memory tier
   long skipped_ = 0;                      // snapshots skipped: ring full
   std::deque<std::string> outbox_;        // reports the agent's full queue held back
+  pid_t outbox_pid_ = 0;                  // the process they are from (a fork's are not)
   long outbox_dropped_ = 0;
   double next_skip_warning_ = 0;
 };

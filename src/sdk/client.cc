@@ -188,6 +188,7 @@ Config Client::config() const {
 
 void Client::SendLocked(std::string payload) {
   if (fd_ < 0 || cfg_.agent_sock.empty()) return;
+  DropInheritedReportsLocked();
   outbox_.push_back(std::move(payload));
   if (outbox_.size() > kMaxOutbox) {
     outbox_.pop_front();
@@ -201,7 +202,14 @@ void Client::SendLocked(std::string payload) {
   FlushOutboxLocked();
 }
 
+void Client::DropInheritedReportsLocked() {
+  if (outbox_pid_ == ::getpid()) return;
+  outbox_.clear();
+  outbox_pid_ = ::getpid();
+}
+
 bool Client::FlushOutboxLocked() {
+  DropInheritedReportsLocked();
   while (!outbox_.empty() && fd_ >= 0 && !cfg_.agent_sock.empty()) {
     const Status st = UnixDgramSend(fd_, cfg_.agent_sock, outbox_.front());
     if (st.code() == Code::kResourceExhausted) return false;

@@ -1,4 +1,5 @@
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -332,6 +333,33 @@ TEST_F(SdkOutboxTest, ReportsTheAgentsFullQueueHeldBackArriveInOrder) {
   }
   EXPECT_EQ(got.back()["type"], "finished");
   EXPECT_EQ(c.reports_dropped(), 0);
+}
+
+// A data loader's worker is a fork of its rank: it must not send (at its exit, or at
+// a call) the reports its parent's outbox held when it was forked.
+TEST_F(SdkOutboxTest, AForkedChildDoesNotSendItsParentsReports) {
+  BindAgent();
+  TickClock clock(0.001);
+  Client c(&clock);
+  ASSERT_TRUE(c.Init(ManagedEnv()).ok());
+  for (int s = 1; s <= 30; ++s) ASSERT_TRUE(c.ReportStep(s, 1.0, 10).ok());
+  std::vector<std::string> first = UnixDgramRecvAll(agent_.get());  // the queue's share
+  ASSERT_FALSE(first.empty());
+  ASSERT_LT(first.size(), 31u) << "the queue took everything: nothing is held back";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const bool empty = c.FlushReports(0);
+    ::_exit(empty ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(UnixDgramRecvAll(agent_.get()).empty()) << "the child sent its parent's reports";
+  const std::vector<Json> rest = ReadUntilFlushed(c);
+  EXPECT_EQ(first.size() + rest.size(), 31u);  // hello and 30 steps, each once
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest.back()["step"], 30);
 }
 
 TEST_F(SdkOutboxTest, AnAgentThatNeverReadsCostsTheOldestReportsNotMemoryOrTime) {
