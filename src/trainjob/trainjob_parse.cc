@@ -333,7 +333,19 @@ class TrainJobParser {
         job_.replay_of = ro;
       }
     }
-    if (!gpus_set) job_.pod.gpus_per_node = job_.job.procs_per_node;
+    if (!gpus_set) {
+      job_.pod.gpus_per_node = job_.job.procs_per_node;
+      // The default must pass the check an explicit value gets (the operator reads the
+      // object back with it written out).
+      if (ctx_.target == Target::kKubernetes && job_.pod.gpus_per_node > kMaxGpusPerNode) {
+        const auto p = f.find("procsPerNode");
+        r_.Error(p != f.end() ? p->second.line : e.line, "spec.pod.gpusPerNode",
+                 "is not set, so each node's pod would request procsPerNode GPUs, more than " +
+                     std::to_string(kMaxGpusPerNode),
+                 std::to_string(job_.job.procs_per_node) + " (procsPerNode)",
+                 "set pod.gpusPerNode to the GPUs each node's pod requests (0 for a CPU job)");
+      }
+    }
     if (job_.job.command.empty() && !f.contains("command")) {
       if (job_.pod.image.empty()) {
         if (ctx_.target == Target::kLocal) {  // kKubernetes: spec.pod.image is reported

@@ -27,6 +27,8 @@ inline constexpr const char* kTiers[] = {"production", "research"};
 inline constexpr const char* kTopologies[] = {"any", "rack", "block", "zone"};
 inline constexpr const char* kGangs[] = {"bulwark", "volcano", "kueue"};
 inline constexpr const char* kPullPolicies[] = {"Always", "IfNotPresent", "Never"};
+// The most GPUs a node's pod may request (pod.gpusPerNode, explicit or defaulted).
+inline constexpr int kMaxGpusPerNode = 64;
 inline constexpr const char* kTolerationOperators[] = {"Exists", "Equal"};
 inline constexpr const char* kTaintEffects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute"};
 
@@ -144,7 +146,7 @@ inline constexpr FieldDef kPodFields[] = {
              "procsPerNode)",
      .type = FieldType::kInt,
      .min = 0,
-     .max = 64},
+     .max = kMaxGpusPerNode},
     {.key = "gpuResource",
      .hint = "set pod.gpuResource to the extended resource name of the GPUs, e.g. nvidia.com/gpu"},
     {.key = "cpu",

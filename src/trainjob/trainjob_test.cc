@@ -110,6 +110,29 @@ TEST(TrainJobTest, MinimalManifestTakesTheDefaults) {
   EXPECT_TRUE(r->pod.data_volume.is_null());
 }
 
+// Found by fuzz/fuzz_trainjob: pod.gpusPerNode defaults to procsPerNode, and the default
+// skipped the 0-64 check an explicit value gets, so a TrainJob the parser took became,
+// written out by ToObject (the operator's status and replays), one it refuses.
+TEST(TrainJobTest, TheDefaultGpusPerNodeIsCheckedLikeAGivenOne) {
+  auto r =
+      ParseK8s(Manifest("  command: [python3, t.py]\n  procsPerNode: 82\n  pod: {image: i}\n"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("tj.yaml:6: spec.pod.gpusPerNode: is not set, so each node's pod would "
+                        "request procsPerNode GPUs, more than 64 (got 82 (procsPerNode)); set "
+                        "pod.gpusPerNode to the GPUs each node's pod requests (0 for a CPU job)"));
+  auto cpu = ParseK8s(Manifest(
+      "  command: [python3, t.py]\n  procsPerNode: 82\n  pod: {image: i, gpusPerNode: 0}\n"));
+  ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+  auto back = TrainJobFromObject(ToObject(*cpu));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->pod.gpus_per_node, 0);
+  // The local backend has no pods: any procsPerNode runs.
+  EXPECT_TRUE(ParseTrainJob(Manifest("  command: [python3, t.py]\n  procsPerNode: 82\n"), "tj.yaml",
+                            "/jobs", Target::kLocal)
+                  .ok());
+}
+
 TEST(TrainJobTest, KubernetesPathsStayInsideTheContainer) {
   auto r = ParseK8s(Manifest(
       "  command: [python3, t.py]\n  workdir: src\n  checkpoint: {dir: ck, sharedDir: sh}\n  pod: "
