@@ -819,7 +819,7 @@ void Agent::HandleDatagram(const std::string& payload) {
   }
   step_hist_.Observe(out["step_time"].get<double>());
   ForwardStep(*r, std::move(out));
-  if (stopping_) return;  // SendStopped flushes what the rate limit holds back
+  if (stopping_) return;  // TakeLastReports flushes what the rate limit holds back
   if (auto f = detector_.OnStep(r->rank, *step, loss, *t)) SendIncident(*f, nullptr);
 }
 
