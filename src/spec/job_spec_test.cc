@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "spec/job_spec_schema.h"
+#include "spec/spec_reader.h"
 
 namespace bulwark {
 namespace {
@@ -538,6 +539,21 @@ TEST(JobSpecTest, KeysInFieldPathsAreQuotedOnOneLine) {
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), ::testing::StartsWith("j.yaml:3: env.A\\x0aB: "));
   EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+}
+
+// A suggestion is the closest field within a small edit distance (at most 3, and at most
+// a third of the field's length), whatever the lengths: a key of 16 KiB gets none.
+TEST(JobSpecTest, SuggestionsAreCloseFieldsWhateverTheKeysLength) {
+  const std::vector<std::string> names = {"checkpoint", "nodes", "procsPerNode"};
+  EXPECT_EQ(spec_internal::SuggestKey("PROCS_per-node", names), "procsPerNode");
+  EXPECT_EQ(spec_internal::SuggestKey("checkpointxyz", names), "checkpoint");  // 3 added
+  EXPECT_EQ(spec_internal::SuggestKey("chckpoint", names), "checkpoint");      // 1 dropped
+  EXPECT_EQ(spec_internal::SuggestKey("checkpointwxyz", names), "");           // 4 added
+  EXPECT_EQ(spec_internal::SuggestKey("chkpnt", names), "");                   // 4 dropped
+  EXPECT_EQ(spec_internal::SuggestKey("node", names), "nodes");
+  EXPECT_EQ(spec_internal::SuggestKey("nodesab", names), "");  // 2 > 5 / 3
+  EXPECT_EQ(spec_internal::SuggestKey(std::string(16384, 'n'), names), "");
+  EXPECT_EQ(spec_internal::SuggestKey("", names), "");
 }
 
 TEST(JobSpecTest, AllErrorsAreCollected) {

@@ -87,10 +87,15 @@ int EditDistance(const std::string& a_in, const std::string& b_in) {
 std::string SuggestKey(const std::string& key, std::span<const std::string> candidates) {
   std::string best;
   int best_d = 1 << 30;
+  const std::string normalized = Normalize(key);
   for (const std::string& c : candidates) {
-    if (Normalize(c) == Normalize(key)) return c;
-    int d = EditDistance(key, c);
-    int allowed = std::max<int>(1, std::min<int>(3, static_cast<int>(c.size()) / 3));
+    if (Normalize(c) == normalized) return c;
+    const int allowed = std::max<int>(1, std::min<int>(3, static_cast<int>(c.size()) / 3));
+    // The distance is at least the difference in length: a key far longer or shorter
+    // than `c` (a pasted value, a line of a mangled file) costs no quadratic work.
+    const long length_gap = static_cast<long>(key.size()) - static_cast<long>(c.size());
+    if (length_gap > allowed || -length_gap > allowed) continue;
+    const int d = EditDistance(key, c);
     if (d <= allowed && d < best_d) {
       best = c;
       best_d = d;
