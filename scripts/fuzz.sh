@@ -131,6 +131,20 @@ case "${1:-}" in
      exit 2 ;;
 esac
 TARGETS=("$@")
+# `nice` alone does not yield to other sessions' work where the kernel groups processes by
+# session (sched_autogroup_enabled=1): each session gets an equal share of the CPUs, so
+# `nice -n 19` fuzzers started with setsid took ~55% of both cores from a build in another
+# session. A niced run that leads its own session (`setsid nice -n 19 scripts/fuzz.sh`)
+# gives its whole session that niceness; otherwise it says why nice may not be enough.
+niceness="$(nice)"
+if [ "$niceness" -gt 0 ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then
+  if [ "$(ps -o sid= -p $$ | tr -d ' ')" = "$$" ] && echo "$niceness" 2>/dev/null >/proc/self/autogroup; then
+    echo "== fuzz: this session's CPU share is niced to $niceness (autogroup)"
+  else
+    echo "== fuzz: nice $niceness applies only within this session (kernel autogroup); start" \
+      "the campaign as 'setsid nice -n $niceness scripts/fuzz.sh ...' to yield to other sessions" >&2
+  fi
+fi
 ((${#TARGETS[@]})) || TARGETS=("${ALL[@]}")
 
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
