@@ -365,7 +365,11 @@ TEST_F(MonitoringE2E, StragglerStarvationAndLossSpikeAreFoundFromTheMetrics) {
   EXPECT_NE((*starving)["detail"].get<std::string>().find("waited for data"), std::string::npos);
   const Json* spike = find("loss_spike");
   ASSERT_NE(spike, nullptr) << report["observations"].dump(2);
-  EXPECT_EQ((*spike)["step"], 151);  // the first report after the injection
+  // The controller sends the injection when it sees step 150, through the agent; the rank
+  // applies it to its first report after the datagram arrives: 151 when the two hops take
+  // less than a step (30 ms), a step or two later under load (152 under ASan at -j2).
+  EXPECT_GT((*spike)["step"].get<long>(), 150);
+  EXPECT_LE((*spike)["step"].get<long>(), 170);
   EXPECT_NE((*spike)["detail"].get<std::string>().find("x the median"), std::string::npos);
   for (const Json* o : {straggler, starving, spike}) {
     EXPECT_EQ(report["restarts"], 0) << "observations restart nothing: " << o->dump();
