@@ -11,10 +11,10 @@ BULWARK_TEST_VENV="$("$ROOT/scripts/test-venv.sh")"
 export BULWARK_TEST_VENV
 # The real Kubernetes control plane the operator's tests run against, built from the Go
 # module proxy into a cache outside the repository, with Kueue for the operator's
-# gang: kueue tests (once per machine; ~16 min of both cores fresh, 10 of them waiting
-# on downloads or one core). When the cache lacks it, it is built in the background at
-# nice 10, so it takes the CPU that the build and the tests without label k8s leave
-# idle (most e2e tests wait on processes); the k8s-labelled tests run once it is there.
+# gang: kueue tests (once per machine; ~25 min fresh on 2 busy cores). When the cache
+# lacks it, it is built in the background at nice 10, so it takes the CPU that the build
+# and the tests without label k8s leave idle (most e2e tests wait on processes); the
+# k8s-labelled tests run once it is there.
 # Its log: build/k8s-control-plane.log.
 mkdir -p "$ROOT/build"
 CP_LOG="$ROOT/build/k8s-control-plane.log"
