@@ -14,8 +14,9 @@
 # KWOK (5,000 simulated nodes for bench/operator) is built only with --kwok, Kueue (the
 # real Kueue controller for the operator's `scheduling.gang: kueue` e2e test) only with
 # --kueue. A fresh build with Kueue took 1,507 s and 1,566 s on 2 cores beside other work
-# (28 November 2026, empty Go caches); KWOK takes about 3 minutes more. --kueue also copies the manifests the test needs out of Kueue's module — its
-# CRDs and webhook configurations — into <cache>/kueue/ (next to bin/).
+# (28 November 2026, empty Go caches); KWOK takes about 3 minutes more. --kueue also
+# copies the manifests the test needs out of Kueue's module — its CRDs and webhook
+# configurations — into <cache>/kueue/ (next to bin/).
 #
 # Not built: Volcano. The Go module proxy refuses it (`go list -m -versions
 # volcano.sh/volcano` -> "reading https://proxy.golang.org/volcano.sh/volcano/@v/list: 403
