@@ -23,14 +23,16 @@ if BULWARK_K8S_BIN="$("$ROOT/scripts/k8s-control-plane.sh" --print --kueue 2>/de
   echo "== Kubernetes control plane and Kueue: cached in $BULWARK_K8S_BIN"
 else
   echo "== Kubernetes control plane and Kueue: building in the background (log $CP_LOG)"
-  # Job control gives the build a process group of its own, so that an exit before it
-  # finished (a failed build or test, ^C) stops all of it, go and its compilers included.
   set -m
   nice -n 10 "$ROOT/scripts/k8s-control-plane.sh" --kueue </dev/null >"$CP_LOG.out" 2>"$CP_LOG" &
   CP_PID=$!
   set +m
-  trap '[ -n "$CP_PID" ] && kill -TERM -- "-$CP_PID" 2>/dev/null; true' EXIT
 fi
+# Background builds (the control plane above, the ASan+UBSan tree below) run in process
+# groups of their own; an exit before they finished (a failed build or test, ^C) stops
+# each whole, go, ninja and their compilers included.
+ASAN_PID=""
+trap 'for p in $CP_PID $ASAN_PID; do kill -TERM -- "-$p" 2>/dev/null; done; true' EXIT
 # wait_control_plane: returns once the background build (if any) finished; exits with
 # its log when it failed.
 wait_control_plane() {
@@ -51,6 +53,18 @@ export BULWARK_K8S_BIN
 JOBS="$(nproc)"
 echo "== build (RelWithDebInfo)"
 BUILD_DIR="$ROOT/build" "$ROOT/scripts/build.sh"
+# The ASan+UBSan tree builds in the background at nice 15 (behind the control plane's
+# nice 10) while the tests run: they leave most of the two cores idle waiting on
+# processes. Its log: build/asan-build.log.
+ASAN_LOG="$ROOT/build/asan-build.log"
+if [ "${BULWARK_SKIP_SANITIZE:-0}" != "1" ]; then
+  echo "== build (ASan+UBSan): in the background (log $ASAN_LOG)"
+  set -m
+  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug nice -n 15 "$ROOT/scripts/build.sh" \
+    -DBULWARK_SANITIZE=ON -DBULWARK_BUILD_BENCH=OFF </dev/null >"$ASAN_LOG" 2>&1 &
+  ASAN_PID=$!
+  set +m
+fi
 echo "== tests (all but label k8s)"
 (cd "$ROOT/build" && ctest --output-on-failure -j"$JOBS" --timeout 600 -LE k8s)
 wait_control_plane
@@ -58,8 +72,15 @@ export BULWARK_K8S_BIN
 echo "== tests with label k8s (the real control plane)"
 (cd "$ROOT/build" && ctest --output-on-failure -j"$JOBS" --timeout 600 -L k8s)
 if [ "${BULWARK_SKIP_SANITIZE:-0}" != "1" ]; then
-  echo "== build (ASan+UBSan)"
-  BUILD_DIR="$ROOT/build-asan" BUILD_TYPE=Debug "$ROOT/scripts/build.sh" -DBULWARK_SANITIZE=ON -DBULWARK_BUILD_BENCH=OFF
+  echo "== waiting for the ASan+UBSan build (log $ASAN_LOG)"
+  rc=0
+  wait "$ASAN_PID" || rc=$?
+  ASAN_PID=""
+  if [ "$rc" -ne 0 ]; then
+    echo "!! the ASan+UBSan build failed (exit $rc); its log:" >&2
+    tail -n 40 "$ASAN_LOG" >&2
+    exit 1
+  fi
   echo "== tests under ASan+UBSan"
   (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
