@@ -59,16 +59,26 @@ def say_ready():
     send_agent({"type": "warm_ready", "pid": os.getpid()})
 
 
+# How long a datagram to the agent may wait for room in the agent's socket queue (it
+# holds net.unix.max_dgram_qlen datagrams, 10 by default, until the agent reads them).
+SEND_TIMEOUT_S = 2.0
+
+
 def send_agent(msg):
+    """Sends `msg` to the agent's socket ($BULWARK_AGENT_SOCK); True once sent. Waits at
+    most SEND_TIMEOUT_S for room (a stopped or wedged agent); False when there is no
+    agent, the send failed or timed out. A lost `warm_ready` only leaves the agent
+    without this process: it spawns ranks afresh."""
     path = os.environ.get("BULWARK_AGENT_SOCK")
     if not path:
-        return
+        return False
     try:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        s.sendto(json.dumps(msg).encode(), path)
-        s.close()
-    except OSError:
-        pass
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.settimeout(SEND_TIMEOUT_S)
+            s.sendto(json.dumps(msg).encode(), path)
+        return True
+    except OSError:  # socket.timeout is an OSError
+        return False
 
 
 def _split(argv):

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -360,6 +361,43 @@ class WarmRankTest(unittest.TestCase):
                                    "torch": True})
             agent.close()
         finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_a_full_agent_socket_does_not_block_the_warm_rank(self):
+        from bulwark import warm
+        d = tempfile.mkdtemp(prefix="bw_py_warm.")
+        agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        old = os.environ.get("BULWARK_AGENT_SOCK")
+        try:
+            path = os.path.join(d, "agent.sock")
+            agent.bind(path)  # an agent that reads nothing (stopped, wedged)
+            os.environ["BULWARK_AGENT_SOCK"] = path
+            filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            filler.setblocking(False)
+            queued = 0
+            while True:  # fill its queue until the kernel refuses one more
+                try:
+                    filler.sendto(b"{}", path)
+                    queued += 1
+                except BlockingIOError:
+                    break
+                self.assertLess(queued, 100000)
+            filler.close()
+            result = []
+            t = threading.Thread(target=lambda: result.append(warm.send_agent({"type": "x"})),
+                                 daemon=True)
+            t.start()
+            t.join(timeout=60)  # bounded: a send that blocks for good fails here
+            self.assertFalse(t.is_alive(), "send_agent blocked on a full agent socket")
+            self.assertEqual(result, [False])
+            agent.recv(65536)  # room for one: the next send goes through
+            self.assertTrue(warm.send_agent({"type": "warm_ready", "pid": 1}))
+        finally:
+            if old is None:
+                os.environ.pop("BULWARK_AGENT_SOCK", None)
+            else:
+                os.environ["BULWARK_AGENT_SOCK"] = old
+            agent.close()
             shutil.rmtree(d, ignore_errors=True)
 
 
