@@ -283,7 +283,8 @@ void ControllerImpl::Finish(JobPhase phase, const std::string& message) {
 }
 
 void ControllerImpl::MaybeSucceed() {
-  if (stage_ != Stage::kRunning || static_cast<int>(exited_ok_.size()) != spec_.world_size()) {
+  if (stage_ != Stage::kRunning || static_cast<int>(exited_ok_.size()) != spec_.world_size() ||
+      !held_nans_.empty()) {
     return;
   }
   // The last checkpoints' commits may still be in flight (remote catalog): a job is
@@ -358,6 +359,8 @@ void ControllerImpl::Reconcile() {
       ProvisionAndLaunch(now, "launch");
       break;
     case Stage::kRunning:
+      SettleNan(now, /*force=*/false);
+      if (stage_ != Stage::kRunning) break;
       MaybeAnnounceCadence(now);
       CheckSpontaneousPark(now);
       PrepareSpares();
@@ -425,7 +428,8 @@ double ControllerImpl::PollTimeout() const {
   const double now = clock_->NowWall();
   double t = kIdle;
   if (stage_ == Stage::kBackoff) t = std::min(t, std::max(kBusy, backoff_until_ - now));
-  if (stage_ == Stage::kDiagnosing || stage_ == Stage::kStopping || stage_ == Stage::kAdopting) {
+  if (stage_ == Stage::kDiagnosing || stage_ == Stage::kStopping || stage_ == Stage::kAdopting ||
+      !held_nans_.empty()) {
     t = kBusy;
   }
   if (stage_ == Stage::kRunning) {

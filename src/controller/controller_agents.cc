@@ -358,7 +358,12 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
     // After a fault the steps are lost work, but the ranks of the other nodes report
     // their last ones in their own time: those losses still go to the record (the replay
     // bundle is refreshed from it at the relaunch), and nothing else does.
-    const bool late = stage_ != Stage::kRunning;
+    // A NaN held for attribution (HoldNan) makes these steps late too.
+    const bool late = stage_ != Stage::kRunning || !held_nans_.empty();
+    if (*rank >= 0 && *rank < spec_.world_size()) {
+      long& forwarded = forwarded_step_.try_emplace(static_cast<int>(*rank), *step).first->second;
+      forwarded = std::max(forwarded, static_cast<long>(*step));
+    }
     if (!late) metrics_.OnStep(sample);
     auto loss = [&](long s, double l, StepDigests d) {
       if (late) {
@@ -379,7 +384,10 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       }
     }
     loss(*step, sample.loss, {HexDigestOr0(m, "rng"), HexDigestOr0(m, "data")});
-    if (late) return;
+    if (late) {
+      SettleNan(now, /*force=*/false);  // this report may be the last one it waits for
+      return;
+    }
     if (*rank != 0) return;
     tb_.OnStep(sample);
     if (auto v = metric_faults_.OnLoss(*step, sample.loss)) OnMetricVerdict(*v);

@@ -17,11 +17,20 @@ constexpr double kParkGraceS = 1.0;
 // peers fail their next collective at once; its agent's connection closes, or the
 // backend reports the loss, moments before or after their crash reports arrive.
 constexpr double kCascadeWindowS = 2.0;
+// How long a NaN waits at most for the reports of every rank up to the step before it
+// (HoldNan): they come within a step time or two unless a node's reports stall.
+constexpr double kNanSettleS = 2.0;
 
 }  // namespace
 
 void ControllerImpl::OnFault(const Incident& inc, Json extra) {
   spontaneous_park_at_ = -1;  // this incident explains any rank that parked on its own
+  if (stage_ == Stage::kRunning && inc.kind == FaultKind::kNan && inc.subtype == "nan" &&
+      inc.step >= 0 && spec_.world_size() > 1) {
+    HoldNan(inc, std::move(extra));
+    return;
+  }
+  SettleNan(clock_->NowWall(), /*force=*/true);  // a NaN held happened before this fault
   if (stage_ == Stage::kDiagnosing) {
     MergeDiagnosis(inc.node, extra);  // another node's report of the same hang
     Json j = IncidentToJson(inc);
@@ -405,6 +414,36 @@ void ControllerImpl::CheckSpontaneousPark(double now) {
   inc.detail = "rank " + std::to_string(inc.rank) + " left its generation on its own (" +
                spontaneous_park_error_ + ") and no other fault was reported within 1 s";
   OnFault(inc, Json::object());
+}
+
+void ControllerImpl::HoldNan(const Incident& inc, Json extra) {
+  if (inc.rank >= 0) nan_ranks_.insert(inc.rank);
+  if (held_nans_.empty()) held_nan_until_ = clock_->NowWall() + kNanSettleS;
+  held_nans_.emplace_back(inc, std::move(extra));
+  SettleNan(clock_->NowWall(), /*force=*/false);
+}
+
+void ControllerImpl::SettleNan(double now, bool force) {
+  if (held_nans_.empty()) return;
+  size_t first = 0;
+  for (size_t i = 1; i < held_nans_.size(); ++i) {
+    if (held_nans_[i].first.step < held_nans_[first].first.step) first = i;
+  }
+  if (!force && now < held_nan_until_) {
+    const long before = held_nans_[first].first.step - 1;
+    for (int r = 0; r < spec_.world_size(); ++r) {
+      if (nan_ranks_.count(r) || dead_ranks_.count(r)) continue;
+      auto it = forwarded_step_.find(r);
+      if (it == forwarded_step_.end() || it->second < before) return;  // may still come
+    }
+  }
+  std::vector<std::pair<Incident, Json>> held = std::move(held_nans_);
+  held_nans_.clear();
+  Act(held[first].first, std::move(held[first].second));
+  for (size_t i = 0; i < held.size(); ++i) {
+    // Recorded as secondaries of the first once its recovery is under way.
+    if (i != first && stage_ != Stage::kRunning) Act(held[i].first, std::move(held[i].second));
+  }
 }
 
 void ControllerImpl::RecordProcesses(const Json& started) {

@@ -320,6 +320,16 @@ class ControllerImpl {
   // kParkGraceS; then it becomes a `collective_error` incident.
   void OnSpontaneousPark(const Node& n, const Json& m);
   void CheckSpontaneousPark(double now);
+  // NaN attribution (controller_faults.cc). In data-parallel training a NaN on one rank
+  // at step s reaches every rank's loss at s + 1 through the gradient all-reduce, and the
+  // agents of different nodes report in their own time, so the first NaN to arrive need
+  // not be the first that happened. An agent's NaN is held (HoldNan) until every rank's
+  // reports reached the step before it (an agent sends a rank's NaN before that rank's
+  // step report) or kNanSettleS passed; then the NaN of the earliest step is the
+  // incident and the others are its secondaries (SettleNan). While one is held the
+  // steps are late reports, not progress.
+  void HoldNan(const Incident& inc, Json extra);
+  void SettleNan(double now, bool force);
   // The kept and replaced processes of the attempt that followed an in-process
   // recovery, from the agents' `started` reports, into the incident's report row.
   void RecordProcesses(const Json& started);
@@ -496,6 +506,10 @@ class ControllerImpl {
   RegroupPlan regroup_;              // the plan of the last fault handled
   int regroup_attempt_ = -1;         // the attempt that plan launched (its `started` fill it)
   double spontaneous_park_at_ = -1;  // wall time a rank parked on its own; -1 = none
+  std::vector<std::pair<Incident, Json>> held_nans_;  // HoldNan, in order of arrival
+  double held_nan_until_ = 0;                         // when SettleNan stops waiting
+  std::set<int> nan_ranks_;                           // ranks with a NaN reported in this attempt
+  std::map<int, long> forwarded_step_;  // rank -> newest step forwarded in this attempt
   // Code updates in progress (controller_update.cc).
   struct UpdateState {
     enum class Phase { kNone, kPreparing, kSwitching, kVerifying };

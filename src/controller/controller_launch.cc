@@ -224,6 +224,9 @@ Status ControllerImpl::Launch() {
   in_process_ranks_.clear();
   dead_ranks_.clear();
   spontaneous_park_at_ = -1;
+  held_nans_.clear();
+  nan_ranks_.clear();
+  forwarded_step_.clear();
   regroup_attempt_ = !incidents_.empty() && incidents_.back()["resumed_from"].is_null() &&
                              incidents_.back().contains("processes")
                          ? attempt_

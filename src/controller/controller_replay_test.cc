@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <limits>
 
 #include "controller/controller_fixture.h"
 
@@ -272,6 +273,62 @@ TEST_F(ControllerReplayTest, ANanThatComesBackIsTheDataAndPassingWithItSkippedCo
                 "with the data batches up to step 8 skipped, the re-run passed it"),
             std::string::npos)
       << second["classification"].dump();
+}
+
+// Rank 1 (node-0) computes a NaN at step 11; through the gradient all-reduce every
+// rank's loss is NaN at step 12. node-1's agent reports rank 2's NaN at step 12 before
+// node-0's, lagging, reports its own: the incident is rank 1's at step 11, and the job
+// rolls back to step 10, not 11.
+TEST_F(ControllerReplayTest, TheEarliestNanIsTheIncidentWhicheverAgentReportsFirst) {
+  BeginWithoutStandby();
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Losses(0, {0, 1}, 1, 10);
+  for (int r : {2, 3}) Step(1, 0, r, 11, LossOf(11, r), RngOf(11, r));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Incident(1, 0, "nan", "nan", 2, 12);
+  for (int r : {2, 3}) Step(1, 0, r, 12, nan, RngOf(12, r));
+  for (int i = 0; i < 5; ++i) ctl_->RunOnce();  // node-0's ranks have not reported step 11
+  for (int n : {0, 1}) {
+    for (const Json& m : agents_[n].Read()) {
+      EXPECT_NE(m["type"], "stop") << "stopped before node-0's reports of step 11 came";
+    }
+  }
+  Incident(0, 0, "nan", "nan", 1, 11);
+  Step(0, 0, 0, 11, LossOf(11, 0), RngOf(11, 0));
+  Step(0, 0, 1, 11, nan, RngOf(11, 1));
+  Json stop = Expect(0, "stop");
+  Expect(1, "stop");
+  Json report = Finish();
+  ASSERT_EQ(report["incidents"].size(), 1u) << report.dump(2);
+  const Json& inc = report["incidents"][0];
+  EXPECT_EQ(inc["rank"], 1) << inc.dump(2);
+  EXPECT_EQ(inc["step"], 11) << inc.dump(2);
+  EXPECT_EQ(inc["node_id"], "node-0") << inc.dump(2);
+  EXPECT_EQ(inc["decision"]["resume_step_max"], 10) << inc.dump(2);
+  EXPECT_EQ(inc["replay"]["fault_step"], 11) << inc.dump(2);
+  // The steps reported while the NaN was held are not progress.
+  EXPECT_EQ(report["last_step"], 10) << report.dump(2);
+}
+
+// A NaN whose peers' reports never reach the step before it (a node's reports stall) is
+// acted on after kNanSettleS (2 s) all the same.
+TEST_F(ControllerReplayTest, ANanWaitsAtMostTwoSecondsForTheOtherRanksReports) {
+  BeginWithoutStandby();
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Losses(0, {0, 1}, 1, 10);
+  const double held_at = clock_.NowWall();
+  Incident(1, 0, "nan", "nan", 3, 12);  // node-0's ranks stay at step 10
+  Expect(1, "stop");
+  EXPECT_GE(clock_.NowWall() - held_at, 2.0);
+  EXPECT_LT(clock_.NowWall() - held_at, 2.5);
+  Json report = Finish();
+  ASSERT_EQ(report["incidents"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["incidents"][0]["rank"], 3);
+  EXPECT_EQ(report["incidents"][0]["step"], 12);
 }
 
 // A NaN of rank 1 at step 12, replayed on a standby, where rank 3 (node-1, which stays)
