@@ -138,9 +138,11 @@ class E2EBase : public ::testing::Test {
                               << (left.empty() ? 0 : left[0]);
   }
 
+  // The report's first incident of `kind`; null when there is none (or no report).
   static const Json* FirstIncident(const Json& r, const std::string& kind) {
+    if (!r.is_object() || !r.contains("incidents") || !r["incidents"].is_array()) return nullptr;
     for (const auto& x : r["incidents"]) {
-      if (x.value("kind", "") == kind) return &x;
+      if (x.is_object() && x.value("kind", "") == kind) return &x;
     }
     return nullptr;
   }
