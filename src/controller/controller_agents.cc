@@ -360,10 +360,19 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
     // bundle is refreshed from it at the relaunch), and nothing else does.
     // A NaN held for attribution (HoldNan) makes these steps late too.
     const bool late = stage_ != Stage::kRunning || !held_nans_.empty();
-    if (*rank >= 0 && *rank < spec_.world_size()) {
+    const bool known_rank = *rank >= 0 && *rank < spec_.world_size();
+    if (known_rank) {
       long& forwarded = forwarded_step_.try_emplace(static_cast<int>(*rank), *step).first->second;
       forwarded = std::max(forwarded, static_cast<long>(*step));
     }
+    // A NaN/Inf loss is forwarded as null, and its incident follows (SettleNan waits
+    // for it).
+    auto nan_reported = [&](long s) {
+      if (!known_rank) return;
+      long& first = nan_report_step_.try_emplace(static_cast<int>(*rank), s).first->second;
+      first = std::min(first, s);
+    };
+    if (m.contains("loss") && m["loss"].is_null()) nan_reported(*step);
     if (!late) metrics_.OnStep(sample);
     auto loss = [&](long s, double l, StepDigests d) {
       if (late) {
@@ -380,6 +389,7 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
         auto es = JInt(e, "step");
         auto el = JNumOr(e, "loss", std::numeric_limits<double>::quiet_NaN());
         if (!es.ok() || !el.ok() || *es >= *step) continue;
+        if (e.contains("loss") && e["loss"].is_null()) nan_reported(*es);
         loss(*es, *el, {HexDigestOr0(e, "rng"), HexDigestOr0(e, "data")});
       }
     }

@@ -431,6 +431,9 @@ void ControllerImpl::SettleNan(double now, bool force) {
   }
   if (!force && now < held_nan_until_) {
     const long before = held_nans_[first].first.step - 1;
+    for (const auto& [rank, step] : nan_report_step_) {
+      if (step <= before) return;  // an earlier NaN's incident is on its way
+    }
     for (int r = 0; r < spec_.world_size(); ++r) {
       if (nan_ranks_.count(r) || dead_ranks_.count(r)) continue;
       auto it = forwarded_step_.find(r);

@@ -324,8 +324,9 @@ class ControllerImpl {
   // at step s reaches every rank's loss at s + 1 through the gradient all-reduce, and the
   // agents of different nodes report in their own time, so the first NaN to arrive need
   // not be the first that happened. An agent's NaN is held (HoldNan) until every rank's
-  // reports reached the step before it (an agent sends a rank's NaN before that rank's
-  // step report) or kNanSettleS passed; then the NaN of the earliest step is the
+  // reports reached the step before it and no step report showed an earlier NaN whose
+  // incident has not come yet (an agent forwards a rank's step report, then its
+  // incident), or kNanSettleS passed; then the NaN of the earliest step is the
   // incident and the others are its secondaries (SettleNan). While one is held the
   // steps are late reports, not progress.
   void HoldNan(const Incident& inc, Json extra);
@@ -509,7 +510,8 @@ class ControllerImpl {
   std::vector<std::pair<Incident, Json>> held_nans_;  // HoldNan, in order of arrival
   double held_nan_until_ = 0;                         // when SettleNan stops waiting
   std::set<int> nan_ranks_;                           // ranks with a NaN reported in this attempt
-  std::map<int, long> forwarded_step_;  // rank -> newest step forwarded in this attempt
+  std::map<int, long> forwarded_step_;   // rank -> newest step forwarded in this attempt
+  std::map<int, long> nan_report_step_;  // rank -> first step forwarded with a NaN loss
   // Code updates in progress (controller_update.cc).
   struct UpdateState {
     enum class Phase { kNone, kPreparing, kSwitching, kVerifying };

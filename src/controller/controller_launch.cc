@@ -227,6 +227,7 @@ Status ControllerImpl::Launch() {
   held_nans_.clear();
   nan_ranks_.clear();
   forwarded_step_.clear();
+  nan_report_step_.clear();
   regroup_attempt_ = !incidents_.empty() && incidents_.back()["resumed_from"].is_null() &&
                              incidents_.back().contains("processes")
                          ? attempt_

@@ -278,7 +278,7 @@ TEST_F(ControllerReplayTest, ANanThatComesBackIsTheDataAndPassingWithItSkippedCo
 // Rank 1 (node-0) computes a NaN at step 11; through the gradient all-reduce every
 // rank's loss is NaN at step 12. node-1's agent reports rank 2's NaN at step 12 before
 // node-0's, lagging, reports its own: the incident is rank 1's at step 11, and the job
-// rolls back to step 10, not 11.
+// rolls back to step 10, not 11. Each agent forwards a step report, then its incident.
 TEST_F(ControllerReplayTest, TheEarliestNanIsTheIncidentWhicheverAgentReportsFirst) {
   BeginWithoutStandby();
   Expect(0, "start");
@@ -287,18 +287,20 @@ TEST_F(ControllerReplayTest, TheEarliestNanIsTheIncidentWhicheverAgentReportsFir
   Losses(0, {0, 1}, 1, 10);
   for (int r : {2, 3}) Step(1, 0, r, 11, LossOf(11, r), RngOf(11, r));
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  Incident(1, 0, "nan", "nan", 2, 12);
   for (int r : {2, 3}) Step(1, 0, r, 12, nan, RngOf(12, r));
-  for (int i = 0; i < 5; ++i) ctl_->RunOnce();  // node-0's ranks have not reported step 11
-  for (int n : {0, 1}) {
-    for (const Json& m : agents_[n].Read()) {
-      EXPECT_NE(m["type"], "stop") << "stopped before node-0's reports of step 11 came";
+  Incident(1, 0, "nan", "nan", 2, 12);
+  auto no_stop_yet = [&](const char* why) {
+    for (int i = 0; i < 5; ++i) ctl_->RunOnce();
+    for (int n : {0, 1}) {
+      for (const Json& m : agents_[n].Read()) EXPECT_NE(m["type"], "stop") << why;
     }
-  }
-  Incident(0, 0, "nan", "nan", 1, 11);
+  };
+  no_stop_yet("stopped before node-0's reports of step 11 came");
   Step(0, 0, 0, 11, LossOf(11, 0), RngOf(11, 0));
   Step(0, 0, 1, 11, nan, RngOf(11, 1));
-  Json stop = Expect(0, "stop");
+  no_stop_yet("stopped between rank 1's NaN step report and its incident");
+  Incident(0, 0, "nan", "nan", 1, 11);
+  Expect(0, "stop");
   Expect(1, "stop");
   Json report = Finish();
   ASSERT_EQ(report["incidents"].size(), 1u) << report.dump(2);
