@@ -313,8 +313,14 @@ TEST(AgentIntegration, NanAndHangWithStacks) {
   EXPECT_EQ((*cap)["attempt"], 0);
   EXPECT_TRUE((*cap)["stopped"].empty());
   ASSERT_TRUE((*cap)["stacks"].contains("0")) << cap->dump();
-  EXPECT_NE((*cap)["stacks"]["0"].get<std::string>().find("train_step"), std::string::npos)
-      << cap->dump();
+  // The rank is caught wherever it is: almost always asleep in train_step, but under load
+  // it can be inside report(); either way the capture holds its Python stack.
+  const std::string cap0 = (*cap)["stacks"]["0"].get<std::string>();
+  EXPECT_NE(cap0.find("--- Python stacks (faulthandler) ---"), std::string::npos) << cap0;
+  EXPECT_TRUE(cap0.find("in train_step") != std::string::npos ||
+              cap0.find("in report") != std::string::npos)
+      << cap0;
+  EXPECT_NE(cap0.find("in <module>"), std::string::npos) << cap0;
   EXPECT_TRUE(AnyGroupAlive(pgids));
 
   fc.Send({{"type", "chaos"}, {"action", "hang_rank"}, {"rank", 0}});
@@ -329,7 +335,9 @@ TEST(AgentIntegration, NanAndHangWithStacks) {
   ASSERT_TRUE((*hang)["stacks"].contains("0")) << hang->dump();
   const std::string st0 = (*hang)["stacks"]["0"].get<std::string>();
   EXPECT_NE(st0.find("resumed to dump its stack"), std::string::npos) << st0;
-  EXPECT_NE(st0.find("train_step"), std::string::npos) << st0;
+  EXPECT_TRUE(st0.find("in train_step") != std::string::npos ||
+              st0.find("in report") != std::string::npos)
+      << st0;  // stopped wherever it was (see the capture above)
   EXPECT_NE(st0.find("--- Python stacks (faulthandler) ---"), std::string::npos) << st0;
 
   fc.Send({{"type", "stop"}, {"attempt", 0}, {"grace_s", 1.0}});
