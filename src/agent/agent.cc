@@ -242,9 +242,13 @@ void Agent::AcceptAdopters() {
     const double away = orphaned_at_ >= 0 ? clock_->NowMono() - orphaned_at_ : 0;
     orphaned_at_ = -1;
     Warn("adopted by a controller after " + std::to_string(away) + " s; " +
-         std::to_string(RanksAlive()) + " rank(s) kept running; forwarding " +
+         std::to_string(RanksAlive()) + " rank(s) kept running; resending " +
+         std::to_string(outcomes_.size()) + " outcome report(s) of the attempt, forwarding " +
          std::to_string(backlog_.size()) + " report(s) made meanwhile");
     SendHello();
+    std::vector<Json> outcomes = std::move(outcomes_);
+    outcomes_.clear();
+    for (const Json& m : outcomes) Send(m);  // kept again, for a later adopter
     while (!backlog_.empty()) {
       Send(backlog_.front());
       backlog_.pop_front();
@@ -366,6 +370,11 @@ void Agent::Send(const Json& msg) {
   }
   Status st = conn_->Send(msg);
   if (!st.ok()) Warn("send to controller failed: " + st.ToString());
+  const std::string type = msg.value("type", "");
+  constexpr size_t kMaxOutcomes = 4096;  // 2 per rank at most; a bound all the same
+  if ((type == "incident" || type == "exited") && spec_ && outcomes_.size() < kMaxOutcomes) {
+    outcomes_.push_back(msg);
+  }
 }
 
 void Agent::MaybeHeartbeat(bool force) {

@@ -320,6 +320,11 @@ class Agent {
   std::vector<std::unique_ptr<JsonLineConn>> adopters_;
   double orphaned_at_ = -1;   // mono time the controller was lost; -1 = connected
   std::deque<Json> backlog_;  // reports made while orphaned, for the adopter
+  // The running attempt's outcome reports (`incident`, `exited`) sent while a controller
+  // was connected: a controller lost before it acted on one (a NaN held for attribution,
+  // an exit it had not counted) would otherwise leave the adopter without it, so they
+  // are sent again, before the backlog. Emptied when an attempt starts or a stop ends.
+  std::vector<Json> outcomes_;
   Fd dgram_;
   FaultDetector detector_;
   std::optional<StartSpec> spec_;  // the running (or stopping) attempt

@@ -173,6 +173,7 @@ void Agent::FinishPark() {
   Json mem = spec_ ? MemoryInventory(*spec_) : Json::object();
   DrainOutbox();
   spec_.reset();
+  outcomes_.clear();
   if (reply >= 0) SendStopped(reply, std::move(mem), std::move(parked));
   LaunchPendingStart();
 }

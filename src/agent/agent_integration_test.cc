@@ -460,6 +460,72 @@ TEST(AgentIntegration, ReportsWhileOrphanedReachTheAdopter) {
   EXPECT_EQ((*exited)["code"], 0);
 }
 
+// A controller lost after an outcome reached it but before it acted on it (a NaN held
+// for attribution, an exit it had not counted) leaves the adopter without it unless the
+// agent says it again: the attempt's incidents and exits go again after the hello.
+TEST(AgentIntegration, TheAttemptsOutcomesReachTheAdopterAgain) {
+  FakeController fc("node-0", {"--orphan-timeout", "60"});
+  auto hello = fc.WaitFor("hello");
+  ASSERT_TRUE(hello) << fc.agent_output();
+  const int adopt_port = (*hello)["adopt_port"].get<int>();
+  const char* py = R"PY(
+import json, os, socket, sys, time
+rank = int(os.environ["RANK"])
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for i in range(4):
+    loss = None if (rank == 1 and i == 2) else 1.0
+    sock.sendto(json.dumps({"type": "step", "rank": rank, "step": i, "loss": loss,
+                            "t": time.time()}).encode(), os.environ["BULWARK_AGENT_SOCK"])
+    time.sleep(0.05)
+if rank == 0:
+    sys.exit(0)
+time.sleep(300)
+)PY";
+  Json start = fc.StartMsg(2, {"/usr/bin/python3", "-c", py}, 2);
+  start["group_rank"] = 0;
+  fc.Send(start);
+  auto started = fc.WaitFor("started");
+  ASSERT_TRUE(started) << fc.agent_output();
+  const std::vector<pid_t> pgids = Pgids(*started);
+  auto is_nan = [](const Json& m) { return m["kind"] == "nan"; };
+  auto nan = fc.WaitFor("incident", is_nan);
+  ASSERT_TRUE(nan) << fc.agent_output();
+  EXPECT_EQ((*nan)["rank"], 1);
+  EXPECT_EQ((*nan)["step"], 2);
+  ASSERT_TRUE(fc.WaitFor("exited")) << fc.agent_output();
+  fc.CloseConnection();  // the controller dies before acting on either
+
+  fc.Adopt(adopt_port,
+           {{"type", "adopt"}, {"job", "demo"}, {"run_id", "run-xyz"}, {"node", "node-0"}});
+  auto adopted = fc.WaitFor("hello");
+  ASSERT_TRUE(adopted) << fc.agent_output();
+  EXPECT_EQ((*adopted)["attempt"], 2);
+  EXPECT_EQ((*adopted)["ranks_alive"], 1);
+  auto again = fc.WaitFor("incident", is_nan);
+  ASSERT_TRUE(again) << fc.agent_output();
+  EXPECT_EQ((*again)["attempt"], 2);
+  EXPECT_EQ((*again)["rank"], 1);
+  EXPECT_EQ((*again)["step"], 2);
+  auto exited = fc.WaitFor("exited");
+  ASSERT_TRUE(exited) << fc.agent_output();
+  EXPECT_EQ((*exited)["attempt"], 2);
+  EXPECT_EQ((*exited)["rank"], 0);
+
+  // A stop ends the attempt: the next adopter hears nothing of it again.
+  fc.Send({{"type", "stop"}, {"attempt", 2}, {"grace_s", 1.0}});
+  ASSERT_TRUE(fc.WaitFor("stopped")) << fc.agent_output();
+  EXPECT_FALSE(AnyGroupAlive(pgids));
+  fc.CloseConnection();
+  fc.Adopt(adopt_port,
+           {{"type", "adopt"}, {"job", "demo"}, {"run_id", "run-xyz"}, {"node", "node-0"}});
+  auto idle = fc.WaitFor("hello");
+  ASSERT_TRUE(idle) << fc.agent_output();
+  EXPECT_EQ((*idle)["state"], "idle");
+  ASSERT_TRUE(fc.WaitFor("heartbeat")) << fc.agent_output();
+  EXPECT_FALSE(fc.WaitFor("incident", nullptr, 0.3)) << fc.agent_output();
+  EXPECT_FALSE(fc.WaitFor("exited", nullptr, 0)) << fc.agent_output();
+}
+
 TEST(AgentIntegration, BadStartIsDroppedWithFieldName) {
   FakeController fc("node-0");
   ASSERT_TRUE(fc.WaitFor("hello")) << fc.agent_output();

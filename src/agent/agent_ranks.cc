@@ -44,6 +44,7 @@ void Agent::Launch(const StartSpec& spec) {
   SetWarmSpec(spec, spec.warm_ranks);
   if (WaitForZygote(spec)) return;  // MaybeLaunchAfterZygote launches it
   spec_ = spec;
+  outcomes_.clear();
   EnsurePersister(spec);
   if (persister_) persister_->PausePushes(false);  // paused since the last stop
   stopping_ = false;
@@ -451,6 +452,7 @@ void Agent::FinishStop() {
   Json mem = spec_ ? MemoryInventory(*spec_) : Json::object();
   DrainOutbox();
   spec_.reset();
+  outcomes_.clear();
   if (reply >= 0) {
     SendStopped(reply, std::move(mem));
   }
