@@ -126,6 +126,9 @@ class Agent {
     std::string stack_file;
     bool in_process = false;  // its SDK runs the training function in generations
     bool parked = false;      // left its generation alive; waits for the next one
+    // Asked to park while its socket's queue was full: `abort` goes again every loop
+    // turn until it is sent, the rank parks or the park times out (AdvancePark).
+    bool abort_unsent = false;
     // Step reports faster than kMaxStepForwardHz are merged here (ForwardStep).
     Json step_pending;
     double step_forwarded_at = -1;  // mono time of the last step forwarded
@@ -214,6 +217,9 @@ class Agent {
   // `parked` datagram, the end of the park.
   void BeginPark(long reply_attempt, const std::vector<int>& kill, double timeout_s);
   void AdvancePark();
+  // Sends r `abort` {attempt}; false (and r is killed) when it cannot be told. A full
+  // socket queue is not that: r.abort_unsent is set and AdvancePark sends it again.
+  bool SendAbort(Rank& r, long attempt);
   // Stacks of the ranks that did not park by the deadline (bounded, 1 s), written to
   // <log_dir>/park-attempt-N-<node>-stacks.txt before they are killed; its path or "".
   std::string SaveLateParkerStacks();

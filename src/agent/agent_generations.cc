@@ -21,8 +21,9 @@
 //      job's store under a new prefix. Ranks without a parked process come from the
 //      warm pool or are spawned. A parked rank the new attempt has no place for is
 //      killed. A stop without `park` kills parked ranks like any other.
-// Every step is bounded: the park by park_timeout_s + kKillWaitS, a generation send by
-// one non-blocking datagram (a rank that cannot be told is replaced).
+// Every step is bounded: the park by park_timeout_s + kKillWaitS (an `abort` that finds
+// the rank's socket queue full is sent again each loop turn within it), a generation
+// send by one non-blocking datagram (a rank that cannot be told is replaced).
 #include <signal.h>
 
 #include <algorithm>
@@ -59,6 +60,7 @@ void Agent::BeginPark(long reply_attempt, const std::vector<int>& kill, double t
   stop_reply_attempt_ = reply_attempt;
   std::vector<int> killed, aborted;
   for (Rank& r : ranks_) {
+    r.abort_unsent = false;
     if (!r.alive || r.parked) continue;
     const bool culprit = std::find(kill.begin(), kill.end(), r.rank) != kill.end();
     if (culprit || !r.in_process) {
@@ -67,13 +69,7 @@ void Agent::BeginPark(long reply_attempt, const std::vector<int>& kill, double t
       killed.push_back(r.rank);
       continue;
     }
-    Status st = UnixDgramSend(dgram_.get(), RankSockPath(paths_, r.rank),
-                              Json{{"type", "abort"}, {"attempt", reply_attempt}}.dump());
-    if (!st.ok()) {  // it cannot hear us: it cannot park either
-      Warn("rank " + std::to_string(r.rank) + " cannot be asked to park (" + st.ToString() +
-           "); stopping it");
-      IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL), "the process may be gone already");
-      IgnoreError(procs_->SignalGroup(r.pgid, SIGCONT), "the process may be gone already");
+    if (!SendAbort(r, reply_attempt)) {
       killed.push_back(r.rank);
       continue;
     }
@@ -101,7 +97,34 @@ void Agent::OnParked(const Json& m, Rank& r) {
         {"error", why}});
 }
 
+bool Agent::SendAbort(Rank& r, long attempt) {
+  Status st = UnixDgramSend(dgram_.get(), RankSockPath(paths_, r.rank),
+                            Json{{"type", "abort"}, {"attempt", attempt}}.dump());
+  if (st.code() == Code::kResourceExhausted) {
+    // Its queue is full (it reads every 50 ms; chaos or a report storm filled it).
+    if (!r.abort_unsent) {
+      Warn("rank " + std::to_string(r.rank) + "'s socket queue is full; asking it to park " +
+           "again until it reads");
+    }
+    r.abort_unsent = true;
+    return true;
+  }
+  r.abort_unsent = false;
+  if (st.ok()) return true;
+  // It cannot hear us: it cannot park either.
+  Warn("rank " + std::to_string(r.rank) + " cannot be asked to park (" + st.ToString() +
+       "); stopping it");
+  IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL), "the process may be gone already");
+  IgnoreError(procs_->SignalGroup(r.pgid, SIGCONT), "the process may be gone already");
+  return false;
+}
+
 void Agent::AdvancePark() {
+  if (!park_killed_) {
+    for (Rank& r : ranks_) {
+      if (r.alive && !r.parked && r.abort_unsent) SendAbort(r, stop_reply_attempt_);
+    }
+  }
   bool done = true;
   for (const Rank& r : ranks_) done = done && (!r.alive || r.parked);
   if (done) {

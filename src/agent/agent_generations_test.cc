@@ -468,6 +468,51 @@ TEST_F(AgentGenerationsTest, ARankThatDoesNotParkInTimeIsKilledAndReplaced) {
   EXPECT_EQ(Of(started1, 1).second, "spawned");
 }
 
+// A rank whose socket queue is full when the park begins (it reads every 50 ms; a storm
+// of datagrams filled it) is asked again until it reads, not killed and replaced.
+TEST_F(AgentGenerationsTest, ARankWhoseQueueIsFullIsAskedAgainNotKilled) {
+  StartTwoRanks();
+  const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;
+  auto filler = UnixDgramSocket();
+  ASSERT_TRUE(filler.ok());
+  int queued = 0;
+  while (queued < 100000 &&
+         UnixDgramSend(filler->get(), sdk_[0].path, R"({"type":"noise"})").ok()) {
+    ++queued;
+  }
+  ASSERT_LT(queued, 100000) << "the queue never filled";
+  Send({{"type", "stop"},
+        {"attempt", 0},
+        {"park", true},
+        {"kill", Json::array()},
+        {"park_timeout_s", 5}});
+  RunUntil([] { return false; }, 10);  // the agent tries while the queue stays full
+  EXPECT_TRUE(procs_.Alive(p0));
+  // The rank reads its queue: the abort follows the noise.
+  auto abort_of = [&](int rank) {
+    Json abort;
+    RunUntil([&] {
+      for (const std::string& d : UnixDgramRecvAll(sdk_[rank].sock.get())) {
+        Json m = Json::parse(d);
+        if (m["type"] == "abort") abort = m;
+      }
+      return !abort.is_null();
+    });
+    return abort;
+  };
+  EXPECT_EQ(abort_of(0), (Json{{"type", "abort"}, {"attempt", 0}}));
+  EXPECT_EQ(abort_of(1), (Json{{"type", "abort"}, {"attempt", 0}}));
+  for (int r : {0, 1}) {
+    const pid_t p = r == 0 ? p0 : p1;
+    FromRank({{"type", "parked"}, {"rank", r}, {"pid", p}, {"attempt", 0}, {"error", ""}});
+  }
+  Json stopped = Expect("stopped");
+  EXPECT_EQ(stopped["parked"],
+            (Json::array({{{"rank", 0}, {"pid", p0}}, {{"rank", 1}, {"pid", p1}}})));
+  EXPECT_TRUE(procs_.Alive(p0));
+  EXPECT_TRUE(procs_.Signals(p0).empty());
+}
+
 TEST_F(AgentGenerationsTest, CulpritsAndRanksWithoutInProcessRecoveryAreKilledNotAsked) {
   Send(Start(0));
   Json started = Expect("started");
