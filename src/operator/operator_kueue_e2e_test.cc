@@ -197,7 +197,10 @@ TEST_F(OperatorE2E, KueueGangSchedulingIsDelegated) {
   for (const Json& p : Pods()) {
     const std::string name = Str(p, {"metadata", "name"});
     bound[name] = Str(p, {"spec", "nodeName"});
-    EXPECT_TRUE(HasEvent("Pod", name, "Scheduled", "Successfully assigned")) << name;
+    // kube-scheduler records the event after the binding, asynchronously.
+    EXPECT_TRUE(
+        WaitFor([&] { return HasEvent("Pod", name, "Scheduled", "Successfully assigned"); }, 30))
+        << name;
   }
   Kubectl({"get", "pods", "-n", ns_, "-o", "wide"});
   Kubectl({"get", "workloads", "-n", ns_, "-o", "wide"});
