@@ -363,6 +363,7 @@ void ControllerImpl::Reconcile() {
       if (stage_ != Stage::kRunning) break;
       MaybeAnnounceCadence(now);
       CheckSpontaneousPark(now);
+      ReplenishSpares();  // a standby lost while the job runs is restocked now
       PrepareSpares();
       AdvanceUpdate(now);
       MaybeGrow(now);

@@ -396,6 +396,62 @@ TEST_F(ControllerEarlyExitTest, AnAgentThatConnectsAfterTwoEarlyEndsResetsTheCou
   EXPECT_TRUE(EventMessages("gen", "Failed").empty());
 }
 
+// A standby that keeps ending before it connects (a bad node of the cluster) backs off
+// only standby starts, to minutes, with one warning: the job runs on without standbys,
+// and a slot's node lost meanwhile is replaced at once, not after the standbys' backoff.
+TEST_F(ControllerEarlyExitTest, StandbysThatEndBeforeConnectingDoNotHoldUpASlotsReplacement) {
+  Begin(std::string(kSpec) + "  spareNodes: 1\n");
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Step(0, 5);
+  std::vector<double> standby_starts;
+  size_t seen = 0;
+  int turns = 0;
+  while (standby_starts.size() < 5 && ++turns < 200000 && ctl_->RunOnce()) {
+    for (; seen < backend_.started.size(); ++seen) {
+      const NodeRequest r = backend_.started[seen];
+      if (r.slot != -1) continue;  // the first attempt's nodes
+      standby_starts.push_back(clock_.NowWall());
+      backend_.losses.push_back({r.node_id, "agent exited (exit 2)"});
+    }
+  }
+  ASSERT_EQ(standby_starts.size(), 5u);
+  // Each lost standby was restocked while the job ran: no fault, no other node started.
+  EXPECT_TRUE(EventMessages("gen", "FaultDetected").empty());
+  EXPECT_EQ(std::count_if(backend_.started.begin(), backend_.started.end(),
+                          [](const NodeRequest& r) { return r.slot >= 0; }),
+            2);
+  EXPECT_GE(standby_starts[3] - standby_starts[2], 2.0);  // 0.5, 1, 2, 4 s, ... to 300 s
+  EXPECT_GE(standby_starts[4] - standby_starts[3], 4.0);
+  for (int i = 0; i < 5; ++i) ctl_->RunOnce();  // the fifth's end is seen: 8 s to the next
+  const std::vector<std::string> warned = EventMessages("gen", "StandbyStartFailed");
+  ASSERT_EQ(warned.size(), 1u);
+  EXPECT_NE(warned[0].find("standbys ended before connecting 3 times in a row (last: "),
+            std::string::npos)
+      << warned[0];
+  EXPECT_NE(warned[0].find("agent exited (exit 2)); the job runs on without them"),
+            std::string::npos)
+      << warned[0];
+  EXPECT_TRUE(EventMessages("gen", "Failed").empty());
+
+  // Slot 0's node is lost: its replacement starts at once.
+  agents_[0] = JsonLineConn(Fd());
+  Expect(1, "stop");
+  Send(1,
+       {{"type", "stopped"}, {"attempt", 0}, {"mem", Json::object()}, {"parked", Json::array()}});
+  const double lost_at = clock_.NowWall();
+  double slot_start = -1;
+  turns = 0;
+  while (slot_start < 0 && ++turns < 200000 && ctl_->RunOnce()) {
+    for (; seen < backend_.started.size(); ++seen) {
+      if (backend_.started[seen].slot == 0) slot_start = clock_.NowWall();
+    }
+  }
+  ASSERT_GE(slot_start, 0) << "slot 0 was never replaced";
+  EXPECT_LT(slot_start - lost_at, 1.0);
+}
+
 TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtAStepBoundary) {
   std::string spec = kSpec;
   spec += "elastic: {minNodes: 1, waitSeconds: 5}\n";

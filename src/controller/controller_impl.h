@@ -379,7 +379,9 @@ class ControllerImpl {
   // or it never connected). Backs further starts off as a refused start does; the
   // kMaxEarlyExits-th such end in a row of one slot fails the job (the agent cannot
   // start there: a bad flag, a run dir too long for its sockets, a missing library),
-  // where each replacement would end the same way until the stage's deadline.
+  // where each replacement would end the same way until the stage's deadline. A
+  // standby's backs off only standby starts (to 5 min; StandbyStartFailed at the
+  // kMaxEarlyExits-th): the job does not need standbys to run.
   void OnEarlyExit(const Node& n, const std::string& reason, double now);
   void RetryCapacityWaits();
   // The slot waiting longest for capacity beyond capacity_wait_s, as a failure
@@ -448,9 +450,10 @@ class ControllerImpl {
   std::set<const JsonLineConn*> answered_;              // of pending_: clients answered
   std::vector<std::string> slots_;
   int next_node_ = 0;
-  int start_failures_ = 0;     // node starts the backend refused, in a row
-  double start_retry_at_ = 0;  // no start before (wall time)
-  std::string start_error_;    // the last refusal ("" after a start succeeded)
+  int start_failures_ = 0;       // node starts the backend refused, in a row
+  double start_retry_at_ = 0;    // no start before (wall time)
+  double standby_retry_at_ = 0;  // no standby start before (wall time; OnEarlyExit)
+  std::string start_error_;      // the last refusal ("" after a start succeeded)
   static constexpr int kMaxEarlyExits = 3;
   std::map<int, int> early_exits_;  // slot (-1: standbys) -> agents ended before hello, in a row
   std::string early_exit_failure_;  // why the job fails once a slot reached kMaxEarlyExits

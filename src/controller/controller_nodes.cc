@@ -15,6 +15,10 @@ std::string NodeId(int i) { return "node-" + std::to_string(i); }
 // to 10 s.
 double StartBackoffS(int k) { return std::min(10.0, 0.5 * std::pow(2.0, std::min(k - 1, 5))); }
 
+// The wait before the next standby start after `k` standbys in a row ended before they
+// connected: 0.5 s, doubling to 5 minutes (the job runs without standbys meanwhile).
+double StandbyBackoffS(int k) { return std::min(300.0, 0.5 * std::pow(2.0, std::min(k - 1, 10))); }
+
 }  // namespace
 
 ControllerNode* ControllerImpl::StartNode(int slot) {
@@ -76,8 +80,23 @@ bool ControllerImpl::TryStartNode(Node& n) {
 
 void ControllerImpl::OnEarlyExit(const Node& n, const std::string& reason, double now) {
   const int k = ++early_exits_[n.slot];
+  if (n.slot < 0) {
+    // A standby's end holds up only standby starts, never a slot's replacement.
+    const double wait = StandbyBackoffS(k);
+    standby_retry_at_ = std::max(standby_retry_at_, now + wait);
+    if (k == kMaxEarlyExits) {
+      char next[32];
+      std::snprintf(next, sizeof next, "%.1f", wait);
+      Event("StandbyStartFailed",
+            "standbys ended before connecting " + std::to_string(k) + " times in a row (last: " +
+                n.id + ", " + reason + "); the job runs on without them; the next is started in " +
+                next + " s, backing off to 300 s. The agent's own error is in its output (the " +
+                "console of `bulwark run`; the pod's or the step's log on a cluster)");
+    }
+    return;
+  }
   start_retry_at_ = std::max(start_retry_at_, now + StartBackoffS(k));
-  if (n.slot < 0 || k < kMaxEarlyExits || !early_exit_failure_.empty()) return;
+  if (k < kMaxEarlyExits || !early_exit_failure_.empty()) return;
   early_exit_failure_ = "the agent for slot " + std::to_string(n.slot) + " ended before " +
                         "connecting " + std::to_string(k) + " times in a row (last: " + n.id +
                         ", " + reason + "); it cannot start there: its own error is in its " +
@@ -123,7 +142,8 @@ int ControllerImpl::SparesReady() const {
 void ControllerImpl::ReplenishSpares() {
   int have = 0;
   for (const auto& [id, n] : nodes_) have += (n->slot == -1 && !n->lost) ? 1 : 0;
-  for (; have < spec_.fault_policy.spare_nodes && !StartBackingOff(); ++have) {
+  const bool backing_off = StartBackingOff() || clock_->NowWall() < standby_retry_at_;
+  for (; have < spec_.fault_policy.spare_nodes && !backing_off; ++have) {
     Node* n = StartNode(-1);
     if (n && !n->awaiting_capacity) Event("SpareStarted", n->id + " started as a warm standby");
   }
