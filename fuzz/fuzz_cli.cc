@@ -9,12 +9,13 @@
 // (PyTorchJob), bad.yaml, s.yaml (a sim config of the same schema as
 // examples/sim/one-job.yaml, scaled down to 12 nodes for 2 days with 30 times Llama 3's
 // failure rates so that one `sim` input costs about a millisecond, not the example's
-// 60), ck (a checkpoint root with committed steps, rewritten before every `ckpt` input,
-// the only command that reads it); XDG_STATE_HOME points to its fuzz-cli-state, so
-// get/describe see no store of this machine. After every input what it created
-// (`sim --json FILE`, `--csv FILE`) is removed and a fixed file it overwrote is
-// rewritten, so an input means the same thing whatever ran before it (and later inputs
-// do not pay for validating earlier ones' output). Contracts checked beyond "no crash":
+// 60), ck (a checkpoint root with committed steps, copied afresh from a template outside
+// the scratch directory before every `ckpt` input, the only command that reads it);
+// XDG_STATE_HOME points to its fuzz-cli-state, so get/describe see no store of this
+// machine. After every input what it created (`sim --json FILE`, `--csv FILE`) is
+// removed and a fixed file it overwrote is rewritten, so an input means the same thing
+// whatever ran before it (and later inputs do not pay for validating earlier ones'
+// output). Contracts checked beyond "no crash":
 // the exit status is 0, 1 or 2, and nothing is written under XDG_STATE_HOME (get and
 // describe only read stores).
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -78,12 +80,25 @@ workload:
 failures: {preset: llama3, scale: 30, repairHours: 4}
 )";
 
-// A checkpoint root "ck" with steps 1 and 2 committed (1 rank).
-void WriteCheckpoints() {
-  std::error_code ec;
-  fs::remove_all("ck", ec);
+// The checkpoint root "ck" every `ckpt` input starts from: steps 1 and 2 committed (1
+// rank), written once (the checkpoint engine fsyncs every file and directory: ~70 ms, most
+// of a `ckpt` input's time) into a directory outside the scratch directory, where no
+// input can name it, and copied (no fsync) into "ck" before each `ckpt` input.
+fs::path& CheckpointTemplate() {
+  static auto* path = new fs::path;
+  return *path;
+}
+
+void WriteCheckpointTemplate() {
+  char dir[] = "/tmp/fuzz-cli-ck.XXXXXX";
+  Check(mkdtemp(dir) != nullptr, "harness: mkdtemp");
+  CheckpointTemplate() = fs::path(dir) / "ck";
+  std::atexit([] {
+    std::error_code ec;
+    fs::remove_all(CheckpointTemplate().parent_path(), ec);
+  });
   bulwark::ckpt::Env* env = bulwark::ckpt::Env::Default();
-  const std::string root = (fs::current_path() / "ck").string();
+  const std::string root = CheckpointTemplate().string();
   std::vector<uint8_t> bytes(100, 3);
   for (long step : {1, 2}) {
     bulwark::ckpt::Blob b{"state", bytes.data(), bytes.size()};
@@ -92,6 +107,13 @@ void WriteCheckpoints() {
           "harness: WriteShard");
     Check(bulwark::ckpt::Commit(env, root, step, 1).ok(), "harness: Commit");
   }
+}
+
+void WriteCheckpoints() {
+  std::error_code ec;
+  fs::remove_all("ck", ec);
+  fs::copy(CheckpointTemplate(), "ck", fs::copy_options::recursive, ec);
+  Check(!ec, "harness: copy the checkpoint template", ec.message());
 }
 
 // XDG_STATE_HOME of the commands: a name of the harness's own, since it is emptied.
@@ -149,6 +171,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     Check(!FixedFiles()[name].empty(), "harness: read", from.string());
   }
   FixedFiles()["s.yaml"] = kSimConfig;
+  WriteCheckpointTemplate();
   RestoreScratch(Listing());
   std::error_code ec;
   fs::remove_all(kStateDir, ec);  // the harness's own: emptied at every start
