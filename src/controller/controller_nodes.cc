@@ -142,8 +142,8 @@ int ControllerImpl::SparesReady() const {
 void ControllerImpl::ReplenishSpares() {
   int have = 0;
   for (const auto& [id, n] : nodes_) have += (n->slot == -1 && !n->lost) ? 1 : 0;
-  const bool backing_off = StartBackingOff() || clock_->NowWall() < standby_retry_at_;
-  for (; have < spec_.fault_policy.spare_nodes && !backing_off; ++have) {
+  auto backing_off = [&] { return StartBackingOff() || clock_->NowWall() < standby_retry_at_; };
+  for (; have < spec_.fault_policy.spare_nodes && !backing_off(); ++have) {
     Node* n = StartNode(-1);
     if (n && !n->awaiting_capacity) Event("SpareStarted", n->id + " started as a warm standby");
   }
