@@ -371,7 +371,7 @@ void Agent::Send(const Json& msg) {
   Status st = conn_->Send(msg);
   if (!st.ok()) Warn("send to controller failed: " + st.ToString());
   const std::string type = msg.value("type", "");
-  constexpr size_t kMaxOutcomes = 4096;  // 2 per rank at most; a bound all the same
+  constexpr size_t kMaxOutcomes = 4096;  // a few per rank per attempt; bounded all the same
   if ((type == "incident" || type == "exited") && spec_ && outcomes_.size() < kMaxOutcomes) {
     outcomes_.push_back(msg);
   }
