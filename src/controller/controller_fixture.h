@@ -28,6 +28,7 @@ class FakeBackend : public Backend {
     ++start_calls;
     if (!capacity) return Unavailable("no machine free");
     if (!start_error.ok()) return start_error;
+    if (req.slot < 0 && !standby_error.ok()) return standby_error;
     started.push_back(req);
     return Status::Ok();
   }
@@ -52,6 +53,7 @@ class FakeBackend : public Backend {
   std::vector<NodeLoss> losses;          // the next Poll's answer
   bool capacity = true;                  // false: StartNode answers UNAVAILABLE
   Status start_error;                    // not OK: StartNode fails with it
+  Status standby_error;                  // not OK: standby starts (slot < 0) fail with it
   int start_calls = 0;
 };
 

@@ -328,10 +328,7 @@ class ControllerEarlyExitTest : public testing::ControllerFixture {
     std::vector<double> starts;
     size_t seen = backend_.started.size();
     *connected = false;
-    agents_[0] = JsonLineConn(Fd());
-    Expect(1, "stop");
-    Send(1,
-         {{"type", "stopped"}, {"attempt", 0}, {"mem", Json::object()}, {"parked", Json::array()}});
+    LoseSlot0();
     int turns = 0;
     while (++turns < 200000 && !*connected && ctl_->RunOnce()) {
       for (; seen < backend_.started.size(); ++seen) {
@@ -348,6 +345,27 @@ class ControllerEarlyExitTest : public testing::ControllerFixture {
     }
     EXPECT_LT(turns, 200000) << "the job never ended";
     return starts;
+  }
+  // Slot 0's node is lost (its connection closes); node-1 reports its stop.
+  void LoseSlot0() {
+    agents_[0] = JsonLineConn(Fd());
+    Expect(1, "stop");
+    Send(1,
+         {{"type", "stopped"}, {"attempt", 0}, {"mem", Json::object()}, {"parked", Json::array()}});
+  }
+  // Loses slot 0's node and runs the controller until a node is started for slot 0:
+  // the seconds that took on the fake clock, or -1 if none was.
+  double SecondsToReplaceSlot0() {
+    size_t seen = backend_.started.size();
+    LoseSlot0();
+    const double lost_at = clock_.NowWall();
+    int turns = 0;
+    while (++turns < 200000 && ctl_->RunOnce()) {
+      for (; seen < backend_.started.size(); ++seen) {
+        if (backend_.started[seen].slot == 0) return clock_.NowWall() - lost_at;
+      }
+    }
+    return -1;
   }
 };
 
@@ -436,20 +454,43 @@ TEST_F(ControllerEarlyExitTest, StandbysThatEndBeforeConnectingDoNotHoldUpASlots
   EXPECT_TRUE(EventMessages("gen", "Failed").empty());
 
   // Slot 0's node is lost: its replacement starts at once.
-  agents_[0] = JsonLineConn(Fd());
-  Expect(1, "stop");
-  Send(1,
-       {{"type", "stopped"}, {"attempt", 0}, {"mem", Json::object()}, {"parked", Json::array()}});
-  const double lost_at = clock_.NowWall();
-  double slot_start = -1;
-  turns = 0;
-  while (slot_start < 0 && ++turns < 200000 && ctl_->RunOnce()) {
-    for (; seen < backend_.started.size(); ++seen) {
-      if (backend_.started[seen].slot == 0) slot_start = clock_.NowWall();
-    }
+  const double took = SecondsToReplaceSlot0();
+  ASSERT_GE(took, 0) << "slot 0 was never replaced";
+  EXPECT_LT(took, 1.0);
+}
+
+// A backend that refuses standby starts (and only them) is asked again after a wait
+// that doubles past the slots' 10 s, and a slot's node lost right after a refusal is
+// replaced at once, not after the refusal's backoff.
+TEST_F(ControllerEarlyExitTest, RefusedStandbysDoNotHoldUpASlotsReplacement) {
+  backend_.standby_error = FailedPrecondition("no standby nodes in this partition");
+  Begin(std::string(kSpec) + "  spareNodes: 1\n");
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Step(0, 5);
+  std::vector<double> refused;  // wall times of the standby starts asked for since
+  int calls = backend_.start_calls;
+  int turns = 0;
+  while (refused.size() < 7 && ++turns < 200000 && ctl_->RunOnce()) {
+    for (; calls < backend_.start_calls; ++calls) refused.push_back(clock_.NowWall());
   }
-  ASSERT_GE(slot_start, 0) << "slot 0 was never replaced";
-  EXPECT_LT(slot_start - lost_at, 1.0);
+  ASSERT_EQ(refused.size(), 7u);
+  EXPECT_EQ(backend_.started.size(), 2u);  // the first attempt's nodes only
+  EXPECT_TRUE(EventMessages("gen", "FaultDetected").empty());
+  EXPECT_GE(refused[6] - refused[5], 32.0);  // 0.5, 1, 2, 4, 8, 16, 32 s, ... to 300 s
+  const std::vector<std::string> failed = EventMessages("gen", "NodeStartFailed");
+  ASSERT_EQ(failed.size(), 8u);  // the launch's refusal, then the seven
+  EXPECT_NE(failed[7].find("for a warm standby: FAILED_PRECONDITION: no standby nodes in "
+                           "this partition (8 in a row; next try in 64.0 s)"),
+            std::string::npos)
+      << failed[7];
+
+  // Slot 0's node is lost just after the last refusal: its replacement starts at once.
+  const double took = SecondsToReplaceSlot0();
+  ASSERT_GE(took, 0) << "slot 0 was never replaced";
+  EXPECT_LT(took, 1.0);
+  EXPECT_TRUE(EventMessages("gen", "Failed").empty());
 }
 
 TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtAStepBoundary) {

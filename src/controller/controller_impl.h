@@ -372,7 +372,10 @@ class ControllerImpl {
   // Asks the backend to start n; false while it waits for capacity or on failure. A
   // failure (not "no capacity") backs further starts off: 0.5 s after the first of a
   // row, doubling to 10 s, so a backend that refuses every start is not asked at every
-  // turn of the loop until the stage's deadline.
+  // turn of the loop until the stage's deadline. A refused standby backs off only
+  // standby starts (0.5 s doubling to 5 min): a slot's replacement is never held up
+  // for the job's standbys, and a backend refusing only standbys is not asked, nor
+  // NodeStartFailed logged, every 10 s of the run.
   bool TryStartNode(Node& n);
   bool StartBackingOff() const { return clock_->NowWall() < start_retry_at_; }
   // An agent the backend started ended before it said hello (it exited, its node went,
@@ -450,10 +453,11 @@ class ControllerImpl {
   std::set<const JsonLineConn*> answered_;              // of pending_: clients answered
   std::vector<std::string> slots_;
   int next_node_ = 0;
-  int start_failures_ = 0;       // node starts the backend refused, in a row
-  double start_retry_at_ = 0;    // no start before (wall time)
-  double standby_retry_at_ = 0;  // no standby start before (wall time; OnEarlyExit)
-  std::string start_error_;      // the last refusal ("" after a start succeeded)
+  int start_failures_ = 0;          // slot node starts the backend refused, in a row
+  int standby_start_failures_ = 0;  // standby starts the backend refused, in a row
+  double start_retry_at_ = 0;       // no start before (wall time)
+  double standby_retry_at_ = 0;     // no standby start before (wall time)
+  std::string start_error_;         // the last refusal ("" after a start succeeded)
   static constexpr int kMaxEarlyExits = 3;
   std::map<int, int> early_exits_;  // slot (-1: standbys) -> agents ended before hello, in a row
   std::string early_exit_failure_;  // why the job fails once a slot reached kMaxEarlyExits

@@ -42,6 +42,7 @@ bool ControllerImpl::TryStartNode(Node& n) {
     n.started_at = now;
     start_failures_ = 0;
     start_error_.clear();
+    if (n.slot < 0) standby_start_failures_ = 0;
     if (n.awaiting_capacity) {
       n.awaiting_capacity = false;
       char waited[32];
@@ -66,15 +67,23 @@ bool ControllerImpl::TryStartNode(Node& n) {
     return false;
   }
   n.awaiting_capacity = false;
-  ++start_failures_;
-  const double wait = StartBackoffS(start_failures_);
-  start_retry_at_ = now + wait;
-  start_error_ = st.ToString();
+  // A refused standby holds up only standby starts (as one that ends early does).
+  int k;
+  double wait;
+  if (n.slot < 0) {
+    k = ++standby_start_failures_;
+    wait = StandbyBackoffS(k);
+    standby_retry_at_ = std::max(standby_retry_at_, now + wait);
+  } else {
+    k = ++start_failures_;
+    wait = StartBackoffS(k);
+    start_retry_at_ = now + wait;
+    start_error_ = st.ToString();
+  }
   char next[32];
   std::snprintf(next, sizeof next, "%.1f", wait);
-  Event("NodeStartFailed", n.id + " for " + role + ": " + st.ToString() + " (" +
-                               std::to_string(start_failures_) + " in a row; next try in " + next +
-                               " s)");
+  Event("NodeStartFailed", n.id + " for " + role + ": " + st.ToString() + " (" + std::to_string(k) +
+                               " in a row; next try in " + next + " s)");
   return false;
 }
 
