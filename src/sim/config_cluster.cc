@@ -80,16 +80,21 @@ void ConfigParser::ParseShape(const Entry& e) {
       ++assigned;
     }
   }
+  c_.nodes.reserve(c_.nodes.size() + total);
   long i = 0;
   for (int z = 0; z < zones; ++z) {
+    const std::string zone = "z" + std::to_string(z);
     for (int b = 0; b < blocks; ++b) {
+      const std::string block = "b" + std::to_string(b);
       for (int r = 0; r < racks; ++r) {
+        const std::string rack = "r" + std::to_string(r);
+        const std::string prefix = zone + "-" + block + "-" + rack + "-n";
         for (int n = 0; n < per_rack; ++n, ++i) {
           sched::NodeSpec s;
-          s.zone = "z" + std::to_string(z);
-          s.block = "b" + std::to_string(b);
-          s.rack = "r" + std::to_string(r);
-          s.name = s.zone + "-" + s.block + "-" + s.rack + "-n" + std::to_string(n);
+          s.zone = zone;
+          s.block = block;
+          s.rack = rack;
+          s.name = prefix + std::to_string(n);
           s.gpu_type = gpu_type;
           s.gpus = gpus;
           int p = 0;

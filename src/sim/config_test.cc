@@ -32,7 +32,13 @@ std::string Err(const std::string& yaml) {
 TEST(SimConfig, MinimalConfigParses) {
   auto c = ParseSimConfig(kMinimal, "cfg.yaml");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c->nodes.size(), 16u);
+  ASSERT_EQ(c->nodes.size(), 16u);
+  // Zone, block, rack and node in order: node 13 is block 1's rack 1's second.
+  EXPECT_EQ(c->nodes[13].name, "z0-b1-r1-n1");
+  EXPECT_EQ(c->nodes[13].zone, "z0");
+  EXPECT_EQ(c->nodes[13].block, "b1");
+  EXPECT_EQ(c->nodes[13].rack, "r1");
+  EXPECT_EQ(c->nodes[13].gpus, 8);
   EXPECT_EQ(c->duration_s, 2 * 86400);
   EXPECT_EQ(c->seed, 3u);
   int spot = 0;
