@@ -86,6 +86,16 @@ class ContractTest : public ::testing::Test {
     if (proxy_) proxy_->Stop();
   }
 
+  // Changes pod ns/name (a label "touch" counting the calls) so the server's pod
+  // resourceVersion moves on: a watch started from an older version gets a bookmark
+  // only after such a change (informer_contract_test.cc).
+  Status TouchPod(const std::string& ns, const std::string& name) {
+    auto got = admin_->Get(Pods(), ns, name);
+    if (!got.ok()) return got.status();
+    (*got)["metadata"]["labels"]["touch"] = std::to_string(++touches_);
+    return admin_->Update(Pods(), ns, *got).status();
+  }
+
   // A fresh namespace "<prefix>-<n>" ("" after a test failure).
   std::string NewNamespace(const std::string& prefix) {
     auto ns = testing::UniqueNamespace(admin_.get(), prefix);
@@ -155,6 +165,7 @@ class ContractTest : public ::testing::Test {
   mutable FakeClock retry_clock_;  // the retry waits of FastConfig's clients
   std::unique_ptr<Client> client_;
   std::string ns_;
+  int touches_ = 0;  // TouchPod calls
 };
 
 }  // namespace bulwark::k8s::contract
