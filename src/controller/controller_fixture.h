@@ -28,7 +28,9 @@ class FakeBackend : public Backend {
     ++start_calls;
     if (!capacity) return Unavailable("no machine free");
     if (!start_error.ok()) return start_error;
+    if (req.slot < 0 && !standby_capacity) return Unavailable("no standby machine free");
     if (req.slot < 0 && !standby_error.ok()) return standby_error;
+    if (req.slot >= 0 && !slot_error.ok()) return slot_error;
     started.push_back(req);
     return Status::Ok();
   }
@@ -54,6 +56,8 @@ class FakeBackend : public Backend {
   bool capacity = true;                  // false: StartNode answers UNAVAILABLE
   Status start_error;                    // not OK: StartNode fails with it
   Status standby_error;                  // not OK: standby starts (slot < 0) fail with it
+  Status slot_error;                     // not OK: slot starts (slot >= 0) fail with it
+  bool standby_capacity = true;          // false: standby starts answer UNAVAILABLE
   int start_calls = 0;
 };
 

@@ -493,6 +493,38 @@ TEST_F(ControllerEarlyExitTest, RefusedStandbysDoNotHoldUpASlotsReplacement) {
   EXPECT_TRUE(EventMessages("gen", "Failed").empty());
 }
 
+// A standby that was waiting for capacity and starts while a slot's starts are being
+// refused is no evidence the slot's next start will work: the slot's refusals stay
+// counted, and their backoff goes on doubling.
+TEST_F(ControllerEarlyExitTest, AStandbyStartedMeanwhileDoesNotResetASlotsRefusals) {
+  backend_.standby_capacity = false;
+  Begin(std::string(kSpec) + "  spareNodes: 1\n");
+  Expect(0, "start");
+  Expect(1, "start");
+  Started(0);
+  Step(0, 5);
+  backend_.slot_error = FailedPrecondition("node pool gpu-a is cordoned");
+  LoseSlot0();
+  auto refusals = [&] { return EventMessages("gen", "NodeStartFailed"); };
+  int turns = 0;
+  while (refusals().size() < 3 && ++turns < 200000 && ctl_->RunOnce()) {
+  }
+  ASSERT_EQ(refusals().size(), 3u);
+  backend_.standby_capacity = true;
+  while (backend_.started.size() < 3 && ++turns < 200000 && ctl_->RunOnce()) {
+  }
+  ASSERT_EQ(backend_.started.size(), 3u);
+  EXPECT_EQ(backend_.started[2].slot, -1);  // the standby, which never connects
+  while (refusals().size() < 4 && ++turns < 200000 && ctl_->RunOnce()) {
+  }
+  const std::vector<std::string> failed = refusals();
+  ASSERT_EQ(failed.size(), 4u);
+  EXPECT_NE(failed[3].find("for slot 0: FAILED_PRECONDITION: node pool gpu-a is cordoned (4 in "
+                           "a row; next try in 4.0 s)"),
+            std::string::npos)
+      << failed[3];
+}
+
 TEST_F(ControllerGenerationsTest, AnElasticJobShrinksAfterTheWaitAndGrowsBackAtAStepBoundary) {
   std::string spec = kSpec;
   spec += "elastic: {minNodes: 1, waitSeconds: 5}\n";

@@ -375,7 +375,8 @@ class ControllerImpl {
   // turn of the loop until the stage's deadline. A refused standby backs off only
   // standby starts (0.5 s doubling to 5 min): a slot's replacement is never held up
   // for the job's standbys, and a backend refusing only standbys is not asked, nor
-  // NodeStartFailed logged, every 10 s of the run.
+  // NodeStartFailed logged, every 10 s of the run. The two rows are counted apart: a
+  // standby that starts does not end a row of slot refusals, nor the reverse.
   bool TryStartNode(Node& n);
   bool StartBackingOff() const { return clock_->NowWall() < start_retry_at_; }
   // An agent the backend started ended before it said hello (it exited, its node went,

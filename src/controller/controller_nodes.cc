@@ -40,9 +40,14 @@ bool ControllerImpl::TryStartNode(Node& n) {
       n.slot >= 0 ? "slot " + std::to_string(n.slot) : std::string("a warm standby");
   if (st.ok()) {
     n.started_at = now;
-    start_failures_ = 0;
-    start_error_.clear();
-    if (n.slot < 0) standby_start_failures_ = 0;
+    // Each kind of start vouches only for its own kind (a standby's start says nothing
+    // of why a slot's was refused, and the reverse).
+    if (n.slot < 0) {
+      standby_start_failures_ = 0;
+    } else {
+      start_failures_ = 0;
+      start_error_.clear();
+    }
     if (n.awaiting_capacity) {
       n.awaiting_capacity = false;
       char waited[32];
