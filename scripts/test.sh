@@ -33,19 +33,25 @@ fi
 # each whole, go, ninja and their compilers included.
 ASAN_PID=""
 trap 'for p in $CP_PID $ASAN_PID; do kill -TERM -- "-$p" 2>/dev/null; done; true' EXIT
+# wait_background VAR WHAT LOG LINES: waits for the background build whose process id
+# is in the variable VAR, then empties VAR (the EXIT trap then leaves it alone); when it
+# failed, prints the last LINES lines of LOG, naming it WHAT, and exits 1.
+wait_background() {
+  local pid="${!1}" rc=0
+  wait "$pid" || rc=$?
+  printf -v "$1" '%s' ""
+  if [ "$rc" -ne 0 ]; then
+    echo "!! $2 failed (exit $rc); its log:" >&2
+    tail -n "$4" "$3" >&2
+    exit 1
+  fi
+}
 # wait_control_plane: returns once the background build (if any) finished; exits with
 # its log when it failed.
 wait_control_plane() {
   [ -n "$CP_PID" ] || return 0
   echo "== waiting for the Kubernetes control plane (log $CP_LOG)"
-  local rc=0
-  wait "$CP_PID" || rc=$?
-  CP_PID=""
-  if [ "$rc" -ne 0 ]; then
-    echo "!! scripts/k8s-control-plane.sh --kueue failed (exit $rc); its log:" >&2
-    tail -n 30 "$CP_LOG" >&2
-    exit 1
-  fi
+  wait_background CP_PID "scripts/k8s-control-plane.sh --kueue" "$CP_LOG" 30
   BULWARK_K8S_BIN="$(tail -n 1 "$CP_LOG.out")"
   grep -h "built in\|ready in" "$CP_LOG" || true
 }
@@ -79,14 +85,7 @@ echo "== tests with label k8s (the real control plane)"
   FAILED+=("tests with label k8s")
 if [ "${BULWARK_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== waiting for the ASan+UBSan build (log $ASAN_LOG)"
-  rc=0
-  wait "$ASAN_PID" || rc=$?
-  ASAN_PID=""
-  if [ "$rc" -ne 0 ]; then
-    echo "!! the ASan+UBSan build failed (exit $rc); its log:" >&2
-    tail -n 40 "$ASAN_LOG" >&2
-    exit 1
-  fi
+  wait_background ASAN_PID "the ASan+UBSan build" "$ASAN_LOG" 40
   echo "== tests under ASan+UBSan"
   (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
