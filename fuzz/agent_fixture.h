@@ -16,7 +16,6 @@
 #include <sys/socket.h>
 
 #include <cerrno>
-
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -83,8 +82,8 @@ class AgentFixture {
   bool Turn() {
     if (!agent_) return false;
     const int rc = agent_->RunOnce();
-    Check(rc == -1 || rc == kAgentExitOk || rc == kAgentExitControllerLost,
-          "agent exit code", std::to_string(rc));
+    Check(rc == -1 || rc == kAgentExitOk || rc == kAgentExitControllerLost, "agent exit code",
+          std::to_string(rc));
     std::vector<std::string> bad;
     for (const Json& m : ctl_->Read(&bad)) {
       Check(m.is_object() && m.contains("type") && m["type"].is_string(),
@@ -152,14 +151,27 @@ class AgentFixture {
     sdk_ = std::move(*s);
     Turn();
     if (ranks) {
-      Json start = {{"type", "start"}, {"attempt", 0}, {"run_id", "job-1"}, {"job", "job"},
-                    {"command", {"/usr/bin/python3", "train.py"}}, {"env", Json::object()},
-                    {"workdir", dir_ + "/w/workdir"}, {"log_dir", dir_ + "/w/log_dir"},
-                    {"ckpt_dir", dir_ + "/w/ckpt_dir"}, {"ckpt_interval_steps", 10},
-                    {"persist_by_agent", true}, {"master_addr", "127.0.0.1"},
-                    {"master_port", 29500}, {"nnodes", 1}, {"group_rank", 0},
-                    {"nproc_per_node", 2}, {"world_size", 2}, {"resume_step", -1},
-                    {"hang_floor_s", 30}, {"startup_timeout_s", 300}, {"warm_ranks", 0}};
+      Json start = {{"type", "start"},
+                    {"attempt", 0},
+                    {"run_id", "job-1"},
+                    {"job", "job"},
+                    {"command", {"/usr/bin/python3", "train.py"}},
+                    {"env", Json::object()},
+                    {"workdir", dir_ + "/w/workdir"},
+                    {"log_dir", dir_ + "/w/log_dir"},
+                    {"ckpt_dir", dir_ + "/w/ckpt_dir"},
+                    {"ckpt_interval_steps", 10},
+                    {"persist_by_agent", true},
+                    {"master_addr", "127.0.0.1"},
+                    {"master_port", 29500},
+                    {"nnodes", 1},
+                    {"group_rank", 0},
+                    {"nproc_per_node", 2},
+                    {"world_size", 2},
+                    {"resume_step", -1},
+                    {"hang_floor_s", 30},
+                    {"startup_timeout_s", 300},
+                    {"warm_ranks", 0}};
       SendRaw(start.dump() + "\n");
       for (int i = 0; i < 5 && agent_; ++i) Turn();
     }

@@ -15,7 +15,6 @@
 #include <sys/socket.h>
 
 #include <cerrno>
-
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -41,13 +40,9 @@ using bulwark::fuzz::Check;
 class FakeBackend : public bulwark::Backend {
  public:
   const char* Name() const override { return "fuzz"; }
-  bulwark::Status StartNode(const bulwark::NodeRequest&) override {
-    return bulwark::Status::Ok();
-  }
+  bulwark::Status StartNode(const bulwark::NodeRequest&) override { return bulwark::Status::Ok(); }
   bulwark::Status KillNode(const std::string&) override { return bulwark::Status::Ok(); }
-  bulwark::Status ReleaseNode(const std::string&, double) override {
-    return bulwark::Status::Ok();
-  }
+  bulwark::Status ReleaseNode(const std::string&, double) override { return bulwark::Status::Ok(); }
   std::vector<bulwark::NodeLoss> Poll() override { return {}; }
   bulwark::Status Teardown(double) override { return bulwark::Status::Ok(); }
 };
@@ -158,8 +153,9 @@ class Fixture {
       auto fd = bulwark::TcpConnect("127.0.0.1", port, 5);
       Check(fd.ok(), "agent connect");
       agents_.emplace_back(std::move(*fd));
-      Json hello = {{"type", "hello"}, {"node", "node-" + std::to_string(i)}, {"pid", 100 + i},
-                    {"peer_host", "127.0.0.1"}, {"peer_port", 7000 + i}, {"free_port", 0}};
+      Json hello = {{"type", "hello"},       {"node", "node-" + std::to_string(i)},
+                    {"pid", 100 + i},        {"peer_host", "127.0.0.1"},
+                    {"peer_port", 7000 + i}, {"free_port", 0}};
       bulwark::IgnoreError(agents_.back().Send(hello), "a lost hello: the controller waits");
       bulwark::IgnoreError(agents_.back().Flush(1), "a lost hello: the controller waits");
     }

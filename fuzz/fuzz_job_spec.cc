@@ -40,20 +40,19 @@ void CheckSpec(const bulwark::JobSpec& s) {
   Check(s.source_path.empty(), "source_path set for text");
   Check(s.checkpoint.keep >= 1, "checkpoint.keep below 1");
   const auto& f = s.fault_policy;
-  for (double v : {f.backoff_base_seconds, f.backoff_cap_seconds, f.hang_timeout_floor_seconds,
-                   f.hang_timeout_multiplier, f.startup_timeout_seconds,
-                   f.failures_per_node_day, f.replacement_lead_seconds,
-                   f.heartbeat_interval_seconds, f.stop_grace_seconds, f.park_timeout_seconds,
-                   s.checkpoint.interval_seconds, s.elastic.wait_seconds,
-                   s.monitoring.peak_flops, s.monitoring.price_per_gpu_hour,
-                   s.monitoring.ettr_target}) {
+  for (double v :
+       {f.backoff_base_seconds, f.backoff_cap_seconds, f.hang_timeout_floor_seconds,
+        f.hang_timeout_multiplier, f.startup_timeout_seconds, f.failures_per_node_day,
+        f.replacement_lead_seconds, f.heartbeat_interval_seconds, f.stop_grace_seconds,
+        f.park_timeout_seconds, s.checkpoint.interval_seconds, s.elastic.wait_seconds,
+        s.monitoring.peak_flops, s.monitoring.price_per_gpu_hour, s.monitoring.ettr_target}) {
     Check(std::isfinite(v), "non-finite number accepted");
   }
   if (s.elastic.enabled()) Check(s.elastic.min_nodes <= s.nodes, "elastic.minNodes > nodes");
   for (const auto& c : s.chaos) {
     Check((c.at_seconds >= 0) != (c.at_step >= 0), "chaos fault without exactly one trigger");
-    Check(std::isfinite(c.at_seconds) && std::isfinite(c.factor) &&
-              std::isfinite(c.delay_seconds), "non-finite chaos number");
+    Check(std::isfinite(c.at_seconds) && std::isfinite(c.factor) && std::isfinite(c.delay_seconds),
+          "non-finite chaos number");
   }
 }
 
@@ -63,8 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   auto r = bulwark::ParseJobSpec(text, "fuzz.yaml", "/base/dir");
   if (!r.ok()) {
-    Check(r.status().code() == bulwark::Code::kInvalidArgument,
-          "error other than InvalidArgument", r.status().ToString());
+    Check(r.status().code() == bulwark::Code::kInvalidArgument, "error other than InvalidArgument",
+          r.status().ToString());
     bulwark::fuzz::CheckErrorLines(r.status(), "fuzz.yaml");
     return 0;
   }

@@ -27,8 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (tj::Target target : {tj::Target::kKubernetes, tj::Target::kLocal}) {
     auto r = tj::ParseManifest(text, "fuzz.yaml", "/base/dir", target);
     if (!r.ok()) {
-      Check(r.status().code() == bulwark::Code::kInvalidArgument, "error other than "
-            "InvalidArgument", r.status().ToString());
+      Check(r.status().code() == bulwark::Code::kInvalidArgument,
+            "error other than "
+            "InvalidArgument",
+            r.status().ToString());
       bulwark::fuzz::CheckErrorLines(r.status(), "fuzz.yaml");
       continue;
     }

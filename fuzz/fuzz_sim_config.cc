@@ -40,8 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   auto sim = bulwark::sim::ParseSimConfig(text, "fuzz.yaml");
   if (!sim.ok()) {
-    Check(sim.status().code() == bulwark::Code::kInvalidArgument, "sim: error other than "
-          "InvalidArgument", sim.status().ToString());
+    Check(sim.status().code() == bulwark::Code::kInvalidArgument,
+          "sim: error other than "
+          "InvalidArgument",
+          sim.status().ToString());
     bulwark::fuzz::CheckErrorLines(sim.status(), "fuzz.yaml");
   } else {
     CheckSim(*sim);
@@ -52,12 +54,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto sched = bulwark::sched::ParseSchedulingConfig(text, "fuzz.yaml");
   if (!sched.ok()) {
-    Check(sched.status().code() == bulwark::Code::kInvalidArgument, "sched: error other than "
-          "InvalidArgument", sched.status().ToString());
+    Check(sched.status().code() == bulwark::Code::kInvalidArgument,
+          "sched: error other than "
+          "InvalidArgument",
+          sched.status().ToString());
     bulwark::fuzz::CheckErrorLines(sched.status(), "fuzz.yaml");
   } else if (sim.ok()) {
-    Check(sched->queues.size() == sim->queues.size(),
-          "the two readers disagree on the queues", text);
+    Check(sched->queues.size() == sim->queues.size(), "the two readers disagree on the queues",
+          text);
   }
   return 0;
 }

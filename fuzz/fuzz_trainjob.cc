@@ -24,7 +24,8 @@ namespace tj = bulwark::trainjob;
 void CheckSame(const tj::TrainJob& a, const tj::TrainJob& b, const char* what) {
   Check(a.name == b.name && a.ns == b.ns && a.labels == b.labels &&
             a.annotations == b.annotations && a.scheduling == b.scheduling && a.pod == b.pod &&
-            a.suspend == b.suspend, what, tj::ToObject(a).dump() + "\n" + tj::ToObject(b).dump());
+            a.suspend == b.suspend,
+        what, tj::ToObject(a).dump() + "\n" + tj::ToObject(b).dump());
   auto u = bulwark::PlanJobUpdate(a.job, b.job);
   Check(!u.ok() && u.status().code() == bulwark::Code::kFailedPrecondition, what,
         u.ok() ? u->Describe() : u.status().ToString());
@@ -53,8 +54,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (tj::Target target : {tj::Target::kKubernetes, tj::Target::kLocal}) {
     auto r = tj::ParseTrainJob(text, "fuzz.yaml", "/base/dir", target);
     if (!r.ok()) {
-      Check(r.status().code() == bulwark::Code::kInvalidArgument, "error other than "
-            "InvalidArgument", r.status().ToString());
+      Check(r.status().code() == bulwark::Code::kInvalidArgument,
+            "error other than "
+            "InvalidArgument",
+            r.status().ToString());
       bulwark::fuzz::CheckErrorLines(r.status(), "fuzz.yaml");
       continue;
     }

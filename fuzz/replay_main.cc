@@ -46,8 +46,7 @@ void OnAbort(int) {
   std::abort();
 }
 
-std::string Mutate(const std::vector<std::string>& corpus, std::mt19937_64& rng,
-                   size_t max_len) {
+std::string Mutate(const std::vector<std::string>& corpus, std::mt19937_64& rng, size_t max_len) {
   auto pick = [&](size_t n) { return n == 0 ? 0 : static_cast<size_t>(rng() % n); };
   std::string s = corpus[pick(corpus.size())];
   const int edits = 1 + static_cast<int>(pick(8));
@@ -131,8 +130,9 @@ int main(int argc, char** argv) {
                 "), saved as ./" + g_crash_path;
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(g_input.data()), g_input.size());
   }
-  std::printf("fuzz replay: %zu corpus inputs and %ld mutations (seed %llu): no contract "
-              "broken\n",
-              corpus.size(), mutations, static_cast<unsigned long long>(seed));
+  std::printf(
+      "fuzz replay: %zu corpus inputs and %ld mutations (seed %llu): no contract "
+      "broken\n",
+      corpus.size(), mutations, static_cast<unsigned long long>(seed));
   return 0;
 }

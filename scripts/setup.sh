@@ -6,6 +6,7 @@ PKGS=(
   build-essential cmake ninja-build pkg-config git
   ccache                  # warm rebuilds across build dirs and clones (CMake uses it if present)
   clang-19 libclang-rt-19-dev  # libFuzzer and its sanitizers: the fuzz targets (scripts/fuzz.sh)
+  clang-format-14         # format_test: the sources as .clang-format leaves them
   libyaml-cpp-dev nlohmann-json3-dev libsqlite3-dev libcli11-dev libxxhash-dev
   libgtest-dev libgmock-dev
   python3 python3-torch   # real PyTorch 1.13 with gloo on CPU (the example trainer)

@@ -84,8 +84,7 @@ TEST_F(E2EDiag, SlowLink) {
   ASSERT_NE(lost, nullptr) << report.dump(2);
   EXPECT_EQ((*lost)["node_id"], "node-1");
   EXPECT_EQ((*lost)["action"], "replace_node");
-  EXPECT_NE(out.find("NodeQuarantined: node-1 failed its diagnostics"), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("NodeQuarantined: node-1 failed its diagnostics"), std::string::npos) << out;
   std::printf("slow link evidence: %s\n", evidence.c_str());
   ExpectNoLeftovers();
 }
@@ -139,8 +138,7 @@ TEST_F(E2EDiag, FullDisk) {
   EXPECT_NE((*disk)["evidence"].get<std::string>().find("No space left on device"),
             std::string::npos)
       << disk->dump();
-  EXPECT_NE(out.find("NodeQuarantined: node-1 failed its diagnostics"), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("NodeQuarantined: node-1 failed its diagnostics"), std::string::npos) << out;
   std::printf("full disk evidence: %s\n", (*disk)["evidence"].get<std::string>().c_str());
   ExpectNoLeftovers();
 }

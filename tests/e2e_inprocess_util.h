@@ -19,9 +19,10 @@ class InProcessE2E : public E2EBase {
   // `extra_args` go after the spec (e.g. --machines).
   std::tuple<int, std::string, Json> Run(const std::string& spec, double timeout_s = 300,
                                          const std::vector<std::string>& extra_args = {}) {
-    std::vector<std::string> argv = {build_ + "/bin/bulwark", "run", spec, "--report",
-                                     dir_ + "/report.json", "--run-dir", dir_ + "/run", "--store",
-                                     dir_ + "/bulwark.db"};
+    std::vector<std::string> argv = {
+        build_ + "/bin/bulwark", "run",       spec,          "--report",
+        dir_ + "/report.json",   "--run-dir", dir_ + "/run", "--store",
+        dir_ + "/bulwark.db"};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     auto [code, out] = RunProcess(argv, {}, timeout_s);
     EXPECT_NE(code, -1) << "bulwark run did not finish in " << timeout_s << " s:\n" << out;
@@ -65,8 +66,9 @@ class InProcessE2E : public E2EBase {
   };
   Background Start(const std::string& spec) {
     SpawnOptions so;
-    so.argv = {build_ + "/bin/bulwark", "run", spec, "--report", dir_ + "/report.json",
-               "--run-dir", dir_ + "/run", "--store", dir_ + "/bulwark.db"};
+    so.argv = {build_ + "/bin/bulwark", "run",       spec,          "--report",
+               dir_ + "/report.json",   "--run-dir", dir_ + "/run", "--store",
+               dir_ + "/bulwark.db"};
     so.env = CurrentEnv();
     auto c = Spawn(so);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -96,7 +98,8 @@ class InProcessE2E : public E2EBase {
         timeout_s);
   }
   std::tuple<int, std::string, Json> Finish(Background& b, double timeout_s = 300) {
-    WaitOutput(b, [](const std::string&) { return false; }, timeout_s);
+    WaitOutput(
+        b, [](const std::string&) { return false; }, timeout_s);
     auto e = WaitExit(b.child.pid, 5);
     if (!e) {
       TerminateGroup(b.child.pid, b.child.pgid, 1);

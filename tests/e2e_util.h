@@ -40,8 +40,8 @@ inline bool WaitForFileText(const std::string& path, const std::string& text, do
 // Runs argv to completion (bounded by timeout_s; killed after that) and returns its
 // exit code (-1 if it had to be killed or could not start) and combined output.
 inline std::pair<int, std::string> RunProcess(const std::vector<std::string>& argv,
-                                       const std::map<std::string, std::string>& extra_env,
-                                       double timeout_s) {
+                                              const std::map<std::string, std::string>& extra_env,
+                                              double timeout_s) {
   SpawnOptions so;
   so.argv = argv;
   so.env = CurrentEnv();

@@ -69,8 +69,7 @@ bool NaiveScheduler::QuotaFits(const Job& j, int nodes) const {
   int qi = 0;
   while (queues_[qi].name != j.req.queue) ++qi;
   const QueueSpec& q = queues_[qi];
-  const long demand =
-      static_cast<long>(nodes >= 0 ? nodes : j.req.nodes + j.req.standby) * Gpn(t);
+  const long demand = static_cast<long>(nodes >= 0 ? nodes : j.req.nodes + j.req.standby) * Gpn(t);
   const long u = Used(qi, t), n = Get(q.nominal_gpus, t, 0);
   const long b = q.cohort.empty() ? 0 : Get(q.borrowing_limit, t, kInf);
   if (u + demand > n + b) return false;
@@ -416,8 +415,7 @@ void NaiveScheduler::Restock(CycleResult* r) {
   std::vector<int> order;
   for (size_t i = 0; i < jobs_.size(); ++i) {
     const Job& j = jobs_[i];
-    if (j.phase == JobPhase::kRunning &&
-        static_cast<int>(j.adm.standby.size()) < j.req.standby) {
+    if (j.phase == JobPhase::kRunning && static_cast<int>(j.adm.standby.size()) < j.req.standby) {
       order.push_back(static_cast<int>(i));
     }
   }

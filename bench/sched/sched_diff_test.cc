@@ -163,8 +163,8 @@ TEST(SchedDiffTest, RandomWorkloadsMatchTheOracle) {
     RunOne(seed);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  for (const char* k : {"admission", "preemption", "restock", "none", "use_standby", "use_free_node",
-                        "preempt_for_node", "requeue"}) {
+  for (const char* k : {"admission", "preemption", "restock", "none", "use_standby",
+                        "use_free_node", "preempt_for_node", "requeue"}) {
     EXPECT_GT(g_seen[k], 0) << k;
     std::printf("%s: %d\n", k, g_seen[k]);
   }

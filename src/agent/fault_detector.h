@@ -21,10 +21,10 @@
 namespace bulwark {
 
 struct DetectorConfig {
-  double hang_floor_s = 30;        // hang timeout lower bound
-  double hang_multiplier = 10;     // k in max(floor, k * p99(step intervals))
-  double startup_timeout_s = 300;  // launch -> first step report
-  size_t step_history = 200;       // step intervals kept per rank for the p99
+  double hang_floor_s = 30;              // hang timeout lower bound
+  double hang_multiplier = 10;           // k in max(floor, k * p99(step intervals))
+  double startup_timeout_s = 300;        // launch -> first step report
+  size_t step_history = 200;             // step intervals kept per rank for the p99
   double finished_exit_timeout_s = 120;  // `finished` -> process exit
 };
 

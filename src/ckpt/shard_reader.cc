@@ -234,8 +234,7 @@ struct StepReader::Impl {
 
   // Copies the part [lo, hi) (global coordinates) of a saved piece into dst, the
   // region of `want` at offsets `o`, row-major.
-  Status CopyBox(const Box& b, const TensorMeta& want, const std::vector<int64_t>& o,
-                 uint8_t* dst);
+  Status CopyBox(const Box& b, const TensorMeta& want, const std::vector<int64_t>& o, uint8_t* dst);
 };
 
 StepReader::StepReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -375,14 +374,13 @@ Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank)
     std::erase_if(active, [&](const Box* a) { return a->hi[0] <= b.lo[0]; });
     for (const Box* a : active) {
       if (!Overlap(*a, b)) continue;
-      return DataLoss("tensor '" + want.name + "' of step " + std::to_string(step) +
-                      ": the pieces saved by rank " + std::to_string(a->shard->index.rank) +
-                      " (" + internal::Dims(a->entry->meta.shape) + " at " +
-                      internal::Dims(a->entry->meta.Offsets()) + ") and rank " +
-                      std::to_string(b.shard->index.rank) + " (" +
-                      internal::Dims(b.entry->meta.shape) + " at " +
-                      internal::Dims(b.entry->meta.Offsets()) +
-                      ") overlap; the step's sharding is inconsistent");
+      return DataLoss(
+          "tensor '" + want.name + "' of step " + std::to_string(step) +
+          ": the pieces saved by rank " + std::to_string(a->shard->index.rank) + " (" +
+          internal::Dims(a->entry->meta.shape) + " at " + internal::Dims(a->entry->meta.Offsets()) +
+          ") and rank " + std::to_string(b.shard->index.rank) + " (" +
+          internal::Dims(b.entry->meta.shape) + " at " + internal::Dims(b.entry->meta.Offsets()) +
+          ") overlap; the step's sharding is inconsistent");
     }
     active.push_back(&b);
     covered += Volume(b.lo, b.hi);
@@ -404,11 +402,11 @@ Status StepReader::Load(const TensorMeta& want, void* dst_void, int prefer_rank)
                       std::to_string(next) + " of dim 0 were not saved by any rank of step " +
                       std::to_string(step));
     }
-    return NotFound("tensor '" + want.name + "': the pieces saved in step " +
-                    std::to_string(step) + " cover " + std::to_string(covered) + " of the " +
-                    std::to_string(want_volume) + " elements of the wanted piece " +
-                    internal::Dims(want.shape) + " at " + internal::Dims(o) + " (global " +
-                    internal::Dims(g) + "); the rest was not saved by any rank");
+    return NotFound("tensor '" + want.name + "': the pieces saved in step " + std::to_string(step) +
+                    " cover " + std::to_string(covered) + " of the " + std::to_string(want_volume) +
+                    " elements of the wanted piece " + internal::Dims(want.shape) + " at " +
+                    internal::Dims(o) + " (global " + internal::Dims(g) +
+                    "); the rest was not saved by any rank");
   }
   for (const Box& b : boxes) BW_RETURN_IF_ERROR(impl_->CopyBox(b, want, o, dst));
   return Status::Ok();

@@ -7,8 +7,8 @@
 // running — checks the names, makes this connection its controller's and answers with
 // `hello` (adopted: true, the attempt it runs, its slot, ranks alive, state) followed by
 // the running attempt's incidents and exits it had reported to the lost controller (which
-// may have died before acting on them) and every report it made meanwhile. Once every candidate has answered or adopt_timeout_s
-// has passed:
+// may have died before acting on them) and every report it made meanwhile. Once every candidate has
+// answered or adopt_timeout_s has passed:
 //   * the newest attempt a slot's agent runs carries on as this controller's attempt:
 //     no `start` is sent, no rank restarts, the reports made meanwhile are handled as
 //     if they had just arrived (an exit, an incident); a slot whose agent did not answer,

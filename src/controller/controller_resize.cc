@@ -57,8 +57,8 @@ bool ControllerImpl::MaybeShrink(double now) {
     Node& n = *it->second;
     if (std::find(drop.begin(), drop.end(), s) != drop.end()) {
       n.slot = -1;  // still requested: a standby once capacity comes
-      waiting += (waiting.empty() ? "" : ", ") + n.id + " (slot " + std::to_string(s) +
-                 "; " + n.capacity_message + ")";
+      waiting += (waiting.empty() ? "" : ", ") + n.id + " (slot " + std::to_string(s) + "; " +
+                 n.capacity_message + ")";
       continue;
     }
     if (n.slot != static_cast<int>(slots.size())) {

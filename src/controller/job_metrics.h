@@ -70,7 +70,7 @@ struct JobMetricsSnapshot {
   double ckpt_interval_s = 0;  // expected seconds between disk commits (0 = unknown)
   std::map<std::string, double> phase_seconds;  // rank 0: data_wait, compute, optimizer, checkpoint
   double data_wait_ratio = 0;                   // the largest rank's, last 20 steps
-  std::map<int, double> rank_data_wait;  // each rank's data-wait share, last 20 steps
+  std::map<int, double> rank_data_wait;         // each rank's data-wait share, last 20 steps
   metrics::Histogram step_hist = StepHistogram();
   bool inferred_steps = false;  // steps come from instrumentation of an unmodified script
   // Per rank: median busy time of its last 20 steps and the straggler score (fastest

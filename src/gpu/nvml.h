@@ -113,10 +113,9 @@ class Nvml {
 // of a device without a UUID); a family with no line has no HELP/TYPE either. Label
 // values are escaped (\\, \", \n). `extra_labels` (e.g. Bulwark's job and node) are
 // appended to every line's labels. Pure.
-std::string DcgmExposition(const std::vector<GpuSample>& samples,
-                           const std::map<int, unsigned long long>& last_xid,
-                           const std::string& hostname,
-                           const std::vector<std::pair<std::string, std::string>>&
-                               extra_labels = {});
+std::string DcgmExposition(
+    const std::vector<GpuSample>& samples, const std::map<int, unsigned long long>& last_xid,
+    const std::string& hostname,
+    const std::vector<std::pair<std::string, std::string>>& extra_labels = {});
 
 }  // namespace bulwark::gpu

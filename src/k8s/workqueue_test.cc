@@ -115,7 +115,7 @@ TEST(WorkQueueTest, ShutDownStopsPopsAndWaits) {
   EXPECT_TRUE(q.shut_down());
   EXPECT_EQ(q.Pop(1), std::nullopt);
   EXPECT_TRUE(q.Wait(3600));  // returns at once after shutdown
-  q.Add("b", 0);  // ignored after shutdown
+  q.Add("b", 0);              // ignored after shutdown
   EXPECT_EQ(q.Len(), 1u);
 }
 

@@ -13,7 +13,9 @@ TEST(OperatorDashboardTest, ListsJobsAndServesEachJobsPageAndApi) {
   s.phase = JobPhase::kRunning;
   s.current_step = 42;
   s.stage = "Running";
-  JobStatusSource src{[] { return std::vector<std::string>{"ml/gpt", "ml/<x>"}; },
+  JobStatusSource src{[] {
+                        return std::vector<std::string>{"ml/gpt", "ml/<x>"};
+                      },
                       [&](const std::string& key) -> std::optional<ControllerStatus> {
                         if (key == "ml/gpt") return s;
                         return std::nullopt;

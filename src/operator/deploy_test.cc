@@ -88,8 +88,8 @@ std::unique_ptr<ClusterPlacement> StockPlacement() {
 TEST(DeployTest, TheStockQueuesAdmitTheSampleOnNodesLabelledByFeatureDiscovery) {
   auto p = StockPlacement();
   ASSERT_NE(p, nullptr);
-  auto sample = trainjob::LoadManifest(kSrc + "/deploy/sample-trainjob.yaml",
-                                       trainjob::Target::kKubernetes);
+  auto sample =
+      trainjob::LoadManifest(kSrc + "/deploy/sample-trainjob.yaml", trainjob::Target::kKubernetes);
   ASSERT_TRUE(sample.ok()) << sample.status().ToString();
   ASSERT_TRUE(p->SyncNodes(StockH100Nodes(2), 0).ok());
   const sched::JobRequest req =
@@ -236,8 +236,8 @@ TEST(DockerfileTest, TheBuildStageInstallsSetupShsCppBuildDependencies) {
   }
   for (const std::string& p : have) {
     const bool extra = p == "git" || p == "nodejs" || p == "npm" || p == "ca-certificates";
-    EXPECT_TRUE(want.count(p) || extra) << "the build stage installs " << p
-                                        << ", which scripts/setup.sh does not name";
+    EXPECT_TRUE(want.count(p) || extra)
+        << "the build stage installs " << p << ", which scripts/setup.sh does not name";
   }
 }
 
@@ -271,8 +271,8 @@ TEST(DockerfileTest, TheOperatorImageIsWhatDeployOperatorYamlRuns) {
       trainjob::testing::ReadTestFile(kSrc + "/deploy/docker/Dockerfile");
   const std::string docs = trainjob::testing::ReadTestFile(kSrc + "/docs/kubernetes.md");
   const std::string image = c["image"];
-  const std::string trainer = Find(Docs("deploy/sample-trainjob.yaml"), "TrainJob", "sample")
-                                  ["spec"]["pod"]["image"];
+  const std::string trainer =
+      Find(Docs("deploy/sample-trainjob.yaml"), "TrainJob", "sample")["spec"]["pod"]["image"];
   for (const auto& [name, text] : {std::pair{"deploy/docker/Dockerfile", &dockerfile},
                                    std::pair{"docs/kubernetes.md", &docs}}) {
     EXPECT_NE(text->find("-t " + image + " ."), std::string::npos)

@@ -8,10 +8,10 @@ namespace bulwark::op {
 namespace {
 
 // Bulwark's names of the GPU models it recognises in product and accelerator names.
-constexpr const char* kModels[] = {"b100", "b200", "b300", "gb200", "gb300", "h100", "h200",
-                                   "h20",  "h800", "gh200", "a100", "a800", "a30",  "a40",
-                                   "a10",  "a10g", "l4",   "l40",  "l40s", "v100", "t4",
-                                   "p100", "p4",   "k80",  "m60"};
+constexpr const char* kModels[] = {"b100", "b200", "b300",  "gb200", "gb300", "h100", "h200",
+                                   "h20",  "h800", "gh200", "a100",  "a800",  "a30",  "a40",
+                                   "a10",  "a10g", "l4",    "l40",   "l40s",  "v100", "t4",
+                                   "p100", "p4",   "k80",   "m60"};
 
 // Words before the model in product and accelerator names.
 constexpr const char* kVendorWords[] = {"nvidia", "tesla"};
@@ -73,8 +73,7 @@ std::vector<std::string> Words(const std::string& s) {
 }
 
 bool IsModel(const std::string& w) {
-  return std::any_of(std::begin(kModels), std::end(kModels),
-                     [&](const char* m) { return w == m; });
+  return std::any_of(std::begin(kModels), std::end(kModels), [&](const char* m) { return w == m; });
 }
 
 std::string Label(const Json& labels, const char* key) {

@@ -135,7 +135,7 @@ TEST(GpuTypeTest, AnH100GangIsAdmittedOnNodesLabelledOnlyByFeatureDiscovery) {
   std::vector<NodeView> nodes;
   for (int i = 0; i < 3; ++i) {
     nodes.push_back(ReadNode(LabelledNode("gpu-" + std::to_string(i),
-                                  {{"nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"}}),
+                                          {{"nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"}}),
                              "nvidia.com/gpu"));
   }
   ASSERT_TRUE(p.SyncNodes(nodes, 0).ok());

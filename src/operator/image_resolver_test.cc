@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 

@@ -30,8 +30,7 @@ TEST(FormatMetricsTest, EachTrainJobsSeriesUnderOneFamilyHeader) {
   settled.seconds = {{TimeCategory::kProductive, 9}, {TimeCategory::kRestart, 1}};
   JobMetricsSnapshot m;
   s.job_metrics["ml/gpt"] = RenderJobMetrics("gpt", m, settled, true, 0.9, {{"namespace", "ml"}});
-  s.job_metrics["nlp/gpt"] =
-      RenderJobMetrics("gpt", m, settled, true, 0.9, {{"namespace", "nlp"}});
+  s.job_metrics["nlp/gpt"] = RenderJobMetrics("gpt", m, settled, true, 0.9, {{"namespace", "nlp"}});
   const std::string t = FormatMetrics(s, true);
   size_t headers = 0;
   for (size_t p = t.find("# TYPE bulwark_productive_seconds_total counter\n");

@@ -84,7 +84,7 @@ class ClusterPlacement {
   std::string Reason(const std::string& job) const;
   std::optional<JobNodes> Nodes(const std::string& job) const;
   int NodeCount() const;
-  std::vector<std::string> QueueNames() const;         // as configured
+  std::vector<std::string> QueueNames() const;        // as configured
   std::map<std::string, int> NodesByGpuType() const;  // GPU type -> nodes
 
  private:

@@ -1,8 +1,8 @@
 // The Kubernetes quick start, word for word (issue 16): the commands of deploy/README.md's
-// block marked `quickstart` (or README.md's Kubernetes lines) run in order against the real test control plane, with a
-// real kubectl from the control plane's bin dir and ~/.kube/config the cluster's admin
-// kubeconfig. Nodes are labelled as a stock GPU cluster labels them (the GPU operator's
-// feature discovery: nvidia.com/gpu.product, no bulwark.dev/gpu-type), and the node
+// block marked `quickstart` (or README.md's Kubernetes lines) run in order against the real test
+// control plane, with a real kubectl from the control plane's bin dir and ~/.kube/config the
+// cluster's admin kubeconfig. Nodes are labelled as a stock GPU cluster labels them (the GPU
+// operator's feature discovery: nvidia.com/gpu.product, no bulwark.dev/gpu-type), and the node
 // emulator runs the pods' real agents and ranks. No image can run here, so the operator
 // is started as a local process the way deploy/operator.yaml (as applied) runs it: its
 // command and args, the ConfigMap it mounts written to a directory standing for the
@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -80,8 +79,7 @@ std::vector<std::string> QuickStartLines(const std::string& doc) {
 std::string QuickStartDoc() {
   const char* env = std::getenv("BW_QUICKSTART_DOC");
   return env != nullptr && *env != '\0' ? std::string(env)
-                                         : std::string(BW_TEST_SOURCE_DIR) + "/" +
-                                               BW_QUICKSTART_DOC;
+                                        : std::string(BW_TEST_SOURCE_DIR) + "/" + BW_QUICKSTART_DOC;
 }
 
 std::vector<std::string> Split(const std::string& line) {
@@ -143,7 +141,8 @@ class QuickStartE2E : public ::testing::Test {
     }
     kubelet_.reset();
     if (admin_) {
-      for (int i = 0; i < 2; ++i) (void)admin_->Delete(k8s::Nodes(), "", "qs-gpu-" + std::to_string(i));
+      for (int i = 0; i < 2; ++i)
+        (void)admin_->Delete(k8s::Nodes(), "", "qs-gpu-" + std::to_string(i));
     }
     if (HasFailure()) {
       std::printf("kept %s for inspection\n", dir_.c_str());
@@ -288,7 +287,8 @@ TEST_F(QuickStartE2E, TheQuickStartInstallsTheOperatorAndTheSampleRuns) {
     if (op_.pid < 0 && admin_->Get(kDeployments, "bulwark-system", "bulwark-operator").ok()) {
       ASSERT_NO_FATAL_FAILURE(StartOperatorAsDeployed());
     }
-    sample_applied = sample_applied || line.find("deploy/sample-trainjob.yaml") != std::string::npos;
+    sample_applied =
+        sample_applied || line.find("deploy/sample-trainjob.yaml") != std::string::npos;
   }
   ASSERT_GT(op_.pid, 0) << "no line of the quick start created the operator's Deployment";
   ASSERT_TRUE(sample_applied) << "the quick start does not submit deploy/sample-trainjob.yaml";
@@ -316,7 +316,10 @@ TEST_F(QuickStartE2E, TheQuickStartInstallsTheOperatorAndTheSampleRuns) {
   auto [ok, out] = Run("kubectl apply -f examples/kubernetes/llama-8b-trainjob.yaml");
   ASSERT_TRUE(ok) << out;
   ASSERT_TRUE(k8s::testing::PollUntil(
-      [&] { return Str(Get("ml", "llama-8b-pretrain"), {"status", "phase"}) == "Failed"; }, 60))
+      [&] {
+        return Str(Get("ml", "llama-8b-pretrain"), {"status", "phase"}) == "Failed";
+      },
+      60))
       << Run("kubectl describe tj llama-8b-pretrain -n ml").second;
   const Json llama = Get("ml", "llama-8b-pretrain");
   EXPECT_EQ(Condition(llama, "Failed", "reason"), "Unschedulable");

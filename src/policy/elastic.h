@@ -23,11 +23,11 @@ std::vector<int> PlanShrink(const std::vector<SlotCapacity>& slots, int min_node
                             double wait_seconds, double now);
 
 struct GrowInput {
-  int nodes = 0;            // current size
-  int max_nodes = 0;        // the size the job grows back to (spec `nodes`)
-  int standbys_ready = 0;   // connected nodes without a slot
-  int spare_nodes = 0;      // standbys the job keeps (faultPolicy.spareNodes)
-  bool busy = false;        // another planned restart (an update) is under way
+  int nodes = 0;           // current size
+  int max_nodes = 0;       // the size the job grows back to (spec `nodes`)
+  int standbys_ready = 0;  // connected nodes without a slot
+  int spare_nodes = 0;     // standbys the job keeps (faultPolicy.spareNodes)
+  bool busy = false;       // another planned restart (an update) is under way
 };
 
 bool ShouldGrow(const GrowInput& in);

@@ -43,7 +43,6 @@ struct RegroupPlan {
 // (the peer that left is reported on its own) — nobody is replaced for it.
 inline constexpr const char* kCollectiveErrorSubtype = "collective_error";
 
-RegroupPlan PlanRegroup(const Incident& incident, const Decision& decision,
-                        const RegroupInput& in);
+RegroupPlan PlanRegroup(const Incident& incident, const Decision& decision, const RegroupInput& in);
 
 }  // namespace bulwark

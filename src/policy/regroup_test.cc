@@ -73,9 +73,8 @@ TEST(PlanRegroup, ALostOrReplacedNodeTakesItsRanks) {
 }
 
 TEST(PlanRegroup, ACollectiveErrorBlamesNobody) {
-  const RegroupPlan p =
-      PlanRegroup(Fault(FaultKind::kCrash, 2, 1, kCollectiveErrorSubtype),
-                  Act(Action::kRestartInPlace), Job());
+  const RegroupPlan p = PlanRegroup(Fault(FaultKind::kCrash, 2, 1, kCollectiveErrorSubtype),
+                                    Act(Action::kRestartInPlace), Job());
   EXPECT_TRUE(p.in_process);
   EXPECT_TRUE(p.replace.empty());
 }

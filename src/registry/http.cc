@@ -44,8 +44,7 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   std::string value = line.substr(colon + 1);
   while (!value.empty() && std::isspace(static_cast<unsigned char>(value.front())))
     value.erase(value.begin());
-  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back())))
-    value.pop_back();
+  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back()))) value.pop_back();
   s->resp->headers[name] = value;
   return len;
 }
@@ -105,8 +104,8 @@ Result<HttpResponse> Send(const HttpRequest& req) {
     const std::string why = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       return DeadlineExceeded(req.method + " " + req.url + ": no answer within " +
-                              std::to_string(static_cast<int>(std::ceil(req.timeout_s))) +
-                              " s (" + why + ")");
+                              std::to_string(static_cast<int>(std::ceil(req.timeout_s))) + " s (" +
+                              why + ")");
     }
     return Unavailable(req.method + " " + req.url + ": " + why);
   }

@@ -10,11 +10,11 @@
 namespace bulwark::registry {
 
 struct ImageConfig {
-  std::string image;            // the reference as written, e.g. "pytorch/pytorch:latest"
-  std::string registry;         // the host answering, e.g. "registry-1.docker.io"
-  std::string repository;       // e.g. "pytorch/pytorch"
-  std::string manifest_digest;  // "sha256:..." of the platform's image manifest
-  std::string config_digest;    // "sha256:..." of the config blob (verified)
+  std::string image;                    // the reference as written, e.g. "pytorch/pytorch:latest"
+  std::string registry;                 // the host answering, e.g. "registry-1.docker.io"
+  std::string repository;               // e.g. "pytorch/pytorch"
+  std::string manifest_digest;          // "sha256:..." of the platform's image manifest
+  std::string config_digest;            // "sha256:..." of the config blob (verified)
   std::vector<std::string> entrypoint;  // config.Entrypoint ([] when unset)
   std::vector<std::string> cmd;         // config.Cmd ([] when unset)
   std::string working_dir;              // config.WorkingDir ("" when unset)

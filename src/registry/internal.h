@@ -15,8 +15,8 @@ namespace bulwark::registry::internal {
 struct HttpRequest {
   std::string method = "GET";
   std::string url;
-  std::vector<std::string> headers;  // "Name: value"
-  std::string body;                  // sent for PUT/POST/PATCH
+  std::vector<std::string> headers;        // "Name: value"
+  std::string body;                        // sent for PUT/POST/PATCH
   std::string basic_user, basic_password;  // Basic auth when basic_user is not ""
   bool follow_redirects = false;           // GET of blobs: storage backends redirect
   double connect_timeout_s = 10;

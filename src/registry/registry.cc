@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -16,9 +16,9 @@
 #include <optional>
 #include <sstream>
 
-#include "nlohmann/json.hpp"
 #include "common/net.h"
 #include "common/proc.h"
+#include "nlohmann/json.hpp"
 #include "registry/internal.h"
 
 namespace bulwark::registry {
@@ -51,8 +51,8 @@ bool IsPathComponent(const std::string& c) {
     return false;
   }
   return std::all_of(c.begin(), c.end(), [](char ch) {
-    return (ch >= 'a' && ch <= 'z') || std::isdigit(static_cast<unsigned char>(ch)) ||
-           ch == '.' || ch == '_' || ch == '-';
+    return (ch >= 'a' && ch <= 'z') || std::isdigit(static_cast<unsigned char>(ch)) || ch == '.' ||
+           ch == '_' || ch == '-';
   });
 }
 
@@ -351,10 +351,11 @@ Result<ImageRef> ParseImageRef(const std::string& image) {
     r.tag = rest.substr(colon + 1);
     rest.resize(colon);
     const bool tag_ok = !r.tag.empty() && r.tag.size() <= 128 &&
-                        std::all_of(r.tag.begin(), r.tag.end(), [](char c) {
-                          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' ||
-                                 c == '.' || c == '-';
-                        }) &&
+                        std::all_of(r.tag.begin(), r.tag.end(),
+                                    [](char c) {
+                                      return std::isalnum(static_cast<unsigned char>(c)) ||
+                                             c == '_' || c == '.' || c == '-';
+                                    }) &&
                         r.tag.front() != '.' && r.tag.front() != '-';
     if (!tag_ok) return bad("the tag \"" + r.tag + "\" is not [A-Za-z0-9_][A-Za-z0-9_.-]*");
   }
@@ -364,7 +365,8 @@ Result<ImageRef> ParseImageRef(const std::string& image) {
     const size_t end = rest.find('/', start);
     const std::string comp = rest.substr(start, end == std::string::npos ? end : end - start);
     if (!IsPathComponent(comp)) {
-      return bad("the name \"" + rest + "\" must be lowercase letters, digits and . _ - "
+      return bad("the name \"" + rest +
+                 "\" must be lowercase letters, digits and . _ - "
                  "between slashes");
     }
     if (end == std::string::npos) break;
@@ -439,9 +441,8 @@ struct Client::Impl {
     std::string query;
     if (auto s = ch.params.find("service"); s != ch.params.end())
       query += "service=" + UrlEncode(s->second);
-    const std::string scope = ch.params.contains("scope")
-                                  ? ch.params.at("scope")
-                                  : "repository:" + r.repository + ":pull";
+    const std::string scope = ch.params.contains("scope") ? ch.params.at("scope")
+                                                          : "repository:" + r.repository + ":pull";
     query += (query.empty() ? "" : "&") + std::string("scope=") + UrlEncode(scope);
     url += (url.find('?') == std::string::npos ? "?" : "&") + query;
     internal::HttpRequest req;
@@ -470,18 +471,20 @@ struct Client::Impl {
     return token;
   }
 
-  static Status Unauthorized(const std::string& image, const ImageRef& r,
-                             const Credential& cred) {
+  static Status Unauthorized(const std::string& image, const ImageRef& r, const Credential& cred) {
     if (cred.secret.empty()) {
       return PermissionDenied(
-          About(image, r) + ": the registry refuses anonymous access; set pod.imagePullSecrets "
+          About(image, r) +
+          ": the registry refuses anonymous access; set pod.imagePullSecrets "
           "(a PyTorchJob's template.spec.imagePullSecrets) to a kubernetes.io/dockerconfigjson "
-          "Secret with credentials for " + r.registry + ", or " + kSetCommand);
+          "Secret with credentials for " +
+          r.registry + ", or " + kSetCommand);
     }
-    return PermissionDenied(About(image, r) + ": the registry refused the credentials of pull "
-                            "secret " + cred.secret + " (user " + cred.user +
-                            "); fix the Secret's auths[\"" + r.registry + "\"], or " +
-                            kSetCommand);
+    return PermissionDenied(About(image, r) +
+                            ": the registry refused the credentials of pull "
+                            "secret " +
+                            cred.secret + " (user " + cred.user + "); fix the Secret's auths[\"" +
+                            r.registry + "\"], or " + kSetCommand);
   }
 
   // GET with the registry's auth dance: cached token, anonymous, then the challenge.
@@ -521,8 +524,10 @@ struct Client::Impl {
   Status HttpError(const internal::HttpResponse& resp, const std::string& what,
                    const std::string& image, const ImageRef& r, const Credential& cred) {
     if (resp.status == 404) {
-      return NotFound(About(image, r) + ": " + what + " not found; check the image name and "
-                      "tag (is it pushed to " + r.ApiHost() + "?), or " + kSetCommand);
+      return NotFound(About(image, r) + ": " + what +
+                      " not found; check the image name and "
+                      "tag (is it pushed to " +
+                      r.ApiHost() + "?), or " + kSetCommand);
     }
     if (resp.status == 401 || resp.status == 403) return Unauthorized(image, r, cred);
     return Unavailable(About(image, r) + ": " + what + ": HTTP " + std::to_string(resp.status) +
@@ -530,16 +535,15 @@ struct Client::Impl {
   }
 
   Result<Json> FetchManifest(const std::string& reference, const ImageRef& r,
-                             const Credential& cred, const std::string& image,
-                             std::string* digest, std::string* media_type) {
+                             const Credential& cred, const std::string& image, std::string* digest,
+                             std::string* media_type) {
     const std::string url =
         Scheme(r) + r.ApiHost() + "/v2/" + r.repository + "/manifests/" + reference;
-    BW_ASSIGN_OR_RETURN(
-        internal::HttpResponse resp,
-        Get(url,
-            {std::string("Accept: ") + kOciIndex + ", " + kDockerList + ", " + kOciManifest +
-             ", " + kDockerManifest},
-            r, cred, image, false));
+    BW_ASSIGN_OR_RETURN(internal::HttpResponse resp,
+                        Get(url,
+                            {std::string("Accept: ") + kOciIndex + ", " + kDockerList + ", " +
+                             kOciManifest + ", " + kDockerManifest},
+                            r, cred, image, false));
     if (resp.status != 200) return HttpError(resp, "manifest " + reference, image, r, cred);
     *digest = internal::Sha256Digest(resp.body);
     if (IsDigest(reference) && *digest != reference) {
@@ -564,8 +568,7 @@ struct Client::Impl {
 
   Result<ImageConfig> Walk(const std::string& image, const ImageRef& r, const Credential& cred) {
     std::string digest, media_type;
-    BW_ASSIGN_OR_RETURN(Json m,
-                        FetchManifest(r.Reference(), r, cred, image, &digest, &media_type));
+    BW_ASSIGN_OR_RETURN(Json m, FetchManifest(r.Reference(), r, cred, image, &digest, &media_type));
     const std::string top_digest = digest;  // the index's when the reference names one
     if (media_type == kOciIndex || media_type == kDockerList) {
       const Platform& p = opts.platform;
@@ -577,16 +580,16 @@ struct Client::Impl {
           const std::string os = pl.value("os", ""), arch = pl.value("architecture", "");
           const std::string variant = pl.value("variant", "");
           if (os == "unknown") continue;  // attestation manifests
-          seen += (seen.empty() ? "" : ", ") + os + "/" + arch +
-                  (variant.empty() ? "" : "/" + variant);
-          if (os == p.os && arch == p.architecture &&
-              (p.variant.empty() || variant == p.variant) && pick.empty()) {
+          seen +=
+              (seen.empty() ? "" : ", ") + os + "/" + arch + (variant.empty() ? "" : "/" + variant);
+          if (os == p.os && arch == p.architecture && (p.variant.empty() || variant == p.variant) &&
+              pick.empty()) {
             pick = e.value("digest", "");
           }
         }
       }
-      const std::string want = p.os + "/" + p.architecture +
-                               (p.variant.empty() ? "" : "/" + p.variant);
+      const std::string want =
+          p.os + "/" + p.architecture + (p.variant.empty() ? "" : "/" + p.variant);
       if (pick.empty()) {
         return NotFound(About(image, r) + ": no manifest for platform " + want +
                         " in its index (it has " + (seen.empty() ? "none" : seen) +
@@ -602,15 +605,15 @@ struct Client::Impl {
       return InvalidArgument(About(image, r) + ": unsupported manifest type \"" + media_type +
                              "\" (want an OCI or Docker v2 image manifest); " + kSetCommand);
     }
-    const std::string cache_key = r.ApiHost() + "/" + r.repository + "@" + digest + "|" +
-                                  cred.Fingerprint();
+    const std::string cache_key =
+        r.ApiHost() + "/" + r.repository + "@" + digest + "|" + cred.Fingerprint();
     {
       std::lock_guard<std::mutex> l(mu);
       if (auto it = configs.find(cache_key); it != configs.end()) {
         ImageConfig c = it->second;
         c.image = image;
-        configs[r.ApiHost() + "/" + r.repository + "@" + top_digest + "|" +
-                cred.Fingerprint()] = it->second;
+        configs[r.ApiHost() + "/" + r.repository + "@" + top_digest + "|" + cred.Fingerprint()] =
+            it->second;
         if (r.digest.empty()) {
           tags[r.ToString() + "|" + cred.Fingerprint()] = {top_digest,
                                                            clock->NowMono() + opts.tag_ttl_s};

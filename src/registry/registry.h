@@ -45,10 +45,10 @@ namespace bulwark::registry {
 // at registry-1.docker.io), a single-component name on docker.io -> library/NAME, no
 // tag and no digest -> tag "latest".
 struct ImageRef {
-  std::string registry;    // as written or "docker.io", e.g. "localhost:5000"
-  std::string repository;  // "pytorch/pytorch", "library/ubuntu"
-  std::string tag;         // "" when only a digest is given
-  std::string digest;      // "sha256:<64 hex>" or ""
+  std::string registry;         // as written or "docker.io", e.g. "localhost:5000"
+  std::string repository;       // "pytorch/pytorch", "library/ubuntu"
+  std::string tag;              // "" when only a digest is given
+  std::string digest;           // "sha256:<64 hex>" or ""
   std::string ApiHost() const;  // registry-1.docker.io for docker.io, else registry
   // The manifest reference: the digest when given, else the tag.
   std::string Reference() const { return digest.empty() ? tag : digest; }
@@ -100,8 +100,8 @@ struct ClientOptions {
 };
 
 struct ClientStats {
-  uint64_t requests = 0;     // HTTP requests sent (token requests included)
-  uint64_t cache_hits = 0;   // Resolve calls answered without a request
+  uint64_t requests = 0;    // HTTP requests sent (token requests included)
+  uint64_t cache_hits = 0;  // Resolve calls answered without a request
 };
 
 class Client {

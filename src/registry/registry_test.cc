@@ -61,9 +61,9 @@ ImageSpec TrainerSpec() {
 
 std::string DockerConfig(const std::string& host, const std::string& user,
                          const std::string& password, bool as_auth = true) {
-  nlohmann::json entry = as_auth ? nlohmann::json{{"auth", internal::Base64Encode(
-                                                               user + ":" + password)}}
-                                 : nlohmann::json{{"username", user}, {"password", password}};
+  nlohmann::json entry =
+      as_auth ? nlohmann::json{{"auth", internal::Base64Encode(user + ":" + password)}}
+              : nlohmann::json{{"username", user}, {"password", password}};
   return nlohmann::json{{"auths", {{host, entry}}}}.dump();
 }
 
@@ -114,8 +114,8 @@ class BearerFront {
       if (eof) break;
     }
     const std::string line = req.substr(0, req.find("\r\n"));
-    const std::string target = line.substr(line.find(' ') + 1,
-                                           line.rfind(' ') - line.find(' ') - 1);
+    const std::string target =
+        line.substr(line.find(' ') + 1, line.rfind(' ') - line.find(' ') - 1);
     auto header = [&req](const std::string& name) {
       const size_t at = req.find("\r\n" + name + ": ");
       if (at == std::string::npos) return std::string();
@@ -159,9 +159,9 @@ class BearerFront {
         }
       }
     }
-    const std::string resp = "HTTP/1.1 " + status + "\r\nContent-Length: " +
-                             std::to_string(body.size()) + "\r\nConnection: close\r\n" +
-                             extra + "\r\n" + body;
+    const std::string resp = "HTTP/1.1 " + status +
+                             "\r\nContent-Length: " + std::to_string(body.size()) +
+                             "\r\nConnection: close\r\n" + extra + "\r\n" + body;
     fcntl(c.get(), F_SETFL, fcntl(c.get(), F_GETFL) & ~O_NONBLOCK);
     size_t sent = 0;
     while (sent < resp.size()) {
@@ -269,8 +269,8 @@ TEST_F(RegistryTest, ResolvesTagAndDigestAndCaches) {
 
   // The tag again within its TTL, and the digest: no request.
   ASSERT_TRUE(client.Resolve(image, {}).ok());
-  auto by_digest = client.Resolve(registry_->host() + "/team/trainer@" + pushed->manifest_digest,
-                                  {});
+  auto by_digest =
+      client.Resolve(registry_->host() + "/team/trainer@" + pushed->manifest_digest, {});
   ASSERT_TRUE(by_digest.ok()) << by_digest.status().ToString();
   EXPECT_EQ(by_digest->cmd, TrainerSpec().cmd);
   EXPECT_EQ(client.stats().requests, 2u);
@@ -315,8 +315,7 @@ TEST_F(RegistryTest, IndexPicksThePlatform) {
   auto p_amd = testing::PushImage(target_, "", dir_.path(), amd);
   auto p_ppc = testing::PushImage(target_, "", dir_.path(), ppc);
   ASSERT_TRUE(p_arm.ok() && p_amd.ok() && p_ppc.ok()) << p_arm.status().ToString();
-  auto index = testing::PushIndex(target_, "multi",
-                                  {{arm, *p_arm}, {amd, *p_amd}, {ppc, *p_ppc}});
+  auto index = testing::PushIndex(target_, "multi", {{arm, *p_arm}, {amd, *p_amd}, {ppc, *p_ppc}});
   ASSERT_TRUE(index.ok()) << index.status().ToString();
   auto list = testing::PushIndex(target_, "list", {{arm, *p_arm}, {amd, *p_amd}}, false);
   ASSERT_TRUE(list.ok()) << list.status().ToString();
@@ -349,8 +348,7 @@ TEST_F(RegistryTest, IndexPicksThePlatform) {
   EXPECT_EQ(c.status().code(), Code::kNotFound);
   EXPECT_NE(c.status().message().find("no manifest for platform linux/s390x"), std::string::npos)
       << c.status().message();
-  EXPECT_NE(c.status().message().find("linux/arm64, linux/amd64, linux/ppc64le"),
-            std::string::npos)
+  EXPECT_NE(c.status().message().find("linux/arm64, linux/amd64, linux/ppc64le"), std::string::npos)
       << c.status().message();
 }
 
@@ -370,20 +368,21 @@ TEST_F(RegistryTest, PullSecretAuth) {
   auto other = client.Resolve(image, {{"other", DockerConfig("quay.io", "trainer", "s3cret")}});
   EXPECT_EQ(other.status().code(), Code::kPermissionDenied);
 
-  auto wrong = client.Resolve(image, {{"regcred", DockerConfig(registry_->host(), "trainer",
-                                                                "wrong")}});
+  auto wrong =
+      client.Resolve(image, {{"regcred", DockerConfig(registry_->host(), "trainer", "wrong")}});
   EXPECT_EQ(wrong.status().code(), Code::kPermissionDenied);
   EXPECT_NE(wrong.status().message().find("pull secret regcred"), std::string::npos)
       << wrong.status().message();
 
-  auto right = client.Resolve(image, {{"regcred", DockerConfig(registry_->host(), "trainer",
-                                                                "s3cret")}});
+  auto right =
+      client.Resolve(image, {{"regcred", DockerConfig(registry_->host(), "trainer", "s3cret")}});
   ASSERT_TRUE(right.ok()) << right.status().ToString();
   EXPECT_EQ(right->cmd, TrainerSpec().cmd);
   // username/password instead of auth, under an http:// key.
   Client c2;
-  auto up = c2.Resolve(image, {{"regcred", DockerConfig("http://" + registry_->host(), "trainer",
-                                                         "s3cret", false)}});
+  auto up = c2.Resolve(
+      image,
+      {{"regcred", DockerConfig("http://" + registry_->host(), "trainer", "s3cret", false)}});
   ASSERT_TRUE(up.ok()) << up.status().ToString();
   // The cache is per credential: anonymous is still refused after a success.
   EXPECT_EQ(client.Resolve(image, {}).status().code(), Code::kPermissionDenied);
@@ -427,8 +426,8 @@ TEST_F(RegistryTest, NotFoundNamesImageAndRegistry) {
   StartRegistry();
   ASSERT_TRUE(testing::PushImage(target_, "v1", dir_.path(), TrainerSpec()).ok());
   Client client;
-  for (const std::string& image : {registry_->host() + "/team/trainer:v2",
-                                  registry_->host() + "/team/nothing:v1"}) {
+  for (const std::string& image :
+       {registry_->host() + "/team/trainer:v2", registry_->host() + "/team/nothing:v1"}) {
     auto c = client.Resolve(image, {});
     EXPECT_EQ(c.status().code(), Code::kNotFound) << c.status().ToString();
     EXPECT_NE(c.status().message().find("image " + image), std::string::npos);
@@ -606,7 +605,8 @@ TEST_F(DockerCredentialsTest, HelperAndConfigFailuresSayWhatToDo) {
   auto r = LocalDockerCredentials(image);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(home_ + "/config.json is not a JSON object"),
-            std::string::npos) << r.status().ToString();
+            std::string::npos)
+      << r.status().ToString();
   WriteConfig(R"({"credsStore": "nope"})");
   r = LocalDockerCredentials(image);
   ASSERT_FALSE(r.ok());
@@ -633,8 +633,7 @@ TEST_F(DockerCredentialsTest, HelperAndConfigFailuresSayWhatToDo) {
   WriteConfig(R"({"credsStore": "noread"})");
   r = LocalDockerCredentials(image);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("no input read"), std::string::npos)
-      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("no input read"), std::string::npos) << r.status().ToString();
   // Writing to it once it is gone: EPIPE, and this process lives (no SIGPIPE).
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);

@@ -140,7 +140,7 @@ struct StandbyRestock {
 
 struct CycleResult {
   std::vector<Admission> admitted;
-  std::vector<Preemption> preempted;  // victims are back in their queues, pending
+  std::vector<Preemption> preempted;      // victims are back in their queues, pending
   std::vector<StandbyRestock> restocked;  // after the admissions, by (priority desc, admit order)
   int considered = 0;                     // pending jobs examined this cycle
 };

@@ -184,10 +184,9 @@ TEST(SimEngine, UsedStandbyIsRestockedAndWarmsUpForTheLeadTime) {
         "    checkpointIntervalSeconds: 3600\n    checkpointWriteSeconds: 5\n"
         "    standby: 1\n    replacementLeadSeconds: 900\n" +
         std::string(kNoBackoff);
-    SimConfig c = Parse(OneJob(4, 2, st,
-                               std::string("scheduler: {restockStandby: ") +
-                                   (restock ? "true" : "false") + "}\n",
-                               2));
+    SimConfig c = Parse(OneJob(
+        4, 2, st,
+        std::string("scheduler: {restockStandby: ") + (restock ? "true" : "false") + "}\n", 2));
     const std::vector<int> nodes = Placement(c, 1);
     ASSERT_EQ(nodes.size(), 2u);
     c.faults.push_back({1000.5, nodes[1], FaultType::kHardware});

@@ -1016,9 +1016,9 @@ TEST_F(TrainJobApiServerTest, OperatorPodIsAdmittedUnderRestrictedPodSecurity) {
 }
 
 TEST_F(TrainJobApiServerTest, TrainingPodsNeedAPrivilegedNamespace) {
-  auto loaded = LoadManifest(
-      std::string(BW_TEST_SOURCE_DIR) + "/examples/kubernetes/llama-8b-trainjob.yaml",
-      Target::kKubernetes);
+  auto loaded =
+      LoadManifest(std::string(BW_TEST_SOURCE_DIR) + "/examples/kubernetes/llama-8b-trainjob.yaml",
+                   Target::kKubernetes);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const std::string enforce = "pod-security.kubernetes.io/enforce";
   struct Level {

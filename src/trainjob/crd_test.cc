@@ -173,9 +173,9 @@ TEST(CrdTest, DeployCrdYamlIsTheRenderedCrd) {
 }
 
 TEST(CrdTest, LlamaExampleTrainJobParses) {
-  auto r = LoadManifest(
-      std::string(BW_TEST_SOURCE_DIR) + "/examples/kubernetes/llama-8b-trainjob.yaml",
-      Target::kKubernetes);
+  auto r =
+      LoadManifest(std::string(BW_TEST_SOURCE_DIR) + "/examples/kubernetes/llama-8b-trainjob.yaml",
+                   Target::kKubernetes);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->kind, ManifestKind::kTrainJob);
   EXPECT_EQ(r->job.job.nodes, 4);

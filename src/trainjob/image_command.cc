@@ -24,8 +24,11 @@ Result<std::string> ApplyImageConfig(const registry::ImageConfig& image, Target 
       (image.manifest_digest.empty() ? std::string() : " (" + image.manifest_digest + ")");
   const std::vector<std::string> argv = registry::ImageCommand(image, job.args);
   if (argv.empty() || argv[0].empty()) {
-    return FailedPrecondition("trainjob " + t->ns + "/" + t->name + ": spec.command: not set, "
-                              "and " + where + " has neither ENTRYPOINT nor CMD; set command "
+    return FailedPrecondition("trainjob " + t->ns + "/" + t->name +
+                              ": spec.command: not set, "
+                              "and " +
+                              where +
+                              " has neither ENTRYPOINT nor CMD; set command "
                               "(e.g. [python3, train.py]) in the spec");
   }
   // Split as the image has it: the ENTRYPOINT (or CMD's program) is the command.

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "trainjob/render.h"
@@ -150,9 +150,8 @@ TEST(K8sSchemaTest, NodeTaintEventAndConvertedJobsValidate) {
                {"metadata", {{"name", "gpu-7"}, {"labels", {{"bulwark.dev/gpu-type", "h100"}}}}},
                {"spec", {{"taints", Json::array({RenderQuarantineTaint("NodeNotReady")})}}}};
   std::vector<Json> objs = {node, RenderEvent(node, "Warning", "NodeQuarantined", "NotReady", 1e9)};
-  for (const char* f :
-       {"pytorchjob-mnist.yaml", "pytorchjob-elastic.yaml", "pytorchjob-llm.yaml",
-        "pytorchjob-quickstart.yaml"}) {
+  for (const char* f : {"pytorchjob-mnist.yaml", "pytorchjob-elastic.yaml", "pytorchjob-llm.yaml",
+                        "pytorchjob-quickstart.yaml"}) {
     auto m = LoadManifest(kTestdata + "/" + f, Target::kKubernetes);
     ASSERT_TRUE(m.ok()) << m.status().message();
     m->job.pod.image_pull_secrets = {"regcred"};  // the pods' imagePullSecrets

@@ -75,8 +75,8 @@ TEST_F(ManifestInputTest, AnErrorInTheSecondDocumentNamesItsLineInTheFile) {
 }
 
 TEST_F(ManifestInputTest, EmptyInputAndMissingFileAreErrors) {
-  auto empty = ParseManifestInput(*ReadManifestInput(Write("e.yaml", "# nothing\n")),
-                                  Target::kLocal);
+  auto empty =
+      ParseManifestInput(*ReadManifestInput(Write("e.yaml", "# nothing\n")), Target::kLocal);
   ASSERT_FALSE(empty.ok());
   EXPECT_THAT(empty.status().message(), HasSubstr("no manifest in it"));
   auto missing = ReadManifestInput(dir_ + "/absent.yaml");

@@ -213,9 +213,9 @@ class Converter {
            "minMember = nodes)");
     }
     static const std::set<std::string> kHandled = {
-        "containers",        "nodeSelector",  "tolerations",   "serviceAccountName", "volumes",
-        "priorityClassName", "schedulerName", "restartPolicy", "hostNetwork",        "dnsPolicy",
-        "imagePullSecrets"};
+        "containers",  "nodeSelector",      "tolerations",     "serviceAccountName",
+        "volumes",     "priorityClassName", "schedulerName",   "restartPolicy",
+        "hostNetwork", "dnsPolicy",         "imagePullSecrets"};
     std::vector<std::string> dropped;
     for (const auto& kv : ts) {
       const std::string key = kv.first.as<std::string>("");

@@ -173,14 +173,15 @@ TEST(PyTorchJobTest, ArgsWithoutCommandReplaceTheImagesCmd) {
   t.job.env["HF_HOME"] = "/mine";
   auto line = ApplyImageConfig(img, Target::kKubernetes, &t);
   ASSERT_TRUE(line.ok()) << line.status().message();
-  EXPECT_EQ(*line, "command from image reg.example/t:1 (sha256:abc): "
-                   "[\"python3\", \"train.py\", \"--lr\", \"0.1\"]");
+  EXPECT_EQ(*line,
+            "command from image reg.example/t:1 (sha256:abc): "
+            "[\"python3\", \"train.py\", \"--lr\", \"0.1\"]");
   EXPECT_EQ(t.job.command, (std::vector<std::string>{"python3"}));
   EXPECT_EQ(t.job.args, (std::vector<std::string>{"train.py", "--lr", "0.1"}));
   EXPECT_EQ(t.job.workdir, "/workspace");
   EXPECT_EQ(t.job.env.at("PATH"), "/opt/bin:/usr/bin");
   EXPECT_EQ(t.job.env.at("HF_HOME"), "/mine");  // the spec wins
-  EXPECT_FALSE(t.job.env.contains("RANK"));      // the agent sets it
+  EXPECT_FALSE(t.job.env.contains("RANK"));     // the agent sets it
   // Applied once: a job with a command is left alone.
   EXPECT_EQ(*ApplyImageConfig(img, Target::kKubernetes, &t), "");
 

@@ -408,7 +408,8 @@ void NodeEmulator::SyncPod(const Json& pod) {
         }
         const std::string why =
             "NodeAffinity: Pod was rejected: Predicate NodeAffinity failed: node(s) didn't "
-            "match Pod's node affinity/selector (" + k + ")";
+            "match Pod's node affinity/selector (" +
+            k + ")";
         ended_[key] = why;
         SetPhase(pod, "Failed", 1, why);
         return;

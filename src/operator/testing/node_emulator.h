@@ -61,7 +61,7 @@ struct EmulatedNode {
 struct NodeEmulatorOptions {
   k8s::Client* client = nullptr;  // not owned; must outlive the emulator
   std::vector<EmulatedNode> nodes;
-  std::map<std::string, std::string> binaries;   // path in any image -> path here
+  std::map<std::string, std::string> binaries;  // path in any image -> path here
   // image -> (path in that image -> path here): files only that image has.
   std::map<std::string, std::map<std::string, std::string>> image_binaries;
   std::string root;                              // backing directories and pod logs

@@ -72,8 +72,8 @@ struct PushTarget {
 // Tars the regular files and directories under `dir` (sorted, mtime 0, uid/gid 0)
 // into one uncompressed layer, writes the image config, uploads both blobs (POST then
 // PUT ?digest=) and PUTs the manifest as `tag` ("" = by digest only).
-Result<PushedImage> PushImage(const PushTarget& to, const std::string& tag,
-                              const std::string& dir, const ImageSpec& spec);
+Result<PushedImage> PushImage(const PushTarget& to, const std::string& tag, const std::string& dir,
+                              const ImageSpec& spec);
 
 // PUTs an OCI index (or Docker manifest list) naming already pushed manifests, each with
 // its platform {os, architecture}, as `tag`. Returns the index's digest.
