@@ -254,9 +254,11 @@ struct Persister::Impl {
   // raised again, else nice 10 and the lowest best-effort I/O level, which cannot be
   // starved (an idle thread that could not be raised might never persist on a node
   // whose cores the trainers keep busy).
-  void LowerSelf() {
+  // Publishes `self` as tid only once the priority is set (CurrentPriority's contract).
+  void LowerSelf(pid_t self) {
     const bool can_raise = CanLeaveIdle();
     std::lock_guard<std::mutex> l(mu);
+    tid = self;
     if (can_raise && SetIdle(0, true)) {
       idle = true;
       return;
@@ -282,12 +284,10 @@ struct Persister::Impl {
   }
 
   void Loop() {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      tid = static_cast<pid_t>(::syscall(SYS_gettid));
-    }
-    if (cfg.low_priority) LowerSelf();
+    const pid_t self = static_cast<pid_t>(::syscall(SYS_gettid));
+    if (cfg.low_priority) LowerSelf(self);
     std::unique_lock<std::mutex> l(mu);
+    tid = self;
     while (true) {
       cv.wait(l, [&] { return stop || !seal_q.empty() || !persist_q.empty(); });
       if (stop) break;

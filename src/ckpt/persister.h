@@ -104,7 +104,7 @@ class Persister {
 
   // The persister thread's priority (PersistConfig::low_priority), for tests and logs.
   struct Priority {
-    int thread_id = 0;    // its kernel tid; 0 until it started
+    int thread_id = 0;    // its kernel tid; 0 until it started and set its priority
     bool idle = false;    // lowered to SCHED_IDLE (and may be raised)
     bool raised = false;  // raised to SCHED_OTHER now, being behind
     int raises = 0;       // times it was raised
