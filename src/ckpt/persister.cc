@@ -254,16 +254,16 @@ struct Persister::Impl {
   // raised again, else nice 10 and the lowest best-effort I/O level, which cannot be
   // starved (an idle thread that could not be raised might never persist on a node
   // whose cores the trainers keep busy).
-  // Publishes `self` as tid only once the priority is set (CurrentPriority's contract).
+  // `self`: this thread's tid, which Loop publishes only after this returns
+  // (CurrentPriority's contract; RaiseIfBehind waits for it).
   void LowerSelf(pid_t self) {
     const bool can_raise = CanLeaveIdle();
     std::lock_guard<std::mutex> l(mu);
-    tid = self;
     if (can_raise && SetIdle(0, true)) {
       idle = true;
       return;
     }
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), kFallbackNice);
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(self), kFallbackNice);
     (void)::syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, kIoprioBestEffortLowest);
   }
 
