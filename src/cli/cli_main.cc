@@ -640,7 +640,8 @@ int CmdValidate(const std::vector<std::string>& paths, const std::string& target
       rc = std::max(rc, Fail(InputError(in.status())));
       continue;
     }
-    auto local = trainjob::ParseManifestInput(*in, trainjob::Target::kLocal);
+    const trainjob::LoadedManifestInput loaded(*in);
+    auto local = loaded.Parse(trainjob::Target::kLocal);
     if (!local.ok()) {
       rc = std::max(rc, Fail(local.status()));
       continue;
@@ -650,7 +651,7 @@ int CmdValidate(const std::vector<std::string>& paths, const std::string& target
     });
     auto ms = local;
     if (target == "kubernetes" || (target == "auto" && any_k8s)) {
-      ms = trainjob::ParseManifestInput(*in, trainjob::Target::kKubernetes);
+      ms = loaded.Parse(trainjob::Target::kKubernetes);
       if (!ms.ok()) {
         rc = std::max(rc, Fail(ms.status()));
         continue;

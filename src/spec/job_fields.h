@@ -55,6 +55,12 @@ Result<std::string> ReadSpecFile(const std::string& path);
 Result<JobSpec> ParseJobSpecText(const std::string& text, const std::string& source,
                                  const JobFieldsOptions& o);
 
+// ParseJobSpecText on a document already loaded with LoadSingleDocument (Null for an
+// empty one), which does the syntax, size and single-document checks: the empty and
+// not-a-mapping checks, then ParseJobFields. Does not modify `root`.
+Result<JobSpec> ParseJobSpecNode(const YAML::Node& root, const std::string& source,
+                                 const JobFieldsOptions& o);
+
 // Parses the job fields of `map` (at `line`) into *spec, reporting every problem into
 // `r`. Returns the present fields by key, including the extra ones.
 std::map<std::string, Entry> ParseJobFields(SpecReader& r, const YAML::Node& map, int line,

@@ -516,17 +516,9 @@ Status JoinErrors(const std::vector<std::string>& errors) {
   return InvalidArgument(msg);
 }
 
-Result<JobSpec> ParseImpl(const std::string& text, const std::string& source,
-                          const JobFieldsOptions& o) {
+Result<JobSpec> ParseNodeImpl(const YAML::Node& root, const std::string& source,
+                              const JobFieldsOptions& o) {
   SpecReader hints(source);
-  if (text.size() > kMaxSpecBytes) {
-    hints.Error(1, "", "the spec is too large", std::to_string(text.size()) + " bytes",
-                "a job spec should be a few KiB of YAML (limit 1 MiB)");
-    return JoinErrors(hints.SortedErrors());
-  }
-  Result<YAML::Node> doc = LoadSingleDocument(text, source);
-  if (!doc.ok()) return doc.status();
-  const YAML::Node root = *doc;
   if (root.IsNull()) {
     hints.Error(1, "", "the spec is empty", "an empty document",
                 "add at least name and command; see docs/job-spec.md");
@@ -545,12 +537,25 @@ Result<JobSpec> ParseImpl(const std::string& text, const std::string& source,
   return spec;
 }
 
-}  // namespace
+Result<JobSpec> ParseImpl(const std::string& text, const std::string& source,
+                          const JobFieldsOptions& o) {
+  if (text.size() > kMaxSpecBytes) {
+    SpecReader hints(source);
+    hints.Error(1, "", "the spec is too large", std::to_string(text.size()) + " bytes",
+                "a job spec should be a few KiB of YAML (limit 1 MiB)");
+    return JoinErrors(hints.SortedErrors());
+  }
+  Result<YAML::Node> doc = LoadSingleDocument(text, source);
+  if (!doc.ok()) return doc.status();
+  return ParseNodeImpl(*doc, source, o);
+}
 
-Result<JobSpec> ParseJobSpecText(const std::string& text, const std::string& source,
-                                 const JobFieldsOptions& o) {
+// Converts what escapes the field readers (yaml-cpp's conversions, bad_alloc) to one
+// top-level error.
+template <typename F>
+Result<JobSpec> Guarded(const std::string& source, F&& parse) {
   try {
-    return ParseImpl(text, source, o);
+    return parse();
   } catch (const std::exception& e) {
     return InvalidArgument(source + ":1: (top level): could not be parsed (got " +
                            std::string(e.what()) + "); check the file against docs/job-spec.md");
@@ -559,6 +564,18 @@ Result<JobSpec> ParseJobSpecText(const std::string& text, const std::string& sou
                            ":1: (top level): could not be parsed (got an unknown error); check "
                            "the file against docs/job-spec.md");
   }
+}
+
+}  // namespace
+
+Result<JobSpec> ParseJobSpecText(const std::string& text, const std::string& source,
+                                 const JobFieldsOptions& o) {
+  return Guarded(source, [&] { return ParseImpl(text, source, o); });
+}
+
+Result<JobSpec> ParseJobSpecNode(const YAML::Node& root, const std::string& source,
+                                 const JobFieldsOptions& o) {
+  return Guarded(source, [&] { return ParseNodeImpl(root, source, o); });
 }
 
 Result<std::string> ReadSpecFile(const std::string& path) {

@@ -6,6 +6,7 @@
 #include <new>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "spec/spec_reader.h"
@@ -180,7 +181,13 @@ Result<YAML::Node> LoadSingleDocument(const std::string& text, const std::string
     }
     if (count == 0) return YAML::Node(YAML::NodeType::Null);
     YAML::Node root = YAML::Load(text);
-    BW_RETURN_IF_ERROR(CheckDecodedUtf8(root, source));
+    // Only an escape of a double-quoted string (\N, \_) decodes UTF-8 text to other
+    // bytes; NUL-free UTF-8 text is read as UTF-8 (yaml-cpp guesses UTF-16/32 only
+    // from NUL bytes or a BOM, which CheckUtf8 refused). Text without either needs no
+    // second pass.
+    if (text.find_first_of(std::string_view("\\\0", 2)) != std::string::npos) {
+      BW_RETURN_IF_ERROR(CheckDecodedUtf8(root, source));
+    }
     return root;
   } catch (const YAML::Exception& e) {
     return InvalidArgument(SyntaxError(source, e.mark, e.msg));

@@ -19,12 +19,12 @@ std::string ScalarAt(const YAML::Node& root, const char* key) {
 }
 
 // `name_line`: the line of the spec's `name:` (0 = unknown).
-Result<LoadedManifest> FromJobSpec(const std::string& text, const std::string& source,
+Result<LoadedManifest> FromJobSpec(const YAML::Node& root, const std::string& source,
                                    const std::string& base_dir, Target target, int name_line) {
   spec_internal::JobFieldsOptions o;
   o.base_dir = base_dir;
   if (target == Target::kKubernetes) o.paths = spec_internal::PathMode::kContainer;
-  Result<JobSpec> spec = spec_internal::ParseJobSpecText(text, source, o);
+  Result<JobSpec> spec = spec_internal::ParseJobSpecNode(root, source, o);
   if (!spec.ok()) return spec.status();
   LoadedManifest m;
   m.kind = ManifestKind::kJobSpec;
@@ -58,10 +58,9 @@ Result<LoadedManifest> FromJobSpec(const std::string& text, const std::string& s
   return m;
 }
 
-Result<LoadedManifest> ParseManifestUnbounded(const std::string& text,
+Result<LoadedManifest> ParseManifestUnbounded(const YAML::Node& root,
                                               const std::string& source_name,
                                               const std::string& base_dir, Target target) {
-  BW_ASSIGN_OR_RETURN(const YAML::Node root, internal::LoadDocument(text, source_name));
   std::string api_version, kind;
   try {
     if (root.IsMap()) {
@@ -77,7 +76,7 @@ Result<LoadedManifest> ParseManifestUnbounded(const std::string& text,
       if (root.IsMap() && root["name"].IsDefined()) name_line = root["name"].Mark().line + 1;
     } catch (const std::exception&) {
     }
-    return FromJobSpec(text, source_name, base_dir, target, name_line);
+    return FromJobSpec(root, source_name, base_dir, target, name_line);
   }
   internal::ParseContext ctx{source_name, true, base_dir, target};
   LoadedManifest m;
@@ -124,14 +123,24 @@ Result<LoadedManifest> ParseManifestUnbounded(const std::string& text,
 
 }  // namespace
 
-Result<LoadedManifest> ParseManifest(const std::string& text, const std::string& source_name,
-                                     const std::string& base_dir, Target target) {
+namespace internal {
+
+Result<LoadedManifest> ParseLoadedManifest(const YAML::Node& root, const std::string& source_name,
+                                           const std::string& base_dir, Target target) {
   try {
-    return ParseManifestUnbounded(text, source_name, base_dir, target);
+    return ParseManifestUnbounded(root, source_name, base_dir, target);
   } catch (const YamlTooLarge& e) {  // a value converted outside the field readers
     return InvalidArgument(source_name + ":" + std::to_string(e.line()) + ": (yaml): a value " +
                            e.what() + "; write the values out without YAML aliases");
   }
+}
+
+}  // namespace internal
+
+Result<LoadedManifest> ParseManifest(const std::string& text, const std::string& source_name,
+                                     const std::string& base_dir, Target target) {
+  BW_ASSIGN_OR_RETURN(const YAML::Node root, internal::LoadDocument(text, source_name));
+  return internal::ParseLoadedManifest(root, source_name, base_dir, target);
 }
 
 Result<LoadedManifest> LoadManifest(const std::string& path, Target target) {

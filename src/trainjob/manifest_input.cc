@@ -7,6 +7,7 @@
 
 #include "spec/job_fields.h"
 #include "spec/job_spec_schema.h"
+#include "trainjob/trainjob_internal.h"
 
 namespace bulwark::trainjob {
 namespace {
@@ -105,20 +106,38 @@ std::vector<std::string> SplitYamlDocuments(const std::string& text) {
   return docs;
 }
 
-Result<std::vector<LoadedManifest>> ParseManifestInput(const ManifestInput& in, Target target) {
-  const std::vector<std::string> docs = SplitYamlDocuments(in.text);
-  if (docs.empty()) {
-    return InvalidArgument(in.name +
+struct LoadedManifestInput::Documents {
+  std::vector<Result<YAML::Node>> roots;  // one per document of the input, in order
+};
+
+LoadedManifestInput::LoadedManifestInput(const ManifestInput& in)
+    : name_(in.name), base_dir_(in.base_dir), path_(in.path) {
+  auto docs = std::make_shared<Documents>();
+  for (const std::string& doc : SplitYamlDocuments(in.text)) {
+    docs->roots.push_back(internal::LoadDocument(doc, in.name));
+  }
+  docs_ = std::move(docs);
+}
+
+Result<std::vector<LoadedManifest>> LoadedManifestInput::Parse(Target target) const {
+  if (docs_->roots.empty()) {
+    return InvalidArgument(name_ +
                            ":1: (top level): no manifest in it (empty, or only comments); give a "
                            "job spec (docs/job-spec.md), a TrainJob or a PyTorchJob");
   }
   std::vector<LoadedManifest> out;
-  for (const std::string& doc : docs) {
-    BW_ASSIGN_OR_RETURN(LoadedManifest m, ParseManifest(doc, in.name, in.base_dir, target));
-    m.job.job.source_path = in.path;
+  for (const Result<YAML::Node>& root : docs_->roots) {
+    if (!root.ok()) return root.status();
+    BW_ASSIGN_OR_RETURN(LoadedManifest m,
+                        internal::ParseLoadedManifest(*root, name_, base_dir_, target));
+    m.job.job.source_path = path_;
     out.push_back(std::move(m));
   }
   return out;
+}
+
+Result<std::vector<LoadedManifest>> ParseManifestInput(const ManifestInput& in, Target target) {
+  return LoadedManifestInput(in).Parse(target);
 }
 
 }  // namespace bulwark::trainjob

@@ -3,6 +3,7 @@
 // Thread-compatible; ReadManifestInput("-") consumes standard input.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,23 @@ std::vector<std::string> SplitYamlDocuments(const std::string& text);
 // PyTorchJob; source_path set for a file). An error names the input and the line;
 // an input with no document at all is an error too.
 Result<std::vector<LoadedManifest>> ParseManifestInput(const ManifestInput& in, Target target);
+
+// The documents of a manifest input with their YAML loaded once, to be parsed for several
+// targets (validate checks a TrainJob both as the local backend and as Kubernetes would
+// run it). Immutable after construction; copies share the loaded documents.
+class LoadedManifestInput {
+ public:
+  // Splits and loads every document; never fails (a document's load error is kept and
+  // returned by Parse).
+  explicit LoadedManifestInput(const ManifestInput& in);
+  // What ParseManifestInput(in, target) returns: the first error in document order, a
+  // load error included.
+  Result<std::vector<LoadedManifest>> Parse(Target target) const;
+
+ private:
+  struct Documents;
+  std::string name_, base_dir_, path_;
+  std::shared_ptr<const Documents> docs_;
+};
 
 }  // namespace bulwark::trainjob

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainjob/testing/test_files.h"
+
 namespace bulwark::trainjob {
 namespace {
 
@@ -100,6 +102,67 @@ TEST_F(ManifestInputTest, StandardInputResolvesAgainstTheWorkingDirectory) {
   auto ms = ParseManifestInput(*in, Target::kLocal);
   ASSERT_TRUE(ms.ok()) << ms.status().ToString();
   EXPECT_EQ((*ms)[0].job.job.name, "b");
+}
+
+// What a parse gave, compared whole: status or, per document, kind, notes, source path and
+// the TrainJob object.
+std::string Summary(const Result<std::vector<LoadedManifest>>& ms) {
+  if (!ms.ok()) return "error: " + ms.status().ToString();
+  std::string out;
+  for (const LoadedManifest& m : *ms) {
+    out += std::to_string(static_cast<int>(m.kind)) + " " + m.job.job.source_path + "\n";
+    for (const std::string& n : m.notes) out += "note: " + n + "\n";
+    out += ToObject(m.job).dump() + "\n";
+  }
+  return out;
+}
+
+// validate parses one load for both targets: each parse must be what a fresh load
+// gives, whichever target went first (a parse that changed the shared YAML, e.g. by
+// indexing a null node as a map, would show here).
+TEST_F(ManifestInputTest, OneLoadParsesForEveryTargetAsAFreshLoadWould) {
+  using testing::kTestdata;
+  using testing::ReadTestFile;
+  const std::string text = std::string(kSpecA) + "---\n" +
+                           ReadTestFile(kTestdata + "/trainjob-full.yaml") + "---\n" +
+                           ReadTestFile(kTestdata + "/pytorchjob-mnist.yaml") + "---\n" +
+                           ReadTestFile(kTestdata + "/trainjob-minimal.yaml");
+  auto in = ReadManifestInput(Write("all.yaml", text));
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  const std::string local = Summary(ParseManifestInput(*in, Target::kLocal));
+  const std::string k8s = Summary(ParseManifestInput(*in, Target::kKubernetes));
+  ASSERT_EQ(local.rfind("error", 0), std::string::npos) << local;
+  ASSERT_EQ(k8s.rfind("error", 0), std::string::npos) << k8s;
+  EXPECT_NE(local, k8s);
+  const LoadedManifestInput loaded(*in);
+  EXPECT_EQ(Summary(loaded.Parse(Target::kLocal)), local);
+  EXPECT_EQ(Summary(loaded.Parse(Target::kKubernetes)), k8s);
+  EXPECT_EQ(Summary(loaded.Parse(Target::kLocal)), local);
+  const LoadedManifestInput k8s_first(*in);
+  EXPECT_EQ(Summary(k8s_first.Parse(Target::kKubernetes)), k8s);
+  EXPECT_EQ(Summary(k8s_first.Parse(Target::kLocal)), local);
+}
+
+TEST_F(ManifestInputTest, TheFirstErrorInDocumentOrderIsReportedLoadErrorsIncluded) {
+  // Document 2 does not load (syntax), document 3 loads but is invalid, document 1 is
+  // fine: document 2's error, for every target.
+  const std::string p = Write("errs.yaml", std::string(kSpecA) + "---\nname: [b\n---\n" +
+                                               "name: c\nnodes: 0\ncommand: [x]\n");
+  const LoadedManifestInput loaded(*ReadManifestInput(p));
+  for (Target t : {Target::kLocal, Target::kKubernetes}) {
+    auto ms = loaded.Parse(t);
+    ASSERT_FALSE(ms.ok());
+    EXPECT_THAT(ms.status().message(), HasSubstr(p + ":7: (yaml syntax): end of sequence flow"));
+    EXPECT_EQ(ms.status().ToString(),
+              ParseManifestInput(*ReadManifestInput(p), t).status().ToString());
+  }
+  // With the syntax error mended, document 3's.
+  const std::string q =
+      Write("err3.yaml", std::string(kSpecA) + "---\nname: b\nnodes: 1\n" +
+                             "command: [x]\n---\nname: c\nnodes: 0\ncommand: [x]\n");
+  auto ms = LoadedManifestInput(*ReadManifestInput(q)).Parse(Target::kLocal);
+  ASSERT_FALSE(ms.ok());
+  EXPECT_THAT(ms.status().message(), HasSubstr(q + ":11: nodes"));
 }
 
 }  // namespace

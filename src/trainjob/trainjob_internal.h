@@ -35,6 +35,11 @@ Result<Json> ConvertPyTorchJob(const YAML::Node& root, const ParseContext& ctx,
 // over the 1 MiB limit, syntax errors or more than one document.
 Result<YAML::Node> LoadDocument(const std::string& text, const std::string& source);
 
+// ParseManifest on a document LoadDocument loaded. Does not modify `root`, so one loaded
+// document can be parsed for several targets.
+Result<LoadedManifest> ParseLoadedManifest(const YAML::Node& root, const std::string& source_name,
+                                           const std::string& base_dir, Target target);
+
 bool IsDns1035Label(const std::string& s);      // [a-z]([-a-z0-9]*[a-z0-9])?, <= 63
 bool IsDns1123Subdomain(const std::string& s);  // lowercase labels joined by '.', <= 253
 bool IsLabelValue(const std::string& s);        // "" or alnum ends, [-_.A-Za-z0-9], <= 63
