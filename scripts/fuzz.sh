@@ -19,6 +19,10 @@
 # After each finished segment the checked-in corpus becomes the -set_cover_merge=1 of
 # itself and the segment's new inputs; commit fuzz/ at the end of a session, and the
 # next machine carries on from there. Rerunning --campaign N carries on to N.
+# FUZZ_WORKER=K (1, 2, ...) runs a second campaign of a target beside the first (one per
+# core): its segments are named <UTC start>-wK, it fuzzes in its own scratch and working
+# corpus, and merges into the checked-in corpus under a lock. Two campaigns of a target
+# with the same worker are refused.
 # Every target runs with -rss_limit_mb=2048 (memory bound) and -timeout=10 (an input
 # taking over 10 s is a hang; 120 s in a campaign, whose fuzzers run at nice 19 beside
 # other work and the timeout is wall-clock; FUZZ_TIMEOUT overrides). Crashes, hangs and
@@ -36,6 +40,15 @@ ALL=(fuzz_job_spec fuzz_trainjob fuzz_pytorchjob fuzz_sim_config fuzz_ckpt fuzz_
 declare -A MAX_LEN=([fuzz_ckpt]=262144 [fuzz_agent_wire]=65536 [fuzz_sdk_datagram]=65536
                     [fuzz_controller_wire]=65536)
 MODE="" N=0
+# The campaign worker's suffix: "" or "-wK" (FUZZ_WORKER=K).
+WSFX=""
+if [ -n "${FUZZ_WORKER:-}" ]; then
+  [[ "$FUZZ_WORKER" =~ ^[1-9][0-9]?$ ]] || {
+    echo "fuzz.sh: FUZZ_WORKER must be a number from 1 to 99 (got '$FUZZ_WORKER')" >&2
+    exit 2
+  }
+  WSFX="-w$FUZZ_WORKER"
+fi
 # The campaign's ledger, checked in: one row per segment (see the header comment).
 LEDGER="$ROOT/fuzz/campaign.tsv"
 LEDGER_HEADER=$'segment\ttarget\tcommit\texecutions\tseconds\tfinished\tpeak_rss_mb\tcov\tft\tcrashes\ttimeouts'
@@ -173,9 +186,11 @@ failed=()
 run_target() {
   local t="$1" log="$2"
   shift 2
-  local corpus="$BUILD_DIR/corpus/$t" artifacts="$BUILD_DIR/artifacts/$t"
+  local corpus="$BUILD_DIR/corpus/$t$WSFX" artifacts="$BUILD_DIR/artifacts/$t"
   mkdir -p "$corpus" "$artifacts"
-  [ -d "$ROOT/fuzz/corpus/$t" ] && cp -n "$ROOT/fuzz/corpus/$t"/* "$corpus"/ 2>/dev/null || true
+  # Under the merge lock: another worker's merge replaces the checked-in corpus directory.
+  [ -d "$ROOT/fuzz/corpus/$t" ] && with_lock "$BUILD_DIR/merge/$t.lock" \
+    bash -c 'cp -n "$1"/* "$2"/ 2>/dev/null || true' _ "$ROOT/fuzz/corpus/$t" "$corpus"
   # The timeout is wall-clock: a campaign's fuzzers run at nice 19 beside other work, where
   # inputs of 0.16 s and 2 s alone took 13 s and 11 s; there a hang is an input over 120 s
   # (each segment's log has its slowest input: slowest_unit_time_sec).
@@ -197,7 +212,7 @@ run_target() {
     scratch_root="/dev/shm/bw-fuzz-$(id -u)"
   # Each run starts from an empty one, so what an input means does not depend on the
   # files earlier runs left there.
-  local scratch="$scratch_root/$t"
+  local scratch="$scratch_root/$t$WSFX"
   rm -rf "$scratch"
   mkdir -p "$scratch"
   # A campaign keeps no allocation stacks (ASan's malloc_context_size=0: a fifth more
@@ -221,37 +236,59 @@ run_target() {
     return 1
   fi
 }
+# with_lock FILE CMD...: runs CMD holding an exclusive lock on FILE (waits for it).
+with_lock() {
+  local f="$1" fd
+  shift
+  mkdir -p "$(dirname "$f")"
+  exec {fd}>"$f"
+  flock "$fd"
+  local rc=0
+  "$@" || rc=$?
+  exec {fd}>&-
+  return "$rc"
+}
 # merge_corpus TARGET: after a finished segment, the checked-in corpus becomes the
 # smallest subset of it and of the segment's new inputs that keeps their coverage
-# (libFuzzer's -set_cover_merge=1), and the next segment starts from it.
-merge_corpus() {
-  local t="$1" merged="$BUILD_DIR/merge/$t" old="$BUILD_DIR/merge/$t.old"
+# (libFuzzer's -set_cover_merge=1), and the next segment starts from it. One merge of a
+# target at a time (the workers of a target share its checked-in corpus).
+merge_corpus() { with_lock "$BUILD_DIR/merge/$1.lock" merge_corpus_locked "$1"; }
+merge_corpus_locked() {
+  local t="$1" merged="$BUILD_DIR/merge/$1$WSFX" old="$BUILD_DIR/merge/$1$WSFX.old"
   rm -rf "$merged" "$old"
   mkdir -p "$merged" "$ROOT/fuzz/corpus/$t"
   if ASAN_OPTIONS=malloc_context_size=0 "$BUILD_DIR/fuzz/$t" -set_cover_merge=1 \
       -rss_limit_mb=2048 -timeout=120 -max_len="${MAX_LEN[$t]:-16384}" \
-      "$merged" "$ROOT/fuzz/corpus/$t" "$BUILD_DIR/corpus/$t" \
-      >"$BUILD_DIR/merge/$t.log" 2>&1 && [ -n "$(ls -A "$merged")" ]; then
+      "$merged" "$ROOT/fuzz/corpus/$t" "$BUILD_DIR/corpus/$t$WSFX" \
+      >"$BUILD_DIR/merge/$t$WSFX.log" 2>&1 && [ -n "$(ls -A "$merged")" ]; then
     # Reproducers of fixed defects stay whatever they cover.
     cp -n "$ROOT/fuzz/corpus/$t"/regress-* "$merged"/ 2>/dev/null || true
     mv "$ROOT/fuzz/corpus/$t" "$old" && mv "$merged" "$ROOT/fuzz/corpus/$t" && rm -rf "$old"
-    rm -rf "$BUILD_DIR/corpus/$t"
+    rm -rf "$BUILD_DIR/corpus/$t$WSFX"
     echo "   corpus: $(ls "$ROOT/fuzz/corpus/$t" | wc -l) inputs after the merge"
   else
-    echo "   corpus merge failed (kept both): $BUILD_DIR/merge/$t.log" >&2
+    echo "   corpus merge failed (kept both): $BUILD_DIR/merge/$t$WSFX.log" >&2
   fi
 }
 for t in "${TARGETS[@]}"; do
   if [ "$MODE" = campaign ]; then
     dir="$BUILD_DIR/campaign/$t"
     mkdir -p "$dir"
+    # Held until this script exits: one campaign per target and worker.
+    exec {held}>"$dir/.running$WSFX.lock"
+    if ! flock -n "$held"; then
+      echo "!! fuzz: a campaign of $t${WSFX:+ (worker ${WSFX#-w})} is already running; run" \
+        "another beside it with FUZZ_WORKER=$(( ${FUZZ_WORKER:-0} + 1 ))" >&2
+      failed+=("$t")
+      continue
+    fi
     segment="${FUZZ_SEGMENT:-1000000}"
     while :; do
       record
       total=$(ledger_total "$t")
       [ "$total" -ge "$N" ] && { echo "== fuzz: $t has $total of $N executions"; break; }
       want=$((N - total < segment ? N - total : segment))
-      log="$dir/$(date -u +%Y%m%dT%H%M%SZ).log"
+      log="$dir/$(date -u +%Y%m%dT%H%M%SZ)$WSFX.log"
       echo "commit $(cat "$BUILD_DIR/built-commit" 2>/dev/null ||
         git -C "$ROOT" rev-parse --short=12 HEAD)" > "$log"
       echo "== fuzz: $t segment $(basename "$log" .log) ($want inputs; $total of $N done)"
