@@ -623,8 +623,10 @@ int CkptGc(ckpt::Env* env, const CkptGcFlags& f, std::ostream& out, std::ostream
   return 0;
 }
 
-CLI::App* AddCkptCommands(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err) {
+CLI::App* AddCkptCommands(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err,
+                          const CommandFilter& filter) {
   auto* ckpt = app.add_subcommand("ckpt", "list, inspect, verify and garbage-collect checkpoints");
+  if (!filter.Full("ckpt")) return ckpt;
   // Not require_subcommand: CLI11 would exit 106; a usage error here exits 2.
   ckpt->require_subcommand(0, 1);
   ckpt->callback([ckpt, exit_code, &err] {

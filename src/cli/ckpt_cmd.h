@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ckpt/env.h"
+#include "cli/command_filter.h"
 #include "common/status.h"
 
 namespace bulwark::cli {
@@ -89,9 +90,10 @@ GcPlan ComputeGcPlan(const std::map<long, std::vector<long>>& committed_deps,
 // Step numbers of the "step-<12 digits>" directories under `root`, ascending.
 Result<std::vector<long>> ListStepDirs(ckpt::Env* env, const std::string& root);
 
-// Registers `ckpt` and its four subcommands on `app`. After app.parse, if the
-// returned subcommand was given, *exit_code holds the command's exit code.
+// Registers `ckpt` and its four subcommands on `app` (only its name and description
+// unless filter.Full("ckpt")). After app.parse, if the returned subcommand was given,
+// *exit_code holds the command's exit code.
 CLI::App* AddCkptCommands(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
-                          std::ostream& err = std::cerr);
+                          std::ostream& err = std::cerr, const CommandFilter& filter = {});
 
 }  // namespace bulwark::cli

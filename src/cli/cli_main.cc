@@ -37,6 +37,7 @@
 #include "ckpt/checkpoint.h"
 #include "cli/adhoc.h"
 #include "cli/ckpt_cmd.h"
+#include "cli/command_filter.h"
 #include "cli/diagnose_cmd.h"
 #include "cli/jobs_cmd.h"
 #include "cli/kube_cmd.h"
@@ -830,6 +831,10 @@ int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
 namespace bulwark::cli {
 
 int Main(int argc, char** argv) {
+  return MainWithFilter(argc, argv, CommandFilter::FromArgv(argc, argv));
+}
+
+int MainWithFilter(int argc, char** argv, const CommandFilter& filter) {
   CLI::App app{"Bulwark: keeps distributed training jobs training through faults"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("bulwark ") + BULWARK_VERSION);
@@ -842,224 +847,239 @@ int Main(int argc, char** argv) {
       "run",
       "run a job spec, or a script with torchrun's flags, on the local backend (or on "
       "Slurm inside an allocation) and print its ETTR report");
-  run->add_option("spec", rf.spec,
-                  "job spec, TrainJob or Kubeflow PyTorchJob (YAML; - reads standard input), "
-                  "or a script: train.py (or a module with -m)");
-  run->add_option("args", rf.adhoc.args, "after --: the script's arguments");
-  run->add_option("-f,--filename", rf.filename, "the job spec file (- reads standard input)");
-  auto* nnodes = run->add_option("--nnodes", rf.adhoc.nnodes,
-                                 "script: nodes, N or MIN:MAX (elastic between them)");
-  auto* nproc = run->add_option("--nproc-per-node,--nproc_per_node", rf.adhoc.nproc_per_node,
-                                "script: ranks per node")
-                    ->check(flags::InRange(1, 4096));
-  auto* module = run->add_flag("-m,--module", rf.adhoc.module,
-                               "script: the argument is a Python module (python3 -m NAME)");
-  run->add_option("--name", rf.adhoc.name, "script: job name (default: from the script)");
-  run->add_option("--max-restarts,--max_restarts", rf.adhoc.max_restarts,
-                  "script: restarts before the job fails (-1: the spec default, 10)")
-      ->check(flags::InRange(-1, 100000));
-  run->add_option("--standby", rf.adhoc.standby, "script: warm standby nodes")
-      ->check(flags::InRange(0, 1024));
-  run->add_option("--checkpoint-dir", rf.adhoc.checkpoint_dir,
-                  "script: checkpoint directory (default <cwd>/checkpoints/<name>)");
-  rf.adhoc.python.clear();  // "": chosen by AdhocPython
-  run->add_option("--python", rf.adhoc.python,
-                  "script: the interpreter (default $BULWARK_PYTHON, else the first of python3 "
-                  "on PATH and /usr/bin/python3 that has torch)");
-  run->add_option("--checkpoint-every", rf.adhoc.checkpoint_every,
-                  "script: a checkpoint every N steps (the SDK's should_checkpoint; 0: none)")
-      ->check(flags::InRange(0, 1 << 30));
-  run->callback([&rf, nnodes, nproc, module] {
-    rf.torchrun_flags = nnodes->count() > 0 || nproc->count() > 0 || module->count() > 0;
-  });
-  run->footer(
-      "Examples:\n"
-      "  bulwark run examples/pytorch-ddp/job.yaml --fresh --report report.json\n"
-      "  bulwark run --nnodes 2 --nproc-per-node 2 train.py -- --steps 100\n"
-      "  bulwark render job.yaml --trainjob | bulwark run -f -\n"
-      "A script runs as a job spec with these values would (docs/job-spec.md): each rank "
-      "gets torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...).");
-  run->add_option("--report", rf.report, "also write the report as JSON to this file");
-  run->add_option("--run-dir", rf.run_dir,
-                  "scratch dir for logs and sockets (default <workdir>/.bulwark/<job>)");
-  run->add_option("--store", rf.store, "SQLite store (default <workdir>/.bulwark/bulwark.db)");
-  run->add_flag("--fresh", rf.fresh, "delete the job's checkpoints and start from step 0");
-  run->add_flag("--quiet", rf.quiet, "do not print controller events");
-  run->add_option("--seed", rf.seed, "seed for backoff jitter");
-  run->add_option("--machines", rf.machines,
-                  "model a fixed set of local machines (0 = unlimited): a node without a free "
-                  "one waits for capacity, an elastic job shrinks")
-      ->check(flags::AtLeast(0));
-  run->add_option("--metrics-addr", rf.metrics_addr,
-                  "serve Prometheus /metrics on HOST:PORT (:0 = a free port, printed); the "
-                  "agents then serve theirs too");
-  run->add_option("--tensorboard", rf.tensorboard,
-                  "write TensorBoard event files here (default <run dir>/tensorboard)");
-  run->add_flag("--no-tensorboard", rf.no_tensorboard, "write no TensorBoard event files");
-  run->add_option("--progress-interval", rf.progress_s,
-                  "when stderr is not a terminal, print a progress line this often (seconds; 0 = "
-                  "never); on a terminal a status line is kept up to date")
-      ->check(flags::InRange(0.0, 86400.0));
-  run->add_flag("--ui", rf.ui,
-                "serve the web dashboard (read-only) on the metrics port (127.0.0.1:0 without "
-                "--metrics-addr; the address is printed)");
-  run->add_option("--metrics-sd-file", rf.metrics_sd_file,
-                  "keep a Prometheus file_sd_configs target list of the controller and its "
-                  "agents in this file (needs --metrics-addr)");
-  run->add_option("--metrics-linger", rf.metrics_linger_s,
-                  "after the job ends, keep /metrics (and the --ui dashboard) up until /metrics "
-                  "is scraped once more, at most this many seconds")
-      ->check(flags::InRange(0.0, 3600.0));
-  run->add_option("--backend", rf.backend,
-                  "auto: Slurm inside an allocation (SLURM_JOB_ID set), else local; local: "
-                  "agents on this machine; slurm: one agent per allocated node via srun "
-                  "(docs/slurm.md)")
-      ->check(CLI::IsMember({"auto", "local", "slurm"}));
-  run->add_option("--advertise-host", rf.advertise_host,
-                  "slurm: the address of this machine the agents dial (default: 127.0.0.1 "
-                  "when every allocated node's NodeAddr is loopback, else the host name)");
-  run->add_flag("--allocate", rf.allocate,
-                "outside a Slurm allocation: request one (salloc --no-kill --exclusive, nodes + "
-                "spare nodes) and run the job in it");
-  run->add_option("--partition", rf.slurm_request.partition, "--allocate: the Slurm partition");
-  run->add_option("--account", rf.slurm_request.account, "--allocate: the Slurm account");
-  run->add_option("--qos", rf.slurm_request.qos, "--allocate: the Slurm quality of service");
-  run->add_option("--time", rf.slurm_request.time, "--allocate: the time limit, e.g. 2:00:00");
-  run->add_option("--constraint", rf.slurm_request.constraint,
-                  "--allocate: node features, e.g. a100");
-  run->add_option("--repair-seconds", rf.repair_s,
-                  "with --machines: how long a node lost to chaos keeps its machine down")
-      ->check(flags::AtLeast(0));
+  if (filter.Full("run")) {
+    run->add_option("spec", rf.spec,
+                    "job spec, TrainJob or Kubeflow PyTorchJob (YAML; - reads standard input), "
+                    "or a script: train.py (or a module with -m)");
+    run->add_option("args", rf.adhoc.args, "after --: the script's arguments");
+    run->add_option("-f,--filename", rf.filename, "the job spec file (- reads standard input)");
+    auto* nnodes = run->add_option("--nnodes", rf.adhoc.nnodes,
+                                   "script: nodes, N or MIN:MAX (elastic between them)");
+    auto* nproc = run->add_option("--nproc-per-node,--nproc_per_node", rf.adhoc.nproc_per_node,
+                                  "script: ranks per node")
+                      ->check(flags::InRange(1, 4096));
+    auto* module = run->add_flag("-m,--module", rf.adhoc.module,
+                                 "script: the argument is a Python module (python3 -m NAME)");
+    run->add_option("--name", rf.adhoc.name, "script: job name (default: from the script)");
+    run->add_option("--max-restarts,--max_restarts", rf.adhoc.max_restarts,
+                    "script: restarts before the job fails (-1: the spec default, 10)")
+        ->check(flags::InRange(-1, 100000));
+    run->add_option("--standby", rf.adhoc.standby, "script: warm standby nodes")
+        ->check(flags::InRange(0, 1024));
+    run->add_option("--checkpoint-dir", rf.adhoc.checkpoint_dir,
+                    "script: checkpoint directory (default <cwd>/checkpoints/<name>)");
+    rf.adhoc.python.clear();  // "": chosen by AdhocPython
+    run->add_option("--python", rf.adhoc.python,
+                    "script: the interpreter (default $BULWARK_PYTHON, else the first of python3 "
+                    "on PATH and /usr/bin/python3 that has torch)");
+    run->add_option("--checkpoint-every", rf.adhoc.checkpoint_every,
+                    "script: a checkpoint every N steps (the SDK's should_checkpoint; 0: none)")
+        ->check(flags::InRange(0, 1 << 30));
+    run->callback([&rf, nnodes, nproc, module] {
+      rf.torchrun_flags = nnodes->count() > 0 || nproc->count() > 0 || module->count() > 0;
+    });
+    run->footer(
+        "Examples:\n"
+        "  bulwark run examples/pytorch-ddp/job.yaml --fresh --report report.json\n"
+        "  bulwark run --nnodes 2 --nproc-per-node 2 train.py -- --steps 100\n"
+        "  bulwark render job.yaml --trainjob | bulwark run -f -\n"
+        "A script runs as a job spec with these values would (docs/job-spec.md): each rank "
+        "gets torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...).");
+    run->add_option("--report", rf.report, "also write the report as JSON to this file");
+    run->add_option("--run-dir", rf.run_dir,
+                    "scratch dir for logs and sockets (default <workdir>/.bulwark/<job>)");
+    run->add_option("--store", rf.store, "SQLite store (default <workdir>/.bulwark/bulwark.db)");
+    run->add_flag("--fresh", rf.fresh, "delete the job's checkpoints and start from step 0");
+    run->add_flag("--quiet", rf.quiet, "do not print controller events");
+    run->add_option("--seed", rf.seed, "seed for backoff jitter");
+    run->add_option("--machines", rf.machines,
+                    "model a fixed set of local machines (0 = unlimited): a node without a free "
+                    "one waits for capacity, an elastic job shrinks")
+        ->check(flags::AtLeast(0));
+    run->add_option("--metrics-addr", rf.metrics_addr,
+                    "serve Prometheus /metrics on HOST:PORT (:0 = a free port, printed); the "
+                    "agents then serve theirs too");
+    run->add_option("--tensorboard", rf.tensorboard,
+                    "write TensorBoard event files here (default <run dir>/tensorboard)");
+    run->add_flag("--no-tensorboard", rf.no_tensorboard, "write no TensorBoard event files");
+    run->add_option("--progress-interval", rf.progress_s,
+                    "when stderr is not a terminal, print a progress line this often (seconds; 0 = "
+                    "never); on a terminal a status line is kept up to date")
+        ->check(flags::InRange(0.0, 86400.0));
+    run->add_flag("--ui", rf.ui,
+                  "serve the web dashboard (read-only) on the metrics port (127.0.0.1:0 without "
+                  "--metrics-addr; the address is printed)");
+    run->add_option("--metrics-sd-file", rf.metrics_sd_file,
+                    "keep a Prometheus file_sd_configs target list of the controller and its "
+                    "agents in this file (needs --metrics-addr)");
+    run->add_option("--metrics-linger", rf.metrics_linger_s,
+                    "after the job ends, keep /metrics (and the --ui dashboard) up until /metrics "
+                    "is scraped once more, at most this many seconds")
+        ->check(flags::InRange(0.0, 3600.0));
+    run->add_option("--backend", rf.backend,
+                    "auto: Slurm inside an allocation (SLURM_JOB_ID set), else local; local: "
+                    "agents on this machine; slurm: one agent per allocated node via srun "
+                    "(docs/slurm.md)")
+        ->check(CLI::IsMember({"auto", "local", "slurm"}));
+    run->add_option("--advertise-host", rf.advertise_host,
+                    "slurm: the address of this machine the agents dial (default: 127.0.0.1 "
+                    "when every allocated node's NodeAddr is loopback, else the host name)");
+    run->add_flag("--allocate", rf.allocate,
+                  "outside a Slurm allocation: request one (salloc --no-kill --exclusive, nodes + "
+                  "spare nodes) and run the job in it");
+    run->add_option("--partition", rf.slurm_request.partition, "--allocate: the Slurm partition");
+    run->add_option("--account", rf.slurm_request.account, "--allocate: the Slurm account");
+    run->add_option("--qos", rf.slurm_request.qos, "--allocate: the Slurm quality of service");
+    run->add_option("--time", rf.slurm_request.time, "--allocate: the time limit, e.g. 2:00:00");
+    run->add_option("--constraint", rf.slurm_request.constraint,
+                    "--allocate: node features, e.g. a100");
+    run->add_option("--repair-seconds", rf.repair_s,
+                    "with --machines: how long a node lost to chaos keeps its machine down")
+        ->check(flags::AtLeast(0));
+  }
 
   std::vector<std::string> vspecs, vfiles;
   std::string vtarget = "auto";
   auto* validate = app.add_subcommand(
       "validate", "check job specs, TrainJobs or PyTorchJobs (every document of every file)");
-  validate->add_option("spec", vspecs,
-                       "job spec, TrainJob or Kubeflow PyTorchJob files (YAML; - reads "
-                       "standard input)");
-  validate->add_option("-f,--filename", vfiles, "a file to check, as SPEC (repeatable)");
-  validate
-      ->add_option("--target", vtarget,
-                   "auto (Kubernetes for TrainJob/PyTorchJob), local or kubernetes")
-      ->check(CLI::IsMember({"auto", "local", "kubernetes"}));
-  validate->footer(
-      "Examples:\n  bulwark validate examples/pytorch-ddp/job.yaml\n"
-      "  bulwark validate -f deploy/sample-trainjob.yaml --target kubernetes\n"
-      "  cat a.yaml b.yaml | bulwark validate -");
+  if (filter.Full("validate")) {
+    validate->add_option("spec", vspecs,
+                         "job spec, TrainJob or Kubeflow PyTorchJob files (YAML; - reads "
+                         "standard input)");
+    validate->add_option("-f,--filename", vfiles, "a file to check, as SPEC (repeatable)");
+    validate
+        ->add_option("--target", vtarget,
+                     "auto (Kubernetes for TrainJob/PyTorchJob), local or kubernetes")
+        ->check(CLI::IsMember({"auto", "local", "kubernetes"}));
+    validate->footer(
+        "Examples:\n  bulwark validate examples/pytorch-ddp/job.yaml\n"
+        "  bulwark validate -f deploy/sample-trainjob.yaml --target kubernetes\n"
+        "  cat a.yaml b.yaml | bulwark validate -");
+  }
 
   std::string addr, job, run_root = EnvOr("BULWARK_HOME", ".bulwark"), action;
   int rank = 0, node = 0;
   auto* chaos = app.add_subcommand("chaos", "inject a fault into a running job");
-  chaos
-      ->add_option("action", action,
-                   "kill_rank | hang_rank | nan_loss | kill_agent | sdc | slow_rank | slow_link "
-                   "(the slow ones by a factor of 3, as the spec's default)")
-      ->required()
-      ->check(CLI::IsMember(
-          {"kill_rank", "hang_rank", "nan_loss", "kill_agent", "sdc", "slow_rank", "slow_link"}));
-  chaos->add_option("--job", job, "job name (finds its controller under --run-root)");
-  chaos->add_option("--run-root", run_root,
-                    "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
-  chaos->add_option("--controller", addr, "controller HOST:PORT (instead of --job)");
-  chaos
-      ->add_option("--rank", rank,
-                   "global rank (kill_rank, hang_rank, nan_loss, sdc, slow_rank, slow_link)")
-      ->check(flags::AtLeast(0));
-  chaos->add_option("--node", node, "node slot (kill_agent)")->check(flags::AtLeast(0));
-  chaos->footer(
-      "Examples:\n  bulwark chaos kill_rank --rank 1 --job gpt-char\n"
-      "  bulwark chaos kill_agent --node 1 --controller 127.0.0.1:40123\n"
-      "Faults at given steps belong in the spec's chaos: list (docs/job-spec.md).");
+  if (filter.Full("chaos")) {
+    chaos
+        ->add_option("action", action,
+                     "kill_rank | hang_rank | nan_loss | kill_agent | sdc | slow_rank | slow_link "
+                     "(the slow ones by a factor of 3, as the spec's default)")
+        ->required()
+        ->check(CLI::IsMember(
+            {"kill_rank", "hang_rank", "nan_loss", "kill_agent", "sdc", "slow_rank", "slow_link"}));
+    chaos->add_option("--job", job, "job name (finds its controller under --run-root)");
+    chaos->add_option("--run-root", run_root,
+                      "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
+    chaos->add_option("--controller", addr, "controller HOST:PORT (instead of --job)");
+    chaos
+        ->add_option("--rank", rank,
+                     "global rank (kill_rank, hang_rank, nan_loss, sdc, slow_rank, slow_link)")
+        ->check(flags::AtLeast(0));
+    chaos->add_option("--node", node, "node slot (kill_agent)")->check(flags::AtLeast(0));
+    chaos->footer(
+        "Examples:\n  bulwark chaos kill_rank --rank 1 --job gpt-char\n"
+        "  bulwark chaos kill_agent --node 1 --controller 127.0.0.1:40123\n"
+        "Faults at given steps belong in the spec's chaos: list (docs/job-spec.md).");
+  }
 
   std::string tjob, taddr, trun_root = EnvOr("BULWARK_HOME", ".bulwark");
   bool tonce = false;
   double tinterval = 1;
   auto* top = app.add_subcommand("top", "watch a running job: progress, lost time, incidents");
-  top->add_option("job", tjob, "job name (finds its controller under --run-root)");
-  top->add_option("--run-root", trun_root,
-                  "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
-  top->add_option("--controller", taddr, "controller HOST:PORT (instead of a job name)");
-  top->add_flag("--once", tonce, "print once and exit");
-  top->footer(
-      "Examples:\n  bulwark top gpt-char\n  bulwark top --controller 127.0.0.1:40123 --once");
-  top->add_option("--interval", tinterval, "seconds between refreshes")
-      ->check(flags::InRange(0.1, 3600.0));
+  if (filter.Full("top")) {
+    top->add_option("job", tjob, "job name (finds its controller under --run-root)");
+    top->add_option("--run-root", trun_root,
+                    "the jobs' run root (default $BULWARK_HOME or ./.bulwark)");
+    top->add_option("--controller", taddr, "controller HOST:PORT (instead of a job name)");
+    top->add_flag("--once", tonce, "print once and exit");
+    top->footer(
+        "Examples:\n  bulwark top gpt-char\n  bulwark top --controller 127.0.0.1:40123 --once");
+    top->add_option("--interval", tinterval, "seconds between refreshes")
+        ->check(flags::InRange(0.1, 3600.0));
+  }
 
   std::string uspec, ucontroller, urun_dir;
   int uverify = 20;
   auto* update = app.add_subcommand(
       "update", "apply a changed command, args, env or workdir to a running job in place");
-  update->add_option("spec", uspec, "the job spec with the new command, args, env or workdir")
-      ->required()
-      ->check(CLI::ExistingFile);
-  update->add_option("--controller", ucontroller,
-                     "controller HOST:PORT (default: from the run dir)");
-  update->add_option("--run-dir", urun_dir, "the job's run dir (default <workdir>/.bulwark/<job>)");
-  update
-      ->add_option("--verify-steps", uverify,
-                   "new steps the new code must make before it is kept; a fault before that "
-                   "rolls it back")
-      ->check(flags::Positive());
-  update->footer(
-      "Example: edit the running job's spec (command, args, env or workdir), then\n"
-      "  bulwark update examples/pytorch-ddp/job.yaml --verify-steps 50");
+  if (filter.Full("update")) {
+    update->add_option("spec", uspec, "the job spec with the new command, args, env or workdir")
+        ->required()
+        ->check(CLI::ExistingFile);
+    update->add_option("--controller", ucontroller,
+                       "controller HOST:PORT (default: from the run dir)");
+    update->add_option("--run-dir", urun_dir,
+                       "the job's run dir (default <workdir>/.bulwark/<job>)");
+    update
+        ->add_option("--verify-steps", uverify,
+                     "new steps the new code must make before it is kept; a fault before that "
+                     "rolls it back")
+        ->check(flags::Positive());
+    update->footer(
+        "Example: edit the running job's spec (command, args, env or workdir), then\n"
+        "  bulwark update examples/pytorch-ddp/job.yaml --verify-steps 50");
+  }
 
   int jobs_rc = 2;
-  const std::vector<CLI::App*> job_cmds = cli::AddJobCommands(app, &jobs_rc);
+  const std::vector<CLI::App*> job_cmds =
+      cli::AddJobCommands(app, &jobs_rc, std::cout, std::cerr, filter);
   int ckpt_rc = 2;
-  auto* ckpt_cmd = cli::AddCkptCommands(app, &ckpt_rc);
+  auto* ckpt_cmd = cli::AddCkptCommands(app, &ckpt_rc, std::cout, std::cerr, filter);
   int sim_rc = 2;
-  auto* sim_cmd = cli::AddSimCommand(app, &sim_rc);
+  auto* sim_cmd = cli::AddSimCommand(app, &sim_rc, std::cout, std::cerr, filter);
   int render_rc = 2;
-  auto* render_cmd = cli::AddRenderCommand(app, &render_rc);
+  auto* render_cmd = cli::AddRenderCommand(app, &render_rc, std::cout, std::cerr, filter);
   int kube_rc = 2;
-  const std::vector<CLI::App*> kube_cmds = cli::AddKubeCommands(app, &kube_rc);
+  const std::vector<CLI::App*> kube_cmds =
+      cli::AddKubeCommands(app, &kube_rc, std::cout, std::cerr, filter);
   int diagnose_rc = 2;
-  auto* diagnose_cmd = cli::AddDiagnoseCommand(app, &diagnose_rc);
+  auto* diagnose_cmd = cli::AddDiagnoseCommand(app, &diagnose_rc, std::cout, std::cerr, filter);
   int slurm_rc = 2;
-  auto* slurm_cmd = cli::AddSlurmCommand(app, &slurm_rc);
+  auto* slurm_cmd = cli::AddSlurmCommand(app, &slurm_rc, std::cout, std::cerr, filter);
   cli::ReplayFlags replay_flags;
   auto* replay = app.add_subcommand(
       "replay",
       "re-run the steps before an incident from its checkpoint and compare every rank's "
       "loss bit for bit with the record (docs/diagnosis.md)");
-  replay->add_option("job", replay_flags.job, "the job's name")->required();
-  replay
-      ->add_option("incident", replay_flags.incident,
-                   "the incident's number, as `bulwark describe JOB` lists them (from 1)")
-      ->required();
-  replay->add_option("--store", replay_flags.store,
-                     "the job's store (default: ./.bulwark/bulwark.db and the stores runs "
-                     "remembered)");
-  replay->add_flag("--allow-code-change", replay_flags.allow_code_change,
-                   "re-run even if the code in the working directory changed since");
-  replay->add_option("-o,--output", replay_flags.output, "json: the outcome as JSON")
-      ->check(CLI::IsMember({"json"}));
-  replay
-      ->add_option("--nodes", replay_flags.nodes,
-                   "inside a Slurm allocation: the hosts to re-run on, one per node of the "
-                   "incident, in slot order (HOST,HOST,...); default: the allocation's first "
-                   "hosts, or this machine outside one. With --kubeconfig: Kubernetes nodes "
-                   "(default: the operator's scheduler places it)")
-      ->delimiter(',');
   cli::ClusterReplayFlags kube_replay;
-  replay->add_option("--kubeconfig", kube_replay.kube.kubeconfig,
-                     "on a Kubernetes cluster: the job is a TrainJob the operator ran; a "
-                     "TrainJob JOB-replay-N re-runs it there (docs/diagnosis.md)");
-  replay->add_option("--context", kube_replay.kube.context, "kubeconfig context");
-  replay->add_option("--namespace,-n", kube_replay.kube.ns,
-                     "the TrainJob's namespace (default: the kubeconfig context's)");
-  replay
-      ->add_option("--timeout", kube_replay.timeout_s,
-                   "on a cluster: seconds to wait for the replay TrainJob to end")
-      ->capture_default_str()
-      ->check(flags::Positive());
-  replay->footer(
-      "Examples:\n  bulwark replay gpt-char 3\n  salloc -N2 bulwark replay gpt-char 3 --nodes "
-      "gpu07,gpu12   # on other machines\n  bulwark replay gpt-char 3 --kubeconfig "
-      "~/.kube/config -n ml   # on the cluster that ran it\nExit status: 0 every compared "
-      "loss was equal bit for bit, 1 a loss differed or nothing could be compared, 2 usage.");
+  if (filter.Full("replay")) {
+    replay->add_option("job", replay_flags.job, "the job's name")->required();
+    replay
+        ->add_option("incident", replay_flags.incident,
+                     "the incident's number, as `bulwark describe JOB` lists them (from 1)")
+        ->required();
+    replay->add_option("--store", replay_flags.store,
+                       "the job's store (default: ./.bulwark/bulwark.db and the stores runs "
+                       "remembered)");
+    replay->add_flag("--allow-code-change", replay_flags.allow_code_change,
+                     "re-run even if the code in the working directory changed since");
+    replay->add_option("-o,--output", replay_flags.output, "json: the outcome as JSON")
+        ->check(CLI::IsMember({"json"}));
+    replay
+        ->add_option("--nodes", replay_flags.nodes,
+                     "inside a Slurm allocation: the hosts to re-run on, one per node of the "
+                     "incident, in slot order (HOST,HOST,...); default: the allocation's first "
+                     "hosts, or this machine outside one. With --kubeconfig: Kubernetes nodes "
+                     "(default: the operator's scheduler places it)")
+        ->delimiter(',');
+    replay->add_option("--kubeconfig", kube_replay.kube.kubeconfig,
+                       "on a Kubernetes cluster: the job is a TrainJob the operator ran; a "
+                       "TrainJob JOB-replay-N re-runs it there (docs/diagnosis.md)");
+    replay->add_option("--context", kube_replay.kube.context, "kubeconfig context");
+    replay->add_option("--namespace,-n", kube_replay.kube.ns,
+                       "the TrainJob's namespace (default: the kubeconfig context's)");
+    replay
+        ->add_option("--timeout", kube_replay.timeout_s,
+                     "on a cluster: seconds to wait for the replay TrainJob to end")
+        ->capture_default_str()
+        ->check(flags::Positive());
+    replay->footer(
+        "Examples:\n  bulwark replay gpt-char 3\n  salloc -N2 bulwark replay gpt-char 3 --nodes "
+        "gpu07,gpu12   # on other machines\n  bulwark replay gpt-char 3 --kubeconfig "
+        "~/.kube/config -n ml   # on the cluster that ran it\nExit status: 0 every compared "
+        "loss was equal bit for bit, 1 a loss differed or nothing could be compared, 2 usage.");
+  }
 
   rf.argv.assign(argv, argv + argc);
   if (!rf.argv.empty()) {  // salloc runs it from the same directory, maybe not on PATH

@@ -48,12 +48,14 @@ int DiagnoseRun(const DiagnoseFlags& f, std::ostream& out, std::ostream& err) {
   return v.healthy ? 0 : 1;
 }
 
-CLI::App* AddDiagnoseCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err) {
+CLI::App* AddDiagnoseCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err,
+                             const CommandFilter& filter) {
   auto f = std::make_shared<DiagnoseFlags>();
   auto* cmd = app.add_subcommand(
       "diagnose",
       "run this node's self-tests (compute on every GPU through CUDA or on the CPU, "
       "checkpoint disks, GPUs through NVML) and say if it is healthy");
+  if (!filter.Full("diagnose")) return cmd;
   cmd->add_option("--checkpoint-dir", f->checkpoint_dirs,
                   "a checkpoint directory to write, fsync and read back (repeatable)");
   cmd->add_option("--budget", f->budget_s, "seconds each check may take; past it, it fails")

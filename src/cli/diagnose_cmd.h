@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_filter.h"
+
 namespace bulwark::cli {
 
 struct DiagnoseFlags {
@@ -29,9 +31,10 @@ struct DiagnoseFlags {
 };
 int DiagnoseRun(const DiagnoseFlags& f, std::ostream& out, std::ostream& err);
 
-// Registers `diagnose` on `app`; after app.parse, if it was given, *exit_code holds its
-// exit code.
+// Registers `diagnose` on `app` (only its name and description unless
+// filter.Full("diagnose")); after app.parse, if it was given, *exit_code holds its exit
+// code.
 CLI::App* AddDiagnoseCommand(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
-                             std::ostream& err = std::cerr);
+                             std::ostream& err = std::cerr, const CommandFilter& filter = {});
 
 }  // namespace bulwark::cli

@@ -442,7 +442,7 @@ int CancelJob(const CancelFlags& f, std::ostream& out, std::ostream& err, Clock*
 }
 
 std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code, std::ostream& out,
-                                      std::ostream& err) {
+                                      std::ostream& err, const CommandFilter& filter) {
   const std::string store_help =
       "SQLite store (default: ./.bulwark/bulwark.db and every store a `bulwark run` used, "
       "remembered in " +
@@ -451,47 +451,56 @@ std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code, std::ostrea
 
   auto g = std::make_shared<GetFlags>();
   auto* get = app.add_subcommand("get", "list jobs with their phase, step and age");
-  get->add_option("name", g->names, "only these jobs (default: every job)");
-  get->add_option("--store", g->store, store_help)->check(CLI::ExistingFile);
-  get->add_option("-o,--output", g->output, "wide | name | json | yaml (default: a table)")
-      ->check(CLI::IsMember({"", "wide", "name", "json", "yaml"}));
-  get->footer(
-      "Examples:\n  bulwark get                  every job of every store\n"
-      "  bulwark get gpt-char -o wide  one job, with ETTR, store and run dir\n"
-      "  bulwark get -o json | jq '.items[] | {name, phase, ettr}'");
-  get->callback([=, &out, &err] { *exit_code = GetJobs(*g, out, err, clock); });
+  if (filter.Full("get")) {
+    get->add_option("name", g->names, "only these jobs (default: every job)");
+    get->add_option("--store", g->store, store_help)->check(CLI::ExistingFile);
+    get->add_option("-o,--output", g->output, "wide | name | json | yaml (default: a table)")
+        ->check(CLI::IsMember({"", "wide", "name", "json", "yaml"}));
+    get->footer(
+        "Examples:\n  bulwark get                  every job of every store\n"
+        "  bulwark get gpt-char -o wide  one job, with ETTR, store and run dir\n"
+        "  bulwark get -o json | jq '.items[] | {name, phase, ettr}'");
+    get->callback([=, &out, &err] { *exit_code = GetJobs(*g, out, err, clock); });
+  }
 
   auto d = std::make_shared<DescribeFlags>();
   auto* describe = app.add_subcommand("describe", "show a job's events, incidents and ETTR report");
-  describe->add_option("name", d->name, "job name")->required();
-  describe->add_option("--store", d->store, store_help)->check(CLI::ExistingFile);
-  describe->add_option("-o,--output", d->output, "json | yaml (default: text)")
-      ->check(CLI::IsMember({"", "json", "yaml"}));
-  describe->footer("Examples:\n  bulwark describe gpt-char\n  bulwark describe gpt-char -o json");
-  describe->callback([=, &out, &err] { *exit_code = DescribeJob(*d, out, err, clock); });
+  if (filter.Full("describe")) {
+    describe->add_option("name", d->name, "job name")->required();
+    describe->add_option("--store", d->store, store_help)->check(CLI::ExistingFile);
+    describe->add_option("-o,--output", d->output, "json | yaml (default: text)")
+        ->check(CLI::IsMember({"", "json", "yaml"}));
+    describe->footer("Examples:\n  bulwark describe gpt-char\n  bulwark describe gpt-char -o json");
+    describe->callback([=, &out, &err] { *exit_code = DescribeJob(*d, out, err, clock); });
+  }
 
   auto l = std::make_shared<LogsFlags>();
   auto* logs = app.add_subcommand("logs", "print a rank's log (stdout and stderr) of a job");
-  logs->add_option("name", l->name, "job name")->required();
-  logs->add_option("--rank", l->rank, "global rank")->check(flags::AtLeast(0));
-  logs->add_flag("--all-ranks", l->all_ranks, "every rank's log, lines prefixed [rank N]");
-  logs->add_option("--tail", l->tail, "only the last N lines (-1: all)")->check(flags::AtLeast(-1));
-  logs->add_flag("-f,--follow", l->follow, "keep printing new lines until the job ends");
-  logs->add_option("--store", l->store, store_help)->check(CLI::ExistingFile);
-  logs->footer(
-      "Examples:\n  bulwark logs gpt-char                rank 0's log\n"
-      "  bulwark logs gpt-char --rank 3 -f    follow rank 3\n"
-      "  bulwark logs gpt-char --all-ranks --tail 20");
-  logs->callback([=, &out, &err] { *exit_code = JobLogs(*l, out, err, clock); });
+  if (filter.Full("logs")) {
+    logs->add_option("name", l->name, "job name")->required();
+    logs->add_option("--rank", l->rank, "global rank")->check(flags::AtLeast(0));
+    logs->add_flag("--all-ranks", l->all_ranks, "every rank's log, lines prefixed [rank N]");
+    logs->add_option("--tail", l->tail, "only the last N lines (-1: all)")
+        ->check(flags::AtLeast(-1));
+    logs->add_flag("-f,--follow", l->follow, "keep printing new lines until the job ends");
+    logs->add_option("--store", l->store, store_help)->check(CLI::ExistingFile);
+    logs->footer(
+        "Examples:\n  bulwark logs gpt-char                rank 0's log\n"
+        "  bulwark logs gpt-char --rank 3 -f    follow rank 3\n"
+        "  bulwark logs gpt-char --all-ranks --tail 20");
+    logs->callback([=, &out, &err] { *exit_code = JobLogs(*l, out, err, clock); });
+  }
 
   auto c = std::make_shared<CancelFlags>();
   auto* cancel = app.add_subcommand("cancel", "stop a running job (it ends Cancelled)");
-  cancel->add_option("name", c->name, "job name")->required();
-  cancel->add_option("--wait", c->wait_s, "seconds to wait for it to end (0: do not wait)")
-      ->check(flags::InRange(0.0, 86400.0));
-  cancel->add_option("--store", c->store, store_help)->check(CLI::ExistingFile);
-  cancel->footer("Example:\n  bulwark cancel gpt-char");
-  cancel->callback([=, &out, &err] { *exit_code = CancelJob(*c, out, err, clock); });
+  if (filter.Full("cancel")) {
+    cancel->add_option("name", c->name, "job name")->required();
+    cancel->add_option("--wait", c->wait_s, "seconds to wait for it to end (0: do not wait)")
+        ->check(flags::InRange(0.0, 86400.0));
+    cancel->add_option("--store", c->store, store_help)->check(CLI::ExistingFile);
+    cancel->footer("Example:\n  bulwark cancel gpt-char");
+    cancel->callback([=, &out, &err] { *exit_code = CancelJob(*c, out, err, clock); });
+  }
   return {get, describe, logs, cancel};
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_filter.h"
 #include "common/clock.h"
 
 namespace bulwark::cli {
@@ -47,10 +48,12 @@ int DescribeJob(const DescribeFlags& f, std::ostream& out, std::ostream& err, Cl
 int JobLogs(const LogsFlags& f, std::ostream& out, std::ostream& err, Clock* clock);
 int CancelJob(const CancelFlags& f, std::ostream& out, std::ostream& err, Clock* clock);
 
-// Adds get, describe, logs and cancel to `app`; the one that runs stores its exit status
-// in *exit_code. Returns the four subcommands.
+// Adds get, describe, logs and cancel to `app`, each in full only if `filter` says so
+// (else by name and description); the one that runs stores its exit status in
+// *exit_code. Returns the four subcommands.
 std::vector<CLI::App*> AddJobCommands(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
-                                      std::ostream& err = std::cerr);
+                                      std::ostream& err = std::cerr,
+                                      const CommandFilter& filter = {});
 
 // "45s", "12m", "3h", "5d": kubectl's AGE column for `seconds` (negative: "0s").
 std::string FormatAge(double seconds);

@@ -297,38 +297,41 @@ int ReplayOnCluster(const ClusterReplayFlags& f, std::ostream& out, std::ostream
 }
 
 std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostream& out,
-                                       std::ostream& err) {
+                                       std::ostream& err, const CommandFilter& filter) {
   auto flags = std::make_shared<OperatorFlags>();
   auto* o = app.add_subcommand("operator", "run the Kubernetes operator (TrainJob controller)");
-  o->add_option("--kubeconfig", flags->kube.kubeconfig, "kubeconfig file (default: in-cluster)");
-  o->add_option("--context", flags->kube.context, "kubeconfig context");
-  o->add_option("--namespace", flags->watch_namespace, "watch TrainJobs only in this namespace");
-  o->add_option("--queues", flags->queues, "YAML with scheduler: and queues: sections");
-  o->add_option("--state-dir", flags->state_dir, "per-job stores and scratch");
-  o->add_option("--bind", flags->bind, "address the job controllers listen on");
-  o->add_option("--advertise", flags->advertise, "address agents dial (default $POD_IP)");
-  o->add_option("--identity", flags->identity, "leader-election identity");
-  o->add_option("--lease-namespace", flags->lease_namespace, "namespace of the leader Lease");
-  o->add_option("--metrics-addr", flags->metrics_addr, "health and metrics address ('' = off)");
-  o->add_option("--gpu-resource", flags->gpu_resource, "extended resource counted as GPUs");
-  o->add_option("--agent-path", flags->agent_path,
-                "bulwark-agent's path inside --agent-image, and inside job images that carry it "
-                "(pod.injectAgent: false)")
-      ->capture_default_str();
-  o->add_option("--agent-image", flags->agent_image,
-                "image an init container copies bulwark-agent from into every pod of a job with "
-                "pod.injectAgent (the default); '' = job images must carry it")
-      ->capture_default_str();
-  o->add_flag("--no-leader-election", flags->no_leader_election, "single replica only");
-  o->footer(
-      "Example (outside a cluster, as the quick start in deploy/README.md does):\n"
-      "  bulwark operator --kubeconfig ~/.kube/config --queues queues.yaml\n"
-      "In a cluster: kubectl apply -k deploy/ (docs/kubernetes.md).");
-  o->callback([flags, exit_code, &out, &err] { *exit_code = OperatorRun(*flags, out, err); });
+  if (filter.Full("operator")) {
+    o->add_option("--kubeconfig", flags->kube.kubeconfig, "kubeconfig file (default: in-cluster)");
+    o->add_option("--context", flags->kube.context, "kubeconfig context");
+    o->add_option("--namespace", flags->watch_namespace, "watch TrainJobs only in this namespace");
+    o->add_option("--queues", flags->queues, "YAML with scheduler: and queues: sections");
+    o->add_option("--state-dir", flags->state_dir, "per-job stores and scratch");
+    o->add_option("--bind", flags->bind, "address the job controllers listen on");
+    o->add_option("--advertise", flags->advertise, "address agents dial (default $POD_IP)");
+    o->add_option("--identity", flags->identity, "leader-election identity");
+    o->add_option("--lease-namespace", flags->lease_namespace, "namespace of the leader Lease");
+    o->add_option("--metrics-addr", flags->metrics_addr, "health and metrics address ('' = off)");
+    o->add_option("--gpu-resource", flags->gpu_resource, "extended resource counted as GPUs");
+    o->add_option("--agent-path", flags->agent_path,
+                  "bulwark-agent's path inside --agent-image, and inside job images that carry it "
+                  "(pod.injectAgent: false)")
+        ->capture_default_str();
+    o->add_option("--agent-image", flags->agent_image,
+                  "image an init container copies bulwark-agent from into every pod of a job with "
+                  "pod.injectAgent (the default); '' = job images must carry it")
+        ->capture_default_str();
+    o->add_flag("--no-leader-election", flags->no_leader_election, "single replica only");
+    o->footer(
+        "Example (outside a cluster, as the quick start in deploy/README.md does):\n"
+        "  bulwark operator --kubeconfig ~/.kube/config --queues queues.yaml\n"
+        "In a cluster: kubectl apply -k deploy/ (docs/kubernetes.md).");
+    o->callback([flags, exit_code, &out, &err] { *exit_code = OperatorRun(*flags, out, err); });
+  }
 
   auto sflags = std::make_shared<KubeFlags>();
   auto spec = std::make_shared<std::string>();
   auto* s = app.add_subcommand("submit", "create the TrainJob for a spec on a cluster");
+  if (!filter.Full("submit")) return {o, s};
   s->add_option("spec,-f,--filename", *spec,
                 "job spec, TrainJob or PyTorchJob manifest (every document; - reads standard "
                 "input)")

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_filter.h"
 #include "trainjob/render.h"
 
 namespace bulwark::cli {
@@ -67,7 +68,10 @@ struct ClusterReplayFlags {
 // replay failed or timed out, or the cluster refused; 2: usage (no such TrainJob).
 int ReplayOnCluster(const ClusterReplayFlags& f, std::ostream& out, std::ostream& err);
 
+// Adds operator and submit to `app`, each in full only if `filter` says so (else by name
+// and description); the one that runs stores its exit status in *exit_code.
 std::vector<CLI::App*> AddKubeCommands(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
-                                       std::ostream& err = std::cerr);
+                                       std::ostream& err = std::cerr,
+                                       const CommandFilter& filter = {});
 
 }  // namespace bulwark::cli

@@ -118,10 +118,12 @@ int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-CLI::App* AddRenderCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err) {
+CLI::App* AddRenderCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err,
+                           const CommandFilter& filter) {
   auto flags = std::make_shared<RenderFlags>();
   auto* cmd = app.add_subcommand(
       "render", "print the Kubernetes objects the operator would create for a spec (no cluster)");
+  if (!filter.Full("render")) return cmd;
   cmd->add_option("spec,-f,--filename", flags->spec,
                   "job spec, TrainJob or Kubeflow PyTorchJob (YAML, every document; - reads "
                   "standard input)");

@@ -15,6 +15,7 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command_filter.h"
 #include "trainjob/render.h"
 
 namespace bulwark::cli {
@@ -31,9 +32,10 @@ struct RenderFlags {
 };
 int RenderRun(const RenderFlags& f, std::ostream& out, std::ostream& err);
 
-// Registers `render` on `app`. After app.parse, if the returned subcommand was given,
+// Registers `render` on `app` (only its name and description unless
+// filter.Full("render")). After app.parse, if the returned subcommand was given,
 // *exit_code holds the command's exit code.
 CLI::App* AddRenderCommand(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
-                           std::ostream& err = std::cerr);
+                           std::ostream& err = std::cerr, const CommandFilter& filter = {});
 
 }  // namespace bulwark::cli

@@ -79,10 +79,12 @@ int SimRun(const SimFlags& f, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-CLI::App* AddSimCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err) {
+CLI::App* AddSimCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err,
+                        const CommandFilter& filter) {
   auto flags = std::make_shared<SimFlags>();
   auto* cmd = app.add_subcommand(
       "sim", "simulate a cluster of jobs through faults with the real scheduler and policy");
+  if (!filter.Full("sim")) return cmd;
   cmd->add_option("config", flags->config, "simulation config (YAML; see docs/simulator.md)");
   cmd->add_option("--json", flags->json, "write the full result as JSON ('-' for stdout)");
   cmd->add_option("--csv", flags->csv, "write the time series as CSV ('-' for stdout)");

@@ -12,6 +12,8 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command_filter.h"
+
 namespace bulwark::cli {
 
 struct SimFlags {
@@ -22,9 +24,10 @@ struct SimFlags {
 };
 int SimRun(const SimFlags& f, std::ostream& out, std::ostream& err);
 
-// Registers `sim` on `app`. After app.parse, if the returned subcommand was given,
-// *exit_code holds the command's exit code.
+// Registers `sim` on `app` (only its name and description unless filter.Full("sim")).
+// After app.parse, if the returned subcommand was given, *exit_code holds the command's
+// exit code.
 CLI::App* AddSimCommand(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
-                        std::ostream& err = std::cerr);
+                        std::ostream& err = std::cerr, const CommandFilter& filter = {});
 
 }  // namespace bulwark::cli

@@ -410,9 +410,11 @@ Status ExecUnderSalloc(const JobSpec& spec, const SlurmRequest& flags,
   return ErrnoStatus("exec " + salloc, errno);
 }
 
-CLI::App* AddSlurmCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err) {
+CLI::App* AddSlurmCommand(CLI::App& app, int* exit_code, std::ostream& out, std::ostream& err,
+                          const CommandFilter& filter) {
   auto flags = std::make_shared<SlurmScriptFlags>();
   auto* slurm = app.add_subcommand("slurm", "Bulwark on Slurm (docs/slurm.md)");
+  if (!filter.Full("slurm")) return slurm;
   slurm->require_subcommand(1);
   auto* script = slurm->add_subcommand(
       "script", "print an sbatch script that allocates a job's nodes and standbys and runs it");

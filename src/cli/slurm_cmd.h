@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/slurm_backend.h"
+#include "cli/command_filter.h"
 #include "spec/job_spec.h"
 
 namespace bulwark::cli {
@@ -140,9 +141,10 @@ struct SlurmScriptFlags {
 // enough nodes; otherwise a note says that was not checked.
 int SlurmScript(const SlurmScriptFlags& f, std::ostream& out, std::ostream& err);
 
-// Registers `slurm script`. After app.parse, if the returned command was given,
-// *exit_code holds its exit code.
+// Registers `slurm script` (only `slurm`'s name and description unless
+// filter.Full("slurm")). After app.parse, if the returned command was given, *exit_code
+// holds its exit code.
 CLI::App* AddSlurmCommand(CLI::App& app, int* exit_code, std::ostream& out = std::cout,
-                          std::ostream& err = std::cerr);
+                          std::ostream& err = std::cerr, const CommandFilter& filter = {});
 
 }  // namespace bulwark::cli
