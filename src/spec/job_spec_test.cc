@@ -541,6 +541,20 @@ TEST(JobSpecTest, KeysInFieldPathsAreQuotedOnOneLine) {
   EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
 }
 
+// OneLine escapes the C0 controls and DEL wherever they stand and keeps every other byte
+// (UTF-8 included) as it is.
+TEST(JobSpecTest, OneLineEscapesControlBytesAndKeepsTheRest) {
+  using namespace std::string_literals;
+  using spec_internal::OneLine;
+  EXPECT_EQ(OneLine(""), "");
+  EXPECT_EQ(OneLine("plain text"), "plain text");
+  EXPECT_EQ(OneLine("\na\tb\x7f"), "\\x0aa\\x09b\\x7f");
+  EXPECT_EQ(OneLine("\0\0"s), "\\x00\\x00");
+  EXPECT_EQ(OneLine("caf\xc3\xa9 ~\x1f"), "caf\xc3\xa9 ~\\x1f");
+  const std::string long_run(5000, 'k');
+  EXPECT_EQ(OneLine(long_run + "\r" + long_run), long_run + "\\x0d" + long_run);
+}
+
 // A suggestion is the closest field within a small edit distance (at most 3, and at most
 // a third of the field's length), whatever the lengths: a key of 16 KiB gets none.
 TEST(JobSpecTest, SuggestionsAreCloseFieldsWhateverTheKeysLength) {

@@ -120,27 +120,35 @@ std::string SpecReader::Describe(const YAML::Node& n) {
 
 std::string OneLine(const std::string& s) {
   std::string r;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      r += buf;
-    } else {
-      r += static_cast<char>(c);
-    }
+  r.reserve(s.size());
+  size_t run = 0;  // start of the bytes not yet copied
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != 0x7f) continue;
+    r.append(s, run, i - run);
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+    r += buf;
+    run = i + 1;
   }
+  r.append(s, run, std::string::npos);
   return r;
 }
 
 void SpecReader::Error(int line, const std::string& path, const std::string& problem,
                        const std::string& got, const std::string& fix) {
-  std::ostringstream os;
-  os << source_;
-  if (show_lines_) os << ":" << line;
+  std::string m = source_;
+  if (show_lines_) m += ":" + std::to_string(line);
   // The path holds the input's keys, and a problem or fix may quote them.
-  os << ": " << (path.empty() ? "(top level)" : OneLine(path)) << ": " << OneLine(problem)
-     << " (got " << OneLine(got) << "); " << OneLine(fix);
-  errors_.emplace_back(line, os.str());
+  m += ": ";
+  m += path.empty() ? std::string("(top level)") : OneLine(path);
+  m += ": ";
+  m += OneLine(problem);
+  m += " (got ";
+  m += OneLine(got);
+  m += "); ";
+  m += OneLine(fix);
+  errors_.emplace_back(line, std::move(m));
 }
 
 std::vector<std::string> SpecReader::SortedErrors() const {
