@@ -555,6 +555,21 @@ TEST(JobSpecTest, OneLineEscapesControlBytesAndKeepsTheRest) {
   EXPECT_EQ(OneLine(long_run + "\r" + long_run), long_run + "\\x0d" + long_run);
 }
 
+// The edit distance counts single-byte insertions, deletions and substitutions,
+// ignoring case, in either order of its arguments.
+TEST(JobSpecTest, EditDistanceCountsSingleByteEditsIgnoringCase) {
+  using spec_internal::EditDistance;
+  EXPECT_EQ(EditDistance("", ""), 0);
+  EXPECT_EQ(EditDistance("", "abc"), 3);
+  EXPECT_EQ(EditDistance("abc", ""), 3);
+  EXPECT_EQ(EditDistance("kitten", "sitting"), 3);
+  EXPECT_EQ(EditDistance("sitting", "kitten"), 3);
+  EXPECT_EQ(EditDistance("Checkpoint", "cHECKPOINT"), 0);
+  EXPECT_EQ(EditDistance("flaw", "lawn"), 2);
+  EXPECT_EQ(EditDistance("nodes", "ndoes"), 2);  // a transposition is two edits
+  EXPECT_EQ(EditDistance("procsPerNode", "procs_per_node"), 2);
+}
+
 // A suggestion is the closest field within a small edit distance (at most 3, and at most
 // a third of the field's length), whatever the lengths: a key of 16 KiB gets none.
 TEST(JobSpecTest, SuggestionsAreCloseFieldsWhateverTheKeysLength) {
@@ -568,6 +583,8 @@ TEST(JobSpecTest, SuggestionsAreCloseFieldsWhateverTheKeysLength) {
   EXPECT_EQ(spec_internal::SuggestKey("nodesab", names), "");  // 2 > 5 / 3
   EXPECT_EQ(spec_internal::SuggestKey(std::string(16384, 'n'), names), "");
   EXPECT_EQ(spec_internal::SuggestKey("", names), "");
+  EXPECT_EQ(spec_internal::SuggestKey("-CheckPoint_", names), "checkpoint");  // normalised
+  EXPECT_EQ(spec_internal::SuggestKey("N-o_D-e-S", names), "nodes");          // normalised
 }
 
 TEST(JobSpecTest, AllErrorsAreCollected) {

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <system_error>
 
@@ -14,19 +15,19 @@ namespace {
 
 constexpr size_t kMaxShown = 60;
 
-std::string Lower(const std::string& s) {
-  std::string r = s;
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
+char LowerChar(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
 
-std::string Normalize(const std::string& s) {
-  std::string r;
-  for (char c : s) {
-    if (c == '_' || c == '-') continue;
-    r.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+bool Ignored(char c) { return c == '_' || c == '-'; }
+
+// Whether `a` and `b` are equal after dropping case, '_' and '-'.
+bool SameNormalized(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  for (;;) {
+    while (i < a.size() && Ignored(a[i])) ++i;
+    while (j < b.size() && Ignored(b[j])) ++j;
+    if (i == a.size() || j == b.size()) return i == a.size() && j == b.size();
+    if (LowerChar(a[i++]) != LowerChar(b[j++])) return false;
   }
-  return r;
 }
 
 // Renders text with control/non-ASCII bytes escaped, truncated for messages.
@@ -69,27 +70,29 @@ std::string Child(const std::string& path, const std::string& key) {
 
 }  // namespace
 
-int EditDistance(const std::string& a_in, const std::string& b_in) {
-  const std::string a = Lower(a_in), b = Lower(b_in);
-  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+int EditDistance(const std::string& a, const std::string& b) {
+  // One row of the Wagner-Fischer table; `diag` holds the previous row's cell j-1.
+  std::vector<int> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
   for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = static_cast<int>(i);
+    int diag = row[0];
+    row[0] = static_cast<int>(i);
+    const char ca = LowerChar(a[i - 1]);
     for (size_t j = 1; j <= b.size(); ++j) {
-      int sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      const int up = row[j];
+      const int sub = diag + (ca == LowerChar(b[j - 1]) ? 0 : 1);
+      row[j] = std::min(std::min(up, row[j - 1]) + 1, sub);
+      diag = up;
     }
-    std::swap(prev, cur);
   }
-  return prev[b.size()];
+  return row[b.size()];
 }
 
 std::string SuggestKey(const std::string& key, std::span<const std::string> candidates) {
   std::string best;
   int best_d = 1 << 30;
-  const std::string normalized = Normalize(key);
   for (const std::string& c : candidates) {
-    if (Normalize(c) == normalized) return c;
+    if (SameNormalized(key, c)) return c;
     const int allowed = std::max<int>(1, std::min<int>(3, static_cast<int>(c.size()) / 3));
     // The distance is at least the difference in length: a key far longer or shorter
     // than `c` (a pasted value, a line of a mangled file) costs no quadratic work.
@@ -119,19 +122,22 @@ std::string SpecReader::Describe(const YAML::Node& n) {
 }
 
 std::string OneLine(const std::string& s) {
+  // The bytes to escape but NUL, for strcspn: it stops at a NUL as at one of these, and
+  // at the terminator of c_str() when no byte is left to escape.
+  static const char kControl[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,  11,
+                                  12, 13, 14, 15, 16, 17, 18, 19, 20, 21,  22,
+                                  23, 24, 25, 26, 27, 28, 29, 30, 31, 127, 0};
   std::string r;
   r.reserve(s.size());
-  size_t run = 0;  // start of the bytes not yet copied
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != 0x7f) continue;
+  for (size_t run = 0; run < s.size();) {  // run: start of the bytes not yet copied
+    const size_t i = run + std::strcspn(s.c_str() + run, kControl);
     r.append(s, run, i - run);
+    if (i == s.size()) break;
     char buf[8];
-    std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+    std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(s[i]));
     r += buf;
     run = i + 1;
   }
-  r.append(s, run, std::string::npos);
   return r;
 }
 
