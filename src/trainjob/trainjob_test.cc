@@ -40,6 +40,23 @@ std::string Manifest(const std::string& spec_body) {
          spec_body;
 }
 
+// JsonToYaml keeps every key and value and marks strings as quoted, so that YamlToJson
+// gives the same JSON back (a string "2" stays a string).
+TEST(TrainJobTest, JsonToYamlRoundTripsThroughYamlToJson) {
+  const Json j = Json::parse(R"({"a": {"b": 2, "c": "2", "d": [true, null, 1.5, "x"]},
+                                 "e": {}, "f": [], "g": "", "h": {"i": {"j": "k"}}})");
+  const YAML::Node y = JsonToYaml(j);
+  ASSERT_TRUE(y.IsMap());
+  EXPECT_EQ(y.size(), 5u);
+  EXPECT_EQ(y["a"]["b"].as<int>(), 2);
+  EXPECT_EQ(y["a"]["c"].Tag(), "!");
+  EXPECT_EQ(y["h"]["i"]["j"].as<std::string>(), "k");
+  EXPECT_EQ(YamlToJson(y), j);
+  Json wide = Json::object();
+  for (int i = 0; i < 300; ++i) wide["k" + std::to_string(i)] = i;
+  EXPECT_EQ(YamlToJson(JsonToYaml(wide)), wide);
+}
+
 TEST(TrainJobTest, FullManifestSetsEveryField) {
   auto r = ParseK8s(testing::ReadTestFile(kTestdata + "/trainjob-full.yaml"));
   ASSERT_TRUE(r.ok()) << r.status().message();

@@ -149,7 +149,10 @@ YAML::Node JsonToYaml(const Json& j) {
   switch (j.type()) {
     case Json::value_t::object: {
       YAML::Node m(YAML::NodeType::Map);
-      for (auto it = j.begin(); it != j.end(); ++it) m[it.key()] = JsonToYaml(it.value());
+      // A JSON object's keys are unique: no lookup (operator[] compares every key).
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        m.force_insert(it.key(), JsonToYaml(it.value()));
+      }
       return m;
     }
     case Json::value_t::array: {
