@@ -9,6 +9,8 @@
 #                                             segments sum to N inputs (see below)
 #   scripts/fuzz.sh --table                   the campaign's results, as Markdown
 #   scripts/fuzz.sh --record                  write the segment logs into the ledger
+#   scripts/fuzz.sh --leak-check [TARGET...]  each target over its checked-in corpus once,
+#                                             with LeakSanitizer after every input
 # A campaign runs in segments of FUZZ_SEGMENT inputs (default 1,000,000), each a fresh
 # libFuzzer process resuming from the checked-in corpus (libFuzzer's state is its
 # corpus), its log build-fuzz/campaign/<target>/<UTC start>.log. The campaign's record is
@@ -27,8 +29,11 @@
 # taking over 10 s is a hang; 120 s in a campaign, whose fuzzers run at nice 19 beside
 # other work and the timeout is wall-clock; FUZZ_TIMEOUT overrides). Crashes, hangs and
 # OOMs leave their input under
-# build-fuzz/artifacts/<target>/ and make this script exit 1. Outside a campaign, new
-# inputs the fuzzer finds go to build-fuzz/corpus/<target>/ (a copy of
+# build-fuzz/artifacts/<target>/ and make this script exit 1. So do leaks: libFuzzer runs
+# LeakSanitizer after an input that allocated more blocks than it freed, and at exit.
+# Before any target runs, fuzz_leak_canary (fuzz/leak_canary.cc) checks that a leak is
+# reported under the ASAN_OPTIONS the targets get; if not, nothing runs. Outside a
+# campaign, new inputs the fuzzer finds go to build-fuzz/corpus/<target>/ (a copy of
 # fuzz/corpus/<target>/), never into the checked-in corpus. Logs: build-fuzz/logs/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -81,7 +86,7 @@ seg_row() {
   [ -z "$rss" ] && rss=$(grep -aoE 'rss: [0-9]+Mb' "$g" | tail -1 | grep -oE '[0-9]+' || true)
   read -r cov ft < <(grep -aE '^#[0-9]+.*cov:' "$g" | tail -1 |
     grep -oE 'cov: [0-9]+ ft: [0-9]+' | awk '{print $2, $4}' || true)
-  grep -qaE 'ERROR: (AddressSanitizer|UndefinedBehaviorSanitizer|libFuzzer: (deadly|out-of-memory|fuzz target exited))|fuzz contract broken|runtime error:' "$g" && crashes=1
+  grep -qaE 'ERROR: (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|libFuzzer: (deadly|out-of-memory|fuzz target exited))|fuzz contract broken|runtime error:' "$g" && crashes=1
   grep -qa 'ALARM: working on the last Unit' "$g" && timeouts=1
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$t" "${commit:--}" "$runs" \
     "${secs:-0}" "$done" "${rss:-0}" "${cov:-0}" "${ft:-0}" "$crashes" "$timeouts"
@@ -139,7 +144,9 @@ case "${1:-}" in
   --runs) MODE=runs N="$2"; shift 2 ;;
   --campaign) MODE=campaign N="$2"; shift 2 ;;
   --build-only) MODE=build; shift ;;
-  *) echo "usage: $0 --seconds N | --runs N | --campaign N | --build-only [TARGET...]" >&2
+  --leak-check) MODE=leaks; shift ;;
+  *) echo "usage: $0 --seconds N | --runs N | --campaign N | --leak-check | --build-only" \
+       "[TARGET...]" >&2
      echo "       $0 --table | --record" >&2
      exit 2 ;;
 esac
@@ -167,7 +174,7 @@ fi
 # FUZZ_NO_BUILD=1 runs the binaries as built (e.g. a campaign while the dir is rebuilt).
 if [ "${FUZZ_NO_BUILD:-0}" != "1" ]; then
   echo "== fuzz: building ${TARGETS[*]}"
-  cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}"
+  cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}" fuzz_leak_canary
   # The commit the binaries are built from, for the ledger (the tree may move on while a
   # campaign runs them with FUZZ_NO_BUILD=1); "+dirty" when the code had changes (the
   # campaign's own corpus and ledger are not code).
@@ -182,6 +189,31 @@ LOGS="$BUILD_DIR/logs"
 [ "$MODE" = runs ] && LOGS="$BUILD_DIR/campaign"
 mkdir -p "$LOGS"
 failed=()
+# The ASAN_OPTIONS of the targets (the caller's, if set). A campaign keeps two frames of
+# each allocation's stack (a fifth more executions per second than ASan's 30): the fewest
+# with which LeakSanitizer still reports a leak (with 0 or 1 it reports none; see
+# fuzz/leak_canary.cc); rerun a finding's input for whole stacks.
+ASAN="${ASAN_OPTIONS:-}"
+[ -z "$ASAN" ] && { [ "$MODE" = runs ] || [ "$MODE" = campaign ]; } &&
+  ASAN=malloc_context_size=2
+# Leak detection must work under $ASAN, or a run would pass with leaks unseen: the canary
+# leaks on its input "leak" and LeakSanitizer must say so.
+[ -x "$BUILD_DIR/fuzz/fuzz_leak_canary" ] || {
+  echo "!! fuzz: $BUILD_DIR/fuzz/fuzz_leak_canary is not built; run $0 --build-only" >&2
+  exit 1
+}
+canary_dir="$(mktemp -d "${TMPDIR:-/tmp}/bw-leak-canary.XXXXXX")"
+mkdir -p "$canary_dir/corpus"
+printf leak > "$canary_dir/corpus/leak"
+if ASAN_OPTIONS="$ASAN" "$BUILD_DIR/fuzz/fuzz_leak_canary" -runs=0 \
+    -artifact_prefix="$canary_dir/" "$canary_dir/corpus" >"$canary_dir/log" 2>&1 ||
+    ! grep -q 'ERROR: LeakSanitizer: detected memory leaks' "$canary_dir/log"; then
+  echo "!! fuzz: leak detection is off with ASAN_OPTIONS='$ASAN' (fuzz_leak_canary's leak" \
+    "went unreported; log $canary_dir/log); fix the options (malloc_context_size >= 2," \
+    "detect_leaks=1) and rerun" >&2
+  exit 1
+fi
+rm -rf "$canary_dir"
 # run_target TARGET LOG LIMIT-ARGS...: one libFuzzer process; 0 when it found nothing.
 run_target() {
   local t="$1" log="$2"
@@ -215,12 +247,8 @@ run_target() {
   local scratch="$scratch_root/$t$WSFX"
   rm -rf "$scratch"
   mkdir -p "$scratch"
-  # A campaign keeps no allocation stacks (ASan's malloc_context_size=0: a fifth more
-  # executions per second); rerun a finding's input to get them.
-  local asan="${ASAN_OPTIONS:-}"
-  [ "$MODE" != seconds ] && [ -z "$asan" ] && asan=malloc_context_size=0
   (cd "$scratch" &&
-    ASAN_OPTIONS="$asan" /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
+    ASAN_OPTIONS="$ASAN" /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
     >>"$log" 2>&1 || rc=$?
   end=$(date +%s)
   # A target that crashed prints no final stats: nothing to grep is no reason to stop.
@@ -298,13 +326,26 @@ for t in "${TARGETS[@]}"; do
     done
     continue
   fi
-  echo "== fuzz: $t ($MODE $N)"
+  if [ "$MODE" = leaks ]; then
+    echo "== fuzz: $t (leak check of $(ls "$ROOT/fuzz/corpus/$t" | wc -l) corpus inputs)"
+  else
+    echo "== fuzz: $t ($MODE $N)"
+  fi
   limit=(-runs="$N")
   [ "$MODE" = seconds ] && limit=(-max_total_time="$N")
+  # -runs=0: the corpus is run, each input followed by libFuzzer's leak check, and no more.
+  [ "$MODE" = leaks ] && limit=(-runs=0)
   # A campaign may also be capped in time per target (FUZZ_MAX_TOTAL_TIME seconds).
   [ "$MODE" = runs ] && [ -n "${FUZZ_MAX_TOTAL_TIME:-}" ] &&
     limit+=(-max_total_time="$FUZZ_MAX_TOTAL_TIME")
-  run_target "$t" "$LOGS/$t.log" "${limit[@]}" || failed+=("$t")
+  log="$LOGS/$t.log"
+  [ "$MODE" = leaks ] && log="$LOGS/$t.leaks.log"
+  run_target "$t" "$log" "${limit[@]}" || failed+=("$t")
+  # libFuzzer stops checking after each input once 1,000 inputs allocated more blocks than
+  # they freed without a leak (caches that grow); LeakSanitizer still runs at exit.
+  grep -q 'disabled leak detection after every mutation' "$log" &&
+    echo "   (libFuzzer: leak check after each input stopped after 1,000 growing inputs;" \
+      "the check at exit ran)"
 done
 if ((${#failed[@]})); then
   echo "!! fuzz: FAILED: ${failed[*]}" >&2
