@@ -5,12 +5,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "common/status.h"
+
+// The sanitizers' report file descriptor (sanitizer/common_interface_defs.h): weak, so the
+// replay builds without a sanitizer link; null there.
+extern "C" void __sanitizer_set_report_fd(void* fd) __attribute__((weak));
 
 namespace bulwark::fuzz {
 
@@ -22,9 +27,11 @@ inline int& RealStderr() {
 
 // While one lives, what the code under test writes to stdout and/or stderr goes to
 // /dev/null: the agent warns about every bad datagram, gigabytes of log over a 10 M
-// campaign, and the writes cost time. Check still reports on the real stderr; a
-// sanitizer's report of a crash inside is lost (the crash input is still saved; rerun
-// it to see the report). Not thread-safe: the fuzz loop's thread only.
+// campaign, and the writes cost time. Check and the sanitizers' reports still go to the
+// real stderr (fuzz/canary.cc checks the latter before every run of scripts/fuzz.sh);
+// libFuzzer's own lines (a timeout's ALARM, an OOM, the artifact's name) do not, and
+// scripts/fuzz.sh writes the artifacts a run left into its log instead. Not thread-safe:
+// the fuzz loop's thread only.
 class Silence {
  public:
   Silence(bool out, bool err) : out_(out), err_(err) {
@@ -38,6 +45,9 @@ class Silence {
     if (err_) {
       saved_err_ = ::dup(2);
       RealStderr() = saved_err_;
+      if (__sanitizer_set_report_fd != nullptr) {
+        __sanitizer_set_report_fd(reinterpret_cast<void*>(static_cast<intptr_t>(saved_err_)));
+      }
       ::dup2(null, 2);
     }
     ::close(null);
@@ -51,6 +61,9 @@ class Silence {
     }
     if (err_) {
       ::dup2(saved_err_, 2);
+      if (__sanitizer_set_report_fd != nullptr) {
+        __sanitizer_set_report_fd(reinterpret_cast<void*>(static_cast<intptr_t>(2)));
+      }
       ::close(saved_err_);
       RealStderr() = 2;
     }

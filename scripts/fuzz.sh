@@ -31,8 +31,11 @@
 # OOMs leave their input under
 # build-fuzz/artifacts/<target>/ and make this script exit 1. So do leaks: libFuzzer runs
 # LeakSanitizer after an input that allocated more blocks than it freed, and at exit.
-# Before any target runs, fuzz_leak_canary (fuzz/leak_canary.cc) checks that a leak is
-# reported under the ASAN_OPTIONS the targets get; if not, nothing runs. Outside a
+# The artifacts a run left are written into its log ("fuzz.sh: artifact NAME"), which
+# the ledger reads: libFuzzer's own lines about them are lost where a target silences
+# stderr. Before any target runs, fuzz_canary (fuzz/canary.cc) checks that a leak, and a
+# heap overflow while stderr is silenced, are reported under the ASAN_OPTIONS the
+# targets get; if not, nothing runs. Outside a
 # campaign, new inputs the fuzzer finds go to build-fuzz/corpus/<target>/ (a copy of
 # fuzz/corpus/<target>/), never into the checked-in corpus. Logs: build-fuzz/logs/.
 set -euo pipefail
@@ -86,8 +89,8 @@ seg_row() {
   [ -z "$rss" ] && rss=$(grep -aoE 'rss: [0-9]+Mb' "$g" | tail -1 | grep -oE '[0-9]+' || true)
   read -r cov ft < <(grep -aE '^#[0-9]+.*cov:' "$g" | tail -1 |
     grep -oE 'cov: [0-9]+ ft: [0-9]+' | awk '{print $2, $4}' || true)
-  grep -qaE 'ERROR: (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|libFuzzer: (deadly|out-of-memory|fuzz target exited))|fuzz contract broken|runtime error:' "$g" && crashes=1
-  grep -qa 'ALARM: working on the last Unit' "$g" && timeouts=1
+  grep -qaE 'ERROR: (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|libFuzzer: (deadly|out-of-memory|fuzz target exited))|fuzz contract broken|runtime error:|^fuzz.sh: artifact (crash|leak|oom)-' "$g" && crashes=1
+  grep -qaE 'ALARM: working on the last Unit|^fuzz.sh: artifact timeout-' "$g" && timeouts=1
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$t" "${commit:--}" "$runs" \
     "${secs:-0}" "$done" "${rss:-0}" "${cov:-0}" "${ft:-0}" "$crashes" "$timeouts"
 }
@@ -174,7 +177,7 @@ fi
 # FUZZ_NO_BUILD=1 runs the binaries as built (e.g. a campaign while the dir is rebuilt).
 if [ "${FUZZ_NO_BUILD:-0}" != "1" ]; then
   echo "== fuzz: building ${TARGETS[*]}"
-  cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}" fuzz_leak_canary
+  cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}" fuzz_canary
   # The commit the binaries are built from, for the ledger (the tree may move on while a
   # campaign runs them with FUZZ_NO_BUILD=1); "+dirty" when the code had changes (the
   # campaign's own corpus and ledger are not code).
@@ -192,28 +195,36 @@ failed=()
 # The ASAN_OPTIONS of the targets (the caller's, if set). A campaign keeps two frames of
 # each allocation's stack (a fifth more executions per second than ASan's 30): the fewest
 # with which LeakSanitizer still reports a leak (with 0 or 1 it reports none; see
-# fuzz/leak_canary.cc); rerun a finding's input for whole stacks.
+# fuzz/canary.cc); rerun a finding's input for whole stacks.
 ASAN="${ASAN_OPTIONS:-}"
 [ -z "$ASAN" ] && { [ "$MODE" = runs ] || [ "$MODE" = campaign ]; } &&
   ASAN=malloc_context_size=2
-# Leak detection must work under $ASAN, or a run would pass with leaks unseen: the canary
-# leaks on its input "leak" and LeakSanitizer must say so.
-[ -x "$BUILD_DIR/fuzz/fuzz_leak_canary" ] || {
-  echo "!! fuzz: $BUILD_DIR/fuzz/fuzz_leak_canary is not built; run $0 --build-only" >&2
+# What a run must report must be reported under $ASAN and the targets' plumbing, or a run
+# would pass with it unseen: fuzz_canary (fuzz/canary.cc) leaks on input "leak" and
+# overflows a heap block with stderr silenced on input "overflow".
+[ -x "$BUILD_DIR/fuzz/fuzz_canary" ] || {
+  echo "!! fuzz: $BUILD_DIR/fuzz/fuzz_canary is not built; run $0 --build-only" >&2
   exit 1
 }
-canary_dir="$(mktemp -d "${TMPDIR:-/tmp}/bw-leak-canary.XXXXXX")"
-mkdir -p "$canary_dir/corpus"
-printf leak > "$canary_dir/corpus/leak"
-if ASAN_OPTIONS="$ASAN" "$BUILD_DIR/fuzz/fuzz_leak_canary" -runs=0 \
-    -artifact_prefix="$canary_dir/" "$canary_dir/corpus" >"$canary_dir/log" 2>&1 ||
-    ! grep -q 'ERROR: LeakSanitizer: detected memory leaks' "$canary_dir/log"; then
-  echo "!! fuzz: leak detection is off with ASAN_OPTIONS='$ASAN' (fuzz_leak_canary's leak" \
-    "went unreported; log $canary_dir/log); fix the options (malloc_context_size >= 2," \
-    "detect_leaks=1) and rerun" >&2
-  exit 1
-fi
-rm -rf "$canary_dir"
+canary() {  # canary INPUT REPORT: 0 when the canary's run on INPUT prints REPORT
+  local dir rc=0
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/bw-fuzz-canary.XXXXXX")"
+  mkdir "$dir/corpus"
+  printf '%s' "$1" > "$dir/corpus/input"
+  ASAN_OPTIONS="$ASAN" "$BUILD_DIR/fuzz/fuzz_canary" -runs=0 -artifact_prefix="$dir/" \
+    "$dir/corpus" >"$dir/log" 2>&1 || true
+  if grep -q "ERROR: $2" "$dir/log"; then
+    rm -rf "$dir"
+  else
+    echo "!! fuzz: fuzz_canary's input '$1' went unreported with ASAN_OPTIONS='$ASAN'" \
+      "(no 'ERROR: $2' in $dir/log); a run would miss such failures: fix the options" \
+      "(malloc_context_size >= 2, detect_leaks=1) or the harness's plumbing and rerun" >&2
+    rc=1
+  fi
+  return "$rc"
+}
+canary leak 'LeakSanitizer: detected memory leaks' || exit 1
+canary overflow 'AddressSanitizer: heap-buffer-overflow' || exit 1
 # run_target TARGET LOG LIMIT-ARGS...: one libFuzzer process; 0 when it found nothing.
 run_target() {
   local t="$1" log="$2"
@@ -232,8 +243,10 @@ run_target() {
               -max_len="${MAX_LEN[$t]:-16384}"
               -artifact_prefix="$artifacts/" -print_final_stats=1 "$@")
   [ -f "$ROOT/fuzz/dict/$t.dict" ] && args+=(-dict="$ROOT/fuzz/dict/$t.dict")
-  local start end rc=0
+  local start end rc=0 stamp="$BUILD_DIR/artifacts/.start-$t$WSFX"
   start=$(date +%s)
+  mkdir -p "$BUILD_DIR/artifacts"
+  touch "$stamp"
   [ "$MODE" = campaign ] || : > "$log"
   # The targets run in a scratch directory: the agent's and the CLI's harnesses may
   # create relative paths named by the input. It is on tmpfs when there is one (the
@@ -251,6 +264,10 @@ run_target() {
     ASAN_OPTIONS="$ASAN" /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
     >>"$log" 2>&1 || rc=$?
   end=$(date +%s)
+  # What the run left (libFuzzer's own line about it is lost where stderr is silenced).
+  find "$artifacts" -maxdepth 1 -type f -newer "$stamp" \
+    \( -name 'crash-*' -o -name 'leak-*' -o -name 'oom-*' -o -name 'timeout-*' \) \
+    -printf 'fuzz.sh: artifact %f\n' | sort >>"$log"
   # A target that crashed prints no final stats: nothing to grep is no reason to stop.
   local stats cov
   stats=$( (grep -aE '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' \
