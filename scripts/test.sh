@@ -87,9 +87,9 @@ if [ "${BULWARK_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== waiting for the ASan+UBSan build (log $ASAN_LOG)"
   wait_background ASAN_PID "the ASan+UBSan build" "$ASAN_LOG" 40
   echo "== tests under ASan+UBSan (and LeakSanitizer)"
-  # LeakSanitizer runs at each test process's exit (and at the exit of the bulwark
-  # processes the tests start); a leak fails the test. Python trainers, not instrumented,
-  # get detect_leaks=0 from the tests that start them.
+  # LeakSanitizer runs at each test process's exit, and a leak there fails the test; the
+  # bulwark processes a test starts inherit it (a leak makes their exit status 23).
+  # Python trainers, not instrumented, get detect_leaks=0 from the tests that start them.
   (cd "$ROOT/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure -j"$JOBS" --timeout 900 -LE no_sanitize) ||
