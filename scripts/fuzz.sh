@@ -35,9 +35,9 @@
 # the ledger reads: libFuzzer's own lines about them are lost where a target silences
 # stderr. Before any target runs, fuzz_canary (fuzz/canary.cc) checks that a leak, and a
 # heap overflow while stderr is silenced, are reported under the ASAN_OPTIONS the
-# targets get; if not, nothing runs. Outside a
-# campaign, new inputs the fuzzer finds go to build-fuzz/corpus/<target>/ (a copy of
-# fuzz/corpus/<target>/), never into the checked-in corpus. Logs: build-fuzz/logs/.
+# targets get; if not, nothing runs. Outside a campaign, new inputs the fuzzer finds go
+# to build-fuzz/corpus/<target>/ (a copy of fuzz/corpus/<target>/), never into the
+# checked-in corpus. Logs: build-fuzz/logs/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-fuzz}"
