@@ -37,9 +37,7 @@ class AgentFixture {
 
   AgentFixture() {
     signal(SIGPIPE, SIG_IGN);
-    char tmpl[] = "/tmp/bw_fuzz_agent.XXXXXX";
-    Check(mkdtemp(tmpl) != nullptr, "mkdtemp");
-    dir_ = tmpl;
+    dir_ = ScratchDir("bw_fuzz_agent");
     auto l = TcpListen("127.0.0.1", 0);
     Check(l.ok(), "listen");
     listen_ = std::move(*l);

@@ -41,6 +41,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using bulwark::fuzz::Check;
+using bulwark::fuzz::ScratchDir;
 
 bool Allowed(const std::vector<std::string>& words) {
   if (words.empty()) return true;
@@ -90,13 +91,7 @@ fs::path& CheckpointTemplate() {
 }
 
 void WriteCheckpointTemplate() {
-  char dir[] = "/tmp/fuzz-cli-ck.XXXXXX";
-  Check(mkdtemp(dir) != nullptr, "harness: mkdtemp");
-  CheckpointTemplate() = fs::path(dir) / "ck";
-  std::atexit([] {
-    std::error_code ec;
-    fs::remove_all(CheckpointTemplate().parent_path(), ec);
-  });
+  CheckpointTemplate() = fs::path(ScratchDir("fuzz-cli-ck")) / "ck";
   bulwark::ckpt::Env* env = bulwark::ckpt::Env::Default();
   const std::string root = CheckpointTemplate().string();
   std::vector<uint8_t> bytes(100, 3);

@@ -36,6 +36,7 @@ using bulwark::Fd;
 using bulwark::Json;
 using bulwark::JsonLineConn;
 using bulwark::fuzz::Check;
+using bulwark::fuzz::ScratchDir;
 
 class FakeBackend : public bulwark::Backend {
  public:
@@ -53,9 +54,7 @@ class Fixture {
 
   Fixture() {
     signal(SIGPIPE, SIG_IGN);
-    char tmpl[] = "/tmp/bw_fuzz_ctl.XXXXXX";
-    Check(mkdtemp(tmpl) != nullptr, "mkdtemp");
-    dir_ = tmpl;
+    dir_ = ScratchDir("bw_fuzz_ctl");
   }
 
   void Get() {

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -81,6 +83,26 @@ inline void Check(bool ok, const char* what, const std::string& detail = "") {
   if (ok) return;
   dprintf(RealStderr(), "fuzz contract broken: %s\n%s\n", what, detail.c_str());
   std::abort();
+}
+
+// A new directory $TMPDIR/NAME.XXXXXX (/tmp when TMPDIR is unset or empty), removed with
+// all in it when the process exits normally; a failed Check keeps it. scripts/fuzz.sh
+// points TMPDIR into the run's scratch directory, which it removes, so an interrupted
+// run leaves nothing behind either. Not thread-safe: the fuzz loop's thread only.
+inline std::string ScratchDir(const char* name) {
+  static auto* dirs = new std::vector<std::string>;
+  if (dirs->empty()) {
+    std::atexit([] {
+      std::error_code ec;
+      for (const std::string& d : *dirs) std::filesystem::remove_all(d, ec);
+    });
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + name + ".XXXXXX";
+  Check(::mkdtemp(tmpl.data()) != nullptr, "harness: mkdtemp", tmpl);
+  dirs->push_back(tmpl);
+  return tmpl;
 }
 
 // The contract of every YAML reader's error: a non-OK Status whose message has one

@@ -256,14 +256,17 @@ run_target() {
   [ -z "${FUZZ_SCRATCH:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
     scratch_root="/dev/shm/bw-fuzz-$(id -u)"
   # Each run starts from an empty one, so what an input means does not depend on the
-  # files earlier runs left there.
+  # files earlier runs left there, and it is removed after the run. TMPDIR is in it: the
+  # harnesses' ScratchDir (fuzz/fuzz_util.h) removes its directories at exit, but an
+  # interrupted libFuzzer exits without running atexit handlers.
   local scratch="$scratch_root/$t$WSFX"
   rm -rf "$scratch"
-  mkdir -p "$scratch"
-  (cd "$scratch" &&
-    ASAN_OPTIONS="$ASAN" /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
+  mkdir -p "$scratch/tmp"
+  (cd "$scratch" && TMPDIR="$scratch/tmp" ASAN_OPTIONS="$ASAN" \
+    /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
     >>"$log" 2>&1 || rc=$?
   end=$(date +%s)
+  rm -rf "$scratch"
   # What the run left (libFuzzer's own line about it is lost where stderr is silenced).
   find "$artifacts" -maxdepth 1 -type f -newer "$stamp" \
     \( -name 'crash-*' -o -name 'leak-*' -o -name 'oom-*' -o -name 'timeout-*' \) \

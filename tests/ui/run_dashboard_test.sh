@@ -7,7 +7,8 @@
 #
 # Needs node, /usr/bin/chromium (or $CHROMIUM) and ui/node_modules (scripts/setup.sh).
 # UPDATE_SCREENSHOT=1 also writes docs/images/dashboard.png. Every process it starts is
-# stopped and reaped on any exit; the scratch directory is kept when the test fails.
+# stopped and reaped on any exit. The scratch directory is kept when the test fails and
+# removed when it passes; the screenshot is then BUILD_DIR/ui-test/dashboard.png.
 set -euo pipefail
 BUILD="$(cd "${1:?usage: run_dashboard_test.sh BUILD_DIR}" && pwd)"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -68,8 +69,10 @@ cleanup() {
     fi
   done
   if [ "$OK" = 1 ] && [ "$rc" = 0 ]; then
-    find "$DIR" -mindepth 1 -maxdepth 1 ! -name dashboard.png -exec rm -rf {} +
-    echo "screenshot: $DIR/dashboard.png"
+    mkdir -p "$BUILD/ui-test"
+    mv -f "$DIR/dashboard.png" "$BUILD/ui-test/dashboard.png" 2>/dev/null || true
+    rm -rf "$DIR"
+    echo "screenshot: $BUILD/ui-test/dashboard.png"
   else
     echo "dashboard_browser_test: FAILED; files kept in $DIR" >&2
     for f in run.err run.out; do
