@@ -55,8 +55,9 @@ Status CheckConfig(ClientConfig* cfg) {
   std::string& s = cfg->server;
   while (!s.empty() && s.back() == '/') s.pop_back();
   if (s.rfind("https://", 0) != 0 && s.rfind("http://", 0) != 0) {
-    return InvalidArgument("ClientConfig.server '" + s +
-                           "': must be https://host[:port] (e.g. https://10.96.0.1:443)");
+    return InvalidArgument(
+        "ClientConfig.server '" + s +
+        "': must be https://host[:port] (e.g. https://10.96.0.1:443), or http://");
   }
   size_t host = s.find("://") + 3;
   if (host >= s.size() || s[host] == '/' || s.find_first_of("?# ", host) != std::string::npos) {

@@ -4,7 +4,10 @@
 // insecure-skip-tls-verify}, users[].user.{client-certificate[-data],
 // client-key[-data], token, tokenFile}, contexts[].context.{cluster, user,
 // namespace}, current-context. Relative file paths resolve against the kubeconfig's
-// directory. exec, auth-provider and basic auth are refused with the fix.
+// directory. exec, auth-provider and basic auth are refused with the fix. A server
+// without a scheme ("10.0.0.1:6443") gets the one client-go gives it: https:// when the
+// cluster has a CA or skips verification or the user has a client certificate, else
+// http://.
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
@@ -77,6 +80,11 @@ class KubeconfigLoader {
   Result<YAML::Node> Named(const YAML::Node& root, const std::string& list, const std::string& name,
                            const std::string& entry_key, const std::string& referrer) const {
     YAML::Node l = root[list];
+    if (l.IsDefined() && !l.IsNull() && !l.IsSequence()) {
+      return Error(list, "is not a list",
+                   "write it as a list of entries, each `- name: NAME` with its `" + entry_key +
+                       ":` mapping (`kubectl config view` shows the layout)");
+    }
     std::string have;
     if (l.IsDefined() && l.IsSequence()) {
       for (const YAML::Node& e : l) {
@@ -144,6 +152,21 @@ class KubeconfigLoader {
       return Error(cl_field + ".server", "is empty",
                    "set it to https://HOST:PORT of the API server");
     }
+    for (char c : cfg.server) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u <= ' ' || u >= 0x7f) {
+        return Error(cl_field + ".server", "holds a space, a control or a non-ASCII character",
+                     "set it to https://HOST:PORT of the API server");
+      }
+    }
+    const size_t scheme_end = cfg.server.find("://");
+    if (scheme_end != std::string::npos) {
+      const std::string scheme = cfg.server.substr(0, scheme_end);
+      if (scheme != "https" && scheme != "http") {
+        return Error(cl_field + ".server", "is '" + cfg.server + "': scheme " + scheme + "://",
+                     "use https://HOST:PORT (or http:// for an insecure port)");
+      }
+    }
     BW_ASSIGN_OR_RETURN(cfg.ca_pem, Pem(cl, "certificate-authority", cl_field));
     BW_ASSIGN_OR_RETURN(std::string insecure, Str(cl, "insecure-skip-tls-verify", cl_field));
     if (!insecure.empty() && insecure != "true" && insecure != "false") {
@@ -152,7 +175,7 @@ class KubeconfigLoader {
     }
     cfg.insecure_skip_tls_verify = insecure == "true";
 
-    if (user_name.empty()) return cfg;  // anonymous
+    if (user_name.empty()) return DefaultScheme(std::move(cfg));  // anonymous
     const std::string u_field = "users[name=" + user_name + "].user";
     BW_ASSIGN_OR_RETURN(YAML::Node u, Named(root, "users", user_name, "user", ctx_field + ".user"));
     for (const char* unsupported : {"exec", "auth-provider", "username", "password"}) {
@@ -179,6 +202,15 @@ class KubeconfigLoader {
         cfg.token = TrimRight(t);
       }
     }
+    return DefaultScheme(std::move(cfg));
+  }
+
+  // client-go's scheme for a server given as HOST:PORT (rest.DefaultServerURL).
+  static ClientConfig DefaultScheme(ClientConfig cfg) {
+    if (cfg.server.find("://") != std::string::npos) return cfg;
+    const bool tls =
+        !cfg.ca_pem.empty() || cfg.insecure_skip_tls_verify || !cfg.client_cert_pem.empty();
+    cfg.server = (tls ? "https://" : "http://") + cfg.server;
     return cfg;
   }
 

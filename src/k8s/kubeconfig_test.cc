@@ -136,6 +136,50 @@ TEST_F(KubeconfigTest, ErrorsNameTheFieldAndTheFix) {
   std::string weird = kKubeconfig;
   weird.replace(weird.find("server: https://127.0.0.1:6443"), 30, "server: [1, 2]");
   ExpectError(LoadKubeConfig(Write("c5", weird)), {"server", "not a string"});
+
+  ExpectError(LoadKubeConfig(Write("c6", "current-context: c\ncontexts: 5\n")),
+              {"contexts is not a list", "- name: NAME", "context:"});
+  std::string ftp = kKubeconfig;
+  ftp.replace(ftp.find("https://127.0.0.1:6443"), 22, "ftp://127.0.0.1:6443");
+  ExpectError(LoadKubeConfig(Write("c7", ftp)),
+              {"clusters[name=dev-cluster].cluster.server", "scheme ftp://", "https://HOST:PORT"});
+  std::string bytes = kKubeconfig;
+  bytes.replace(bytes.find("https://127.0.0.1:6443"), 22, "\"https://127.0.0.1:6443\xff\"");
+  ExpectError(LoadKubeConfig(Write("c8", bytes)),
+              {"clusters[name=dev-cluster].cluster.server", "non-ASCII"});
+}
+
+// As client-go: HOST:PORT gets https:// when TLS is configured (a CA, insecure, or a client
+// certificate), else http://.
+TEST_F(KubeconfigTest, ServerWithoutSchemeGetsClientGosDefault) {
+  std::string tls = kKubeconfig;
+  tls.replace(tls.find("https://127.0.0.1:6443"), 22, "127.0.0.1:6443");
+  auto r = LoadKubeConfig(Write("tls", tls));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->server, "https://127.0.0.1:6443");
+
+  const std::string plain = R"(current-context: c
+contexts:
+- name: c
+  context: {cluster: k, user: u}
+clusters:
+- name: k
+  cluster: {server: "localhost:8080"}
+users:
+- name: u
+  user: {token: t}
+)";
+  r = LoadKubeConfig(Write("plain", plain));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->server, "http://localhost:8080");
+
+  std::string insecure = plain;
+  const std::string server = "{server: \"localhost:8080\"}";
+  insecure.replace(insecure.find(server), server.size(),
+                   "{server: \"localhost:8080\", insecure-skip-tls-verify: true}");
+  r = LoadKubeConfig(Write("insecure", insecure));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->server, "https://localhost:8080");
 }
 
 TEST_F(KubeconfigTest, InClusterConfigReadsTheServiceAccount) {
