@@ -18,6 +18,9 @@
 # fuzzed, executions, seconds, finished, peak RSS MB, coverage, features, crashed,
 # timed out), rewritten from the logs after each segment and by --record; a segment
 # killed with its session counts the inputs of its last status line ("finished" no).
+# A segment that the machine's operator broke (not the code under test) is listed with
+# the reason in fuzz/campaign-void.tsv (segment, target, reason): it is left out of the
+# ledger, and --table names it under the table.
 # After each finished segment the checked-in corpus becomes the -set_cover_merge=1 of
 # itself and the segment's new inputs; commit fuzz/ at the end of a session, and the
 # next machine carries on from there. Rerunning --campaign N carries on to N.
@@ -41,6 +44,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-fuzz}"
+case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$PWD/$BUILD_DIR" ;; esac  # in_scratch cds
 ALL=(fuzz_job_spec fuzz_trainjob fuzz_pytorchjob fuzz_sim_config fuzz_ckpt fuzz_agent_wire
      fuzz_sdk_datagram fuzz_controller_wire fuzz_cli)
 # Longest input per target: YAML documents and CLI lines up to 16 KiB (real specs are
@@ -60,6 +64,7 @@ fi
 # The campaign's ledger, checked in: one row per segment (see the header comment).
 LEDGER="$ROOT/fuzz/campaign.tsv"
 LEDGER_HEADER=$'segment\ttarget\tcommit\texecutions\tseconds\tfinished\tpeak_rss_mb\tcov\tft\tcrashes\ttimeouts'
+VOID="$ROOT/fuzz/campaign-void.tsv"
 # Executions a segment log records: its final stats, else its last status line (killed).
 seg_runs() {
   local r
@@ -112,7 +117,10 @@ record() {
     awk -F'\t' 'NR == FNR {seen[$1 FS $2] = 1; next}
                 FNR > 1 && !(($1 FS $2) in seen)' <(echo "$rows") "$LEDGER"
     echo "$rows"
-  } | { read -r h; echo "$h"; sort -t$'\t' -k2,2 -k1,1; } > "$tmp"
+  } | awk -F'\t' -v vf="$VOID" '
+        BEGIN { while ((getline l < vf) > 0) { split(l, a, "\t"); void[a[1] FS a[2]] = 1 } }
+        !(($1 FS $2) in void)' |
+    { read -r h; echo "$h"; sort -t$'\t' -k2,2 -k1,1; } > "$tmp"
   mv "$tmp" "$LEDGER"
 }
 ledger_total() {
@@ -140,6 +148,12 @@ if [ "${1:-}" = --table ]; then
           note, rate, secs / 3600, (secs % 3600) / 60, secs % 60, rss, cov, ft, cr, to
       }' "$LEDGER"
   done
+  if [ -f "$VOID" ] && [ "$(wc -l < "$VOID")" -gt 1 ]; then
+    echo
+    echo "Not counted (\`fuzz/campaign-void.tsv\`):"
+    echo
+    awk -F'\t' 'FNR > 1 {printf "- segment `%s` of `%s`: %s\n", $1, $2, $3}' "$VOID"
+  fi
   exit 0
 fi
 case "${1:-}" in
@@ -225,6 +239,36 @@ canary() {  # canary INPUT REPORT: 0 when the canary's run on INPUT prints REPOR
 }
 canary leak 'LeakSanitizer: detected memory leaks' || exit 1
 canary overflow 'AddressSanitizer: heap-buffer-overflow' || exit 1
+# in_scratch NAME CMD...: runs CMD (absolute paths only) in the scratch directory NAME,
+# with TMPDIR inside it, and returns its status. Every run of a target, merges included,
+# goes through here: the agent's and the CLI's harnesses create relative paths named by
+# the input (the CLI's writes its fixed files, a checkpoint root and the outputs of
+# `sim --json FILE` in its working directory). The directory is on tmpfs when there is
+# one (the CLI's checkpoint root is copied before each `ckpt` input); FUZZ_SCRATCH
+# overrides. It is new (NAME.<this script's pid>: runs of other checkouts, build
+# directories and modes beside it have their own), so what an input means does not
+# depend on the files earlier runs left there, and is removed after the run, as are those
+# of runs whose script is gone. The harnesses' ScratchDir (fuzz/fuzz_util.h) removes its
+# directories at exit, but an interrupted libFuzzer exits without running atexit
+# handlers: TMPDIR in the scratch directory catches those too.
+in_scratch() {
+  local name="$1" rc=0 d
+  shift
+  local scratch_root="${FUZZ_SCRATCH:-$BUILD_DIR/scratch}"
+  [ -z "${FUZZ_SCRATCH:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
+    scratch_root="/dev/shm/bw-fuzz-$(id -u)"
+  mkdir -p "$scratch_root"
+  for d in "$scratch_root"/*.[0-9]*; do
+    [ -d "$d" ] && ! kill -0 "${d##*.}" 2>/dev/null && rm -rf "$d"
+  done
+  local scratch="$scratch_root/$name.$$"
+  rm -rf "$scratch"
+  mkdir -p "$scratch/tmp"
+  (cd "$scratch" && TMPDIR="$scratch/tmp" "$@") || rc=$?
+  rm -rf "$scratch"
+  return "$rc"
+}
+
 # run_target TARGET LOG LIMIT-ARGS...: one libFuzzer process; 0 when it found nothing.
 run_target() {
   local t="$1" log="$2"
@@ -248,25 +292,9 @@ run_target() {
   mkdir -p "$BUILD_DIR/artifacts"
   touch "$stamp"
   [ "$MODE" = campaign ] || : > "$log"
-  # The targets run in a scratch directory: the agent's and the CLI's harnesses may
-  # create relative paths named by the input. It is on tmpfs when there is one (the
-  # CLI's checkpoint root is rewritten, with fsyncs, before each `ckpt` input: twice
-  # the executions per second of a disk); FUZZ_SCRATCH overrides.
-  local scratch_root="${FUZZ_SCRATCH:-$BUILD_DIR/scratch}"
-  [ -z "${FUZZ_SCRATCH:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
-    scratch_root="/dev/shm/bw-fuzz-$(id -u)"
-  # Each run starts from an empty one, so what an input means does not depend on the
-  # files earlier runs left there, and it is removed after the run. TMPDIR is in it: the
-  # harnesses' ScratchDir (fuzz/fuzz_util.h) removes its directories at exit, but an
-  # interrupted libFuzzer exits without running atexit handlers.
-  local scratch="$scratch_root/$t$WSFX"
-  rm -rf "$scratch"
-  mkdir -p "$scratch/tmp"
-  (cd "$scratch" && TMPDIR="$scratch/tmp" ASAN_OPTIONS="$ASAN" \
-    /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus") \
-    >>"$log" 2>&1 || rc=$?
+  ASAN_OPTIONS="$ASAN" in_scratch "$t$WSFX" \
+    /usr/bin/time -v "$BUILD_DIR/fuzz/$t" "${args[@]}" "$corpus" >>"$log" 2>&1 || rc=$?
   end=$(date +%s)
-  rm -rf "$scratch"
   # What the run left (libFuzzer's own line about it is lost where stderr is silenced).
   find "$artifacts" -maxdepth 1 -type f -newer "$stamp" \
     \( -name 'crash-*' -o -name 'leak-*' -o -name 'oom-*' -o -name 'timeout-*' \) \
@@ -305,7 +333,8 @@ merge_corpus_locked() {
   local t="$1" merged="$BUILD_DIR/merge/$1$WSFX" old="$BUILD_DIR/merge/$1$WSFX.old"
   rm -rf "$merged" "$old"
   mkdir -p "$merged" "$ROOT/fuzz/corpus/$t"
-  if ASAN_OPTIONS=malloc_context_size=0 "$BUILD_DIR/fuzz/$t" -set_cover_merge=1 \
+  if ASAN_OPTIONS=malloc_context_size=0 in_scratch "$t$WSFX-merge" \
+      "$BUILD_DIR/fuzz/$t" -set_cover_merge=1 \
       -rss_limit_mb=2048 -timeout=120 -max_len="${MAX_LEN[$t]:-16384}" \
       "$merged" "$ROOT/fuzz/corpus/$t" "$BUILD_DIR/corpus/$t$WSFX" \
       >"$BUILD_DIR/merge/$t$WSFX.log" 2>&1 && [ -n "$(ls -A "$merged")" ]; then
