@@ -119,7 +119,7 @@ record() {
     echo "$rows"
   } | awk -F'\t' -v vf="$VOID" '
         BEGIN { while ((getline l < vf) > 0) { split(l, a, "\t"); void[a[1] FS a[2]] = 1 } }
-        !(($1 FS $2) in void)' |
+        NR == 1 || !(($1 FS $2) in void)' |
     { read -r h; echo "$h"; sort -t$'\t' -k2,2 -k1,1; } > "$tmp"
   mv "$tmp" "$LEDGER"
 }
