@@ -26,6 +26,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include "common/curl_util.h"
@@ -1075,7 +1076,12 @@ Result<std::vector<ObjectInfo>> S3Client::List(const std::string& prefix) {
   const std::string full_prefix = cfg_.prefix + prefix;
   std::vector<ObjectInfo> out;
   std::string token;
-  while (true) {
+  // A listing ends: a server whose tokens lead back to a page already listed (a cycle of
+  // tokens, or a server that ignores continuation-token and mints a new one for the
+  // same page) is found by a token or a key seen twice, not followed for ever.
+  std::unordered_set<std::string> tokens_followed;
+  std::unordered_set<std::string> keys_listed;
+  for (int page = 1;; ++page) {
     Request r;
     r.op = "ListObjectsV2";
     r.method = "GET";
@@ -1092,13 +1098,24 @@ Result<std::vector<ObjectInfo>> S3Client::List(const std::string& prefix) {
         return Internal("S3 ListObjectsV2 s3://" + cfg_.bucket + ": server returned key '" + o.key +
                         "' outside prefix '" + full_prefix + "'");
       }
+      if (!keys_listed.insert(o.key).second) {
+        return Internal("S3 ListObjectsV2 s3://" + cfg_.bucket + ": page " + std::to_string(page) +
+                        " lists key '" + o.key +
+                        "' again: the server's continuation tokens lead back to pages "
+                        "already listed (does it support continuation-token?)");
+      }
       o.key = o.key.substr(cfg_.prefix.size());
       out.push_back(std::move(o));
     }
     if (!parsed->truncated) break;
-    if (parsed->next_token.empty() || parsed->next_token == token) {
-      return Internal("S3 ListObjectsV2 s3://" + cfg_.bucket +
-                      ": truncated page without a new NextContinuationToken");
+    if (parsed->next_token.empty()) {
+      return Internal("S3 ListObjectsV2 s3://" + cfg_.bucket + ": page " + std::to_string(page) +
+                      " is truncated but has no NextContinuationToken");
+    }
+    if (!tokens_followed.insert(parsed->next_token).second) {
+      return Internal("S3 ListObjectsV2 s3://" + cfg_.bucket + ": page " + std::to_string(page) +
+                      " gives NextContinuationToken '" + parsed->next_token +
+                      "', which the listing already followed: the server's tokens cycle");
     }
     token = parsed->next_token;
   }

@@ -793,6 +793,76 @@ TEST(S3Fake, HungServerTimesOut) {
   EXPECT_EQ(srv.requests().size(), 2u);
 }
 
+// A ListObjectsV2 page of `keys`, truncated with NextContinuationToken `next` unless it
+// is empty.
+std::string ListPageXml(const std::vector<std::string>& keys, const std::string& next) {
+  std::string xml = "<ListBucketResult><IsTruncated>" +
+                    std::string(next.empty() ? "false" : "true") + "</IsTruncated>";
+  for (const std::string& k : keys) {
+    xml += "<Contents><Key>" + k + "</Key><Size>1</Size><ETag>\"e\"</ETag></Contents>";
+  }
+  if (!next.empty()) xml += "<NextContinuationToken>" + next + "</NextContinuationToken>";
+  return xml + "</ListBucketResult>";
+}
+
+// The continuation-token a ListObjectsV2 request carried ("" for the first page).
+std::string ContinuationToken(const HttpRequest& r) {
+  const std::string q = "continuation-token=";
+  size_t at = r.target.find(q);
+  if (at == std::string::npos) return "";
+  at += q.size();
+  return r.target.substr(at, r.target.find('&', at) - at);
+}
+
+TEST(S3Fake, ListEndsWhenTheServersTokensCycle) {
+  // Pages: first -> A -> B -> A ...: every page is new until B leads back to A.
+  FakeHttpServer srv([](const HttpRequest& r) {
+    const std::string t = ContinuationToken(r);
+    if (t.empty()) return FakeHttpServer::Response(200, "OK", ListPageXml({"a"}, "A"));
+    if (t == "A") return FakeHttpServer::Response(200, "OK", ListPageXml({"b"}, "B"));
+    return FakeHttpServer::Response(200, "OK", ListPageXml({"c"}, "A"));
+  });
+  auto c = MustCreate(FakeConfig(srv.endpoint()));
+  auto r = c->List("");
+  EXPECT_EQ(r.status().code(), Code::kInternal) << r.status().ToString();
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("page 3 gives NextContinuationToken 'A', which the listing already "
+                        "followed: the server's tokens cycle"));
+  EXPECT_EQ(srv.requests().size(), 3u);
+}
+
+TEST(S3Fake, ListEndsWhenTheServerIgnoresTheToken) {
+  // A server without continuation-token support: the first page again, with a new token.
+  std::atomic<int> n{0};
+  FakeHttpServer srv([&](const HttpRequest&) {
+    return FakeHttpServer::Response(200, "OK", ListPageXml({"a", "b"}, "t" + std::to_string(n++)));
+  });
+  auto c = MustCreate(FakeConfig(srv.endpoint()));
+  auto r = c->List("");
+  EXPECT_EQ(r.status().code(), Code::kInternal) << r.status().ToString();
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("page 2 lists key 'a' again: the server's continuation tokens lead "
+                        "back to pages already listed"));
+  EXPECT_EQ(srv.requests().size(), 2u);
+}
+
+TEST(S3Fake, ListFollowsTokensToTheLastPage) {
+  FakeHttpServer srv([](const HttpRequest& r) {
+    const std::string t = ContinuationToken(r);
+    if (t.empty()) return FakeHttpServer::Response(200, "OK", ListPageXml({"a", "b"}, "A"));
+    if (t == "A") return FakeHttpServer::Response(200, "OK", ListPageXml({"c"}, "B"));
+    return FakeHttpServer::Response(200, "OK", ListPageXml({}, ""));
+  });
+  auto c = MustCreate(FakeConfig(srv.endpoint()));
+  auto r = c->List("");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[2].key, "c");
+  auto reqs = srv.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_EQ(ContinuationToken(reqs[2]), "B");
+}
+
 // Scripted multipart server: answers CreateMultipartUpload and UploadPart, and
 // `complete`/`part` for the step under test.
 FakeHttpServer::Handler MultipartHandler(std::function<std::string()> part,
