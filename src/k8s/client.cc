@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <unordered_set>
 
 #include "common/curl_util.h"
 #include "k8s/internal.h"
@@ -275,6 +276,9 @@ Result<ListResult> Client::List(const Resource& r, const std::string& ns, const 
   }
   ListResult out;
   std::string cont;
+  // A list ends: a server whose continue tokens lead back to one already followed is
+  // an error, not followed for ever (kube-apiserver's tokens name the next key).
+  std::unordered_set<std::string> followed;
   for (int page = 0;; ++page) {
     req.query.clear();
     AddQuery(&req.query, "labelSelector", o.label_selector);
@@ -304,6 +308,11 @@ Result<ListResult> Client::List(const Resource& r, const std::string& ns, const 
     if (!rv.empty()) out.resource_version = rv;
     cont = internal::StrField(meta, "continue");
     if (cont.empty()) break;
+    if (!followed.insert(cont).second) {
+      return Internal("GET " + req.path + ": page " + std::to_string(page + 1) +
+                      " of the list gives a continue token the list already followed: the "
+                      "server's pages cycle");
+    }
     if (page > 100000) return Internal("GET " + req.path + ": more than 100000 list pages");
   }
   return out;

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "k8s/internal.h"
+#include "k8s/testing/https_server.h"
 
 namespace bulwark::k8s {
 namespace {
@@ -345,6 +346,46 @@ TEST_F(DeadServerTest, IdleWatchFailsAndCancelEndsItPromptly) {
   watcher.join();
   EXPECT_TRUE(ws.ok()) << ws.ToString();
   EXPECT_LT(Since(t0), 0.5);  // ~50 ms poll step; generous for sanitizer builds
+}
+
+// A server whose list pages lead back to a page already listed (continue tokens
+// first -> A -> B -> A): the list is an error after three requests, not a loop.
+TEST(ListTest, ContinueTokensThatCycleEndTheList) {
+  namespace https = testing::https;
+  auto id = https::MakeTlsIdentity();
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  std::atomic<int> requests{0};
+  https::HttpServer srv(
+      id->ctx,
+      [&](const https::HttpRequest& r, https::HttpConn& conn) {
+        ++requests;
+        const bool first = r.query.find("continue=") == std::string::npos;
+        const bool after_a = r.query.find("continue=A") != std::string::npos;
+        const std::string next = first ? "A" : after_a ? "B" : "A";
+        Json page = {{"kind", "PodList"},
+                     {"apiVersion", "v1"},
+                     {"metadata", {{"resourceVersion", "7"}, {"continue", next}}},
+                     {"items", Json::array({Json{{"metadata", {{"name", "p" + next}}}}})}};
+        conn.Respond(200, "application/json", page.dump());
+      },
+      4);
+  ASSERT_TRUE(srv.Start().ok());
+  ClientConfig cfg;
+  cfg.server = "https://127.0.0.1:" + std::to_string(srv.port());
+  cfg.ca_pem = id->ca_pem;
+  cfg.timeout_s = 5;
+  auto c = Client::Create(cfg);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ListOptions o;
+  o.limit = 1;
+  auto list = (*c)->List(Pods(), "ml", o);
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), Code::kInternal) << list.status().ToString();
+  EXPECT_EQ(list.status().message(),
+            "GET /api/v1/namespaces/ml/pods: page 3 of the list gives a continue token the "
+            "list already followed: the server's pages cycle");
+  EXPECT_EQ(requests.load(), 3);
+  srv.Stop();
 }
 
 }  // namespace
