@@ -46,6 +46,7 @@ std::optional<DetectedFault> FaultDetector::OnStep(int rank, long step, double l
   if (s->has_step) {
     s->intervals.push_back(now - s->last_progress_mono);
     while (s->intervals.size() > cfg_.step_history) s->intervals.pop_front();
+    s->hang_timeout_s = -1;  // recomputed from the new intervals on the next check
   }
   s->has_step = true;
   s->last_step = step;
@@ -93,10 +94,13 @@ double FaultDetector::HangTimeoutFor(int rank) const {
   const RankState& s = it->second;
   if (s.finished) return cfg_.finished_exit_timeout_s;
   if (!s.has_step) return cfg_.startup_timeout_s;
-  FaultPolicySpec spec;
-  spec.hang_timeout_floor_seconds = cfg_.hang_floor_s;
-  spec.hang_timeout_multiplier = cfg_.hang_multiplier;
-  return RecoveryPolicy::HangTimeout(spec, {s.intervals.begin(), s.intervals.end()});
+  if (s.hang_timeout_s < 0) {
+    FaultPolicySpec spec;
+    spec.hang_timeout_floor_seconds = cfg_.hang_floor_s;
+    spec.hang_timeout_multiplier = cfg_.hang_multiplier;
+    s.hang_timeout_s = RecoveryPolicy::HangTimeout(spec, {s.intervals.begin(), s.intervals.end()});
+  }
+  return s.hang_timeout_s;
 }
 
 long FaultDetector::LastStep(int rank) const {

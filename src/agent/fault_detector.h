@@ -84,6 +84,10 @@ class FaultDetector {
     bool finished = false;          // the training function returned; now exiting
     double last_progress_mono = 0;  // launch or last step report
     std::deque<double> intervals;   // seconds between consecutive step reports
+    // HangTimeout over `intervals` (a sort of up to step_history values), kept until the
+    // next step report changes them; -1 = not computed. The agent checks every rank on
+    // every loop iteration, far more often than steps arrive.
+    mutable double hang_timeout_s = -1;
   };
   RankState* Live(int rank);  // nullptr if unknown, reported, exited, or disarmed
   DetectedFault Make(FaultKind kind, std::string subtype, int rank, double fault_time,

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <set>
 
 #include "common/clock.h"
 
@@ -77,6 +80,40 @@ TEST(Proc, SignalGroupRefusesDangerousGroups) {
   EXPECT_FALSE(SignalGroup(0, SIGTERM).ok());
   EXPECT_FALSE(SignalGroup(1, SIGTERM).ok());
   EXPECT_EQ(SignalName(SIGKILL), "SIGKILL");
+}
+
+// A child that exits at once, once it is a zombie (polled with a deadline).
+pid_t ExitedChild() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  const double deadline = SystemClock::Get()->NowMono() + 10;
+  while (ProcState(pid) != 'Z' && SystemClock::Get()->NowMono() < deadline) {
+    SystemClock::Get()->SleepFor(0.001);
+  }
+  return pid;
+}
+
+// The reaper names one exited child at a time (waitid WNOWAIT): a kept one named first
+// must not hide the others (they are then found by the /proc scan), and a kept one is
+// never reaped, whichever order the children exited in.
+TEST(Proc, ReapZombieChildrenReapsAllButTheKept) {
+  for (const bool kept_first : {true, false}) {
+    SCOPED_TRACE(kept_first ? "the kept child is the older" : "the kept child is the newer");
+    const pid_t a = ExitedChild();
+    const pid_t b = ExitedChild();
+    const pid_t c = ExitedChild();
+    const pid_t kept = kept_first ? a : c;
+    ASSERT_EQ(ProcState(kept), 'Z');
+    EXPECT_EQ(ReapZombieChildren({kept}), 2);
+    EXPECT_EQ(ProcState(kept), 'Z');  // still there for its owner
+    for (pid_t p : {a, b, c}) {
+      if (p != kept) {
+        EXPECT_EQ(::waitpid(p, nullptr, WNOHANG), -1) << "not reaped: " << p;
+      }
+    }
+    EXPECT_EQ(::waitpid(kept, nullptr, 0), kept);
+    EXPECT_EQ(ReapZombieChildren({}), 0);  // nothing left
+  }
 }
 
 }  // namespace
