@@ -943,10 +943,10 @@ void Agent::EnsurePersister(const StartSpec& spec) {
     persister_.reset();
     return;
   }
-  const std::string key = spec.ckpt_dir + "|" + spec.shared_dir + "|" +
-                          std::to_string(spec.world_size) + "|" + spec.object_store + "|" +
-                          std::to_string(spec.object_interval_steps) + "|" + spec.peer_host + ":" +
-                          std::to_string(spec.peer_port);
+  const std::string key =
+      spec.ckpt_dir + "|" + spec.shared_dir + "|" + std::to_string(spec.world_size) + "|" +
+      spec.object_store + "|" + std::to_string(spec.object_interval_steps) + "|" + spec.peer_host +
+      ":" + std::to_string(spec.peer_port) + "|" + std::to_string(spec.peer_push_share);
   if (persister_ && key == persister_key_) return;
   persister_.reset();
   ckpt::PersistConfig pc;
@@ -956,6 +956,7 @@ void Agent::EnsurePersister(const StartSpec& spec) {
   pc.world = spec.world_size;
   pc.peer_host = spec.peer_host;
   pc.peer_port = spec.peer_host.empty() ? 0 : spec.peer_port;
+  pc.peer_push_share = spec.peer_push_share;
   if (!spec.object_store.empty()) {
     if (!object_ || object_url_ != spec.object_store) {
       auto ot = ckpt::ObjectTier::OpenUrl(spec.object_store);

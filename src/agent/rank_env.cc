@@ -54,6 +54,7 @@ Result<StartSpec> ParseStartMessage(const Json& m, const std::string& default_lo
   BW_FIELD(s.object_interval_steps, JIntOr(m, "object_interval_steps", 0));
   BW_FIELD(s.peer_host, JStrOr(m, "peer_host", ""));
   BW_FIELD(s.peer_port, JIntOr(m, "peer_port", 0));
+  BW_FIELD(s.peer_push_share, JNumOr(m, "peer_push_share", 1));
   if (m.contains("fetch")) {
     if (!m["fetch"].is_array()) {
       return InvalidArgument(
@@ -78,6 +79,9 @@ Result<StartSpec> ParseStartMessage(const Json& m, const std::string& default_lo
   }
   if (s.peer_port < 0 || s.peer_port > 65535) {
     return InvalidArgument("message 'start': field 'peer_port' must be in [0, 65535]");
+  }
+  if (!(s.peer_push_share > 0 && s.peer_push_share <= 1)) {
+    return InvalidArgument("message 'start': field 'peer_push_share' must be in (0, 1]");
   }
   BW_FIELD(s.skip_from, JIntOr(m, "skip_from", -1));
   BW_FIELD(s.skip_to, JIntOr(m, "skip_to", -1));

@@ -42,6 +42,7 @@ struct StartSpec {
   long object_interval_steps = 0;  // upload persisted steps divisible by this (0 = all)
   std::string peer_host;           // push sealed snapshots to this PeerServer ("" / 0 = none)
   int peer_port = 0;
+  double peer_push_share = 1;  // ckpt::PersistConfig::peer_push_share
   // Memory-tier snapshots to fetch from peers before the ranks start (a replacement
   // node restoring its ranks' state from another node's memory).
   struct Fetch {

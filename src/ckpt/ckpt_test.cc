@@ -1178,12 +1178,17 @@ TEST_F(StagingTest, StageRestoreRoundTrip) {
   EXPECT_GE(r->bytes, 1000u + 8u + 42u);
   EXPECT_GT(s->mapped_bytes(), 3 * r->bytes);
   EXPECT_TRUE(fs::exists(RingPath(dir_, 0)));
-  // Only sealed slots are restorable.
-  std::vector<uint8_t> buf(1000);
-  EXPECT_EQ(s->Restore(10, {{ts[0].meta, buf.data()}}).code(), Code::kNotFound);
-  Seal(*r);
+  // Stage seals as it copies: restorable at once.
   EXPECT_EQ(s->SealedSteps(), std::vector<long>{10});
   ExpectRestores(s.get(), 10, ts);
+  // Only sealed slots are restorable: one staged without hashes is not, until sealed.
+  auto u = StageUnsealed(*s, 12, Views(ts));
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  std::vector<uint8_t> buf(1000);
+  EXPECT_EQ(s->Restore(12, {{ts[0].meta, buf.data()}}).code(), Code::kNotFound);
+  Seal(*u);
+  EXPECT_EQ(s->SealedSteps(), (std::vector<long>{10, 12}));
+  ExpectRestores(s.get(), 12, ts);
   auto all = s->RestoreAll(10);
   ASSERT_TRUE(all.ok()) << all.status().ToString();
   ASSERT_EQ(all->size(), ts.size());
@@ -1207,7 +1212,7 @@ TEST_F(StagingTest, StageRestoreRoundTrip) {
   auto s2 = OpenStager(0, 1, 3);
   ASSERT_NE(s2, nullptr);
   ExpectRestores(s2.get(), 10, ts);
-  EXPECT_EQ(s2->SealedSteps(), std::vector<long>{10});
+  EXPECT_EQ(s2->SealedSteps(), (std::vector<long>{10, 12}));
 }
 
 TEST_F(StagingTest, LargeSaveCopiedByTwoThreadsIsExact) {
@@ -1325,7 +1330,7 @@ TEST_F(StagingTest, StageFilledPublishesSealedOrNothing) {
 TEST_F(StagingTest, PinWithoutSealThenEnsureSealed) {
   auto s = OpenStager();
   const std::vector<T> ts = {MakeT("a", DType::kU8, {200}, 3)};
-  auto r = s->Stage(1, Views(ts));
+  auto r = StageUnsealed(*s, 1, Views(ts));
   ASSERT_TRUE(r.ok());
   auto reader = RingReader::Open(RingPath(dir_, 0));
   ASSERT_TRUE(reader.ok());

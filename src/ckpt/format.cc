@@ -37,6 +37,30 @@ uint64_t Get64(const uint8_t* p) {
 
 uint64_t Hash(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
+uint64_t CopyAndHash(void* dst, const void* src, size_t n) {
+  constexpr size_t kBlock = 64 << 10;  // well inside L2
+  if (n <= kBlock) {
+    std::memcpy(dst, src, n);
+    return XXH3_64bits(dst, n);
+  }
+  XXH3_state_t* st = XXH3_createState();
+  if (st == nullptr) {  // out of memory for 576 bytes: two passes still give the same hash
+    std::memcpy(dst, src, n);
+    return XXH3_64bits(dst, n);
+  }
+  XXH3_64bits_reset(st);
+  auto* to = static_cast<uint8_t*>(dst);
+  const auto* from = static_cast<const uint8_t*>(src);
+  for (size_t off = 0; off < n; off += kBlock) {
+    const size_t len = std::min(kBlock, n - off);
+    std::memcpy(to + off, from + off, len);
+    XXH3_64bits_update(st, to + off, len);
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
 std::string Dims(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) {

@@ -36,6 +36,9 @@ struct Footer {
 };
 
 uint64_t Hash(const void* data, size_t n);
+// Copies n bytes from src to dst and returns Hash(dst, n): one pass, each block hashed
+// while it is still in the cache the copy put it in.
+uint64_t CopyAndHash(void* dst, const void* src, size_t n);
 // "[2,3]": shapes and offsets in error messages.
 std::string Dims(const std::vector<int64_t>& v);
 std::string Hex64(uint64_t v);

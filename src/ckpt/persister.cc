@@ -86,7 +86,12 @@ struct Persister::Impl {
   int raises = 0;
   std::map<int, std::shared_ptr<RingReader>> rings;  // guarded by mu
   double peer_paused_until = 0;                      // persister thread only
-  std::atomic<bool> pushes_paused{false};            // PausePushes
+  // The current round of pushes (PersistConfig::peer_push_share); persister thread only.
+  long round_step = -1;
+  double round_start = 0;                  // Clock::NowMono at its first push
+  double round_push_s = 0;                 // its pushes' wall seconds so far
+  double next_round_at = 0;                // no new round before this
+  std::atomic<bool> pushes_paused{false};  // PausePushes
   std::thread thread;
 
   // Requires mu. Reopens when the trainer regrew the ring (new generation).
@@ -166,18 +171,30 @@ struct Persister::Impl {
   // Pushes a sealed snapshot to the peer and reports the outcome. After a failure
   // pushes pause for peer_backoff_s, so a dead or hung peer costs this thread (and
   // the seals and persists queued behind it) at most one timeout per pause.
+  // Rounds: see PersistConfig::peer_push_share.
   void PushToPeer(const Snapshot& snap) {
     if (cfg.peer_port <= 0 || pushes_paused.load()) return;
     const Clock* clk = cfg.clock ? cfg.clock : SystemClock::Get();
-    if (clk->NowMono() < peer_paused_until) return;
+    const double now = clk->NowMono();
+    if (now < peer_paused_until) return;
+    if (snap.step() != round_step) {
+      if (now < next_round_at) return;  // the budget's gap: this step stays on the node
+      round_step = snap.step();
+      round_start = now;
+      round_push_s = 0;
+    }
     PersistEvent e;
     e.rank = snap.rank();
     e.step = snap.step();
     e.tier = "peer";
-    const double t0 = SystemClock::Get()->NowMono();
     e.status = PushSnapshot(cfg.peer_host, cfg.peer_port, snap, cfg.peer_timeout_s);
-    e.seconds = SystemClock::Get()->NowMono() - t0;
-    if (!e.status.ok()) peer_paused_until = clk->NowMono() + cfg.peer_backoff_s;
+    const double end = clk->NowMono();
+    e.seconds = end - now;
+    round_push_s += e.seconds;
+    if (cfg.peer_push_share > 0 && cfg.peer_push_share < 1) {
+      next_round_at = round_start + round_push_s / cfg.peer_push_share;
+    }
+    if (!e.status.ok()) peer_paused_until = end + cfg.peer_backoff_s;
     e.bytes = snap.bytes();
     Emit(e);
   }

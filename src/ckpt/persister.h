@@ -4,14 +4,16 @@
 // agent (`staged` datagram); the agent hands it to OnStaged. A single background
 // thread, at idle CPU and I/O priority so training keeps the cores (raised to normal
 // priority while it is behind: see PersistConfig::low_priority), then
-//   1. seals the slot (per-chunk xxh3) so the memory tier can restore it, and
+//   1. seals the slot (per-chunk xxh3) so the memory tier can restore it, unless the
+//      trainer's Stager sealed it as it copied (the usual case), and
 //   2. if the step is due for disk, writes this rank's shard from the pinned slot
 //      to the disk tier (hashing each chunk as it writes it, which also seals the
 //      slot), uploads it to the object tier when due, writes the shared tier if
 //      configured, with replicated tensors deduplicated across ranks and unchanged
 //      chunks referencing the newest committed step, and reports each durable
 //      shard through `on_event`;
-//   3. pushes the sealed snapshot to the peer agent's memory, if configured.
+//   3. pushes the sealed snapshot to the peer agent's memory, if configured, in
+//      rounds that take at most PersistConfig::peer_push_share of the time.
 // Commit (MANIFEST + COMMIT) is the controller's: it alone knows when every rank
 // of a step is durable on a tier.
 // Pending work coalesces per rank: a newer staged step replaces an older one not
@@ -54,9 +56,16 @@ struct PersistConfig {
   // (newest wins when pushes fall behind). peer_port 0 = off.
   std::string peer_host = "127.0.0.1";
   int peer_port = 0;
-  double peer_timeout_s = 10;    // per wait for progress (peer.h)
-  double peer_backoff_s = 10;    // pushes pause this long after a failed one
-  const Clock* clock = nullptr;  // for the pause; null = SystemClock. Not owned.
+  double peer_timeout_s = 10;  // per wait for progress (peer.h)
+  double peer_backoff_s = 10;  // pushes pause this long after a failed one
+  // Pushes go in rounds, one step each: the first sealed snapshot of a step pushed
+  // opens a round, and that step's snapshots of the node's other ranks join it, so
+  // the peer holds a step every rank of the node shares. A round that took t seconds
+  // (wall, first push's start to last push's end) delays the next by t / share, so
+  // pushing takes at most `share` of the time whatever the snapshot size and cadence;
+  // the snapshots sealed meanwhile stay in memory only. 1 = every sealed snapshot.
+  double peer_push_share = 1;
+  const Clock* clock = nullptr;  // for the pause and rounds; null = SystemClock. Not owned.
   // Object tier: once a shard is durable on disk_dir, `object_upload(disk_dir, step,
   // rank, world)` uploads it, for steps divisible by object_interval (0 = every
   // persisted step). Such a step is written incrementally only against a base that

@@ -150,7 +150,9 @@ class PersisterTest : public ::testing::Test {
 TEST_F(PersisterTest, PersistsToDiskAndSealsTheSlotInOnePass) {
   auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
-  Result<StageResult> sr = (*stager)->Stage(10, Views(tensors_));
+  // Staged without hashes (Stager::Stage seals as it copies): the persist hashes it
+  // as it writes and seals the slot with those hashes.
+  Result<StageResult> sr = StageUnsealed(**stager, 10, Views(tensors_));
   ASSERT_TRUE(sr.ok()) << sr.status().ToString();
   EXPECT_TRUE((*stager)->SealedSteps().empty());  // nobody sealed it yet
   auto p = Make();
@@ -259,7 +261,7 @@ TEST_F(PersisterTest, OverwrittenSlotIsReportedNotPersisted) {
 TEST_F(PersisterTest, AdoptHashesChecksCounts) {
   auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
   ASSERT_TRUE(stager.ok());
-  Result<StageResult> sr = (*stager)->Stage(4, Views(tensors_));
+  Result<StageResult> sr = StageUnsealed(**stager, 4, Views(tensors_));
   ASSERT_TRUE(sr.ok());
   auto reader = RingReader::Open(RingPath(staging_, 0));
   ASSERT_TRUE(reader.ok());
@@ -336,6 +338,67 @@ TEST_F(PersisterTest, PausedPushesLeaveThePeersReplicasAsTheyWere) {
   p->PausePushes(false);
   stage(5);
   EXPECT_EQ((*server)->ReplicaSteps()[0], (std::vector<long>{2, 5}));
+}
+
+// A FakeClock that moves one second on every reading from another thread than the
+// test's: each push the persister times then takes exactly one second, and each check
+// of the round gap one more.
+class TickingClock : public FakeClock {
+ public:
+  double NowMono() const override {
+    const double t = FakeClock::NowMono();
+    if (std::this_thread::get_id() != test_thread_) SleepFor(1);
+    return t;
+  }
+
+ private:
+  std::thread::id test_thread_ = std::this_thread::get_id();
+};
+
+TEST_F(PersisterTest, PeerPushesKeepToTheirShareOfTheTime) {
+  PeerServerOptions po;
+  po.replica_dir = staging_ + "/peer-replicas";
+  po.slots = 4;
+  po.log = [](const std::string&) {};
+  auto server = PeerServer::Start(po);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<std::unique_ptr<Stager>> stagers;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto s = Stager::Open(staging_, rank, 2, 4, kChunk);
+    ASSERT_TRUE(s.ok());
+    stagers.push_back(std::move(*s));
+  }
+  TickingClock clock;
+  auto p = Make("", [&](PersistConfig* c) {
+    c->world = 2;
+    c->peer_port = (*server)->port();
+    c->peer_push_share = 0.25;
+    c->clock = &clock;
+  });
+  for (long step = 1; step <= 6; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      Result<StageResult> sr = stagers[rank]->Stage(step, Views(tensors_));
+      ASSERT_TRUE(sr.ok());
+      p->OnStaged(rank, sr->slot, sr->seq, sr->generation, step, /*persist=*/false);
+    }
+    ASSERT_TRUE(p->Drain(60));
+  }
+  // Step 1's round: rank 0's push opens it, rank 1's joins it (one second each, so two
+  // seconds of pushing at a share of 1/4): no round for the next 8 s, during which
+  // steps 2 and 3 are checked (a second each) and stay on the node. Step 4 opens the
+  // next round at second 8.
+  std::map<int, std::vector<long>> replicas = (*server)->ReplicaSteps();
+  EXPECT_EQ(replicas[0], (std::vector<long>{1, 4}));
+  EXPECT_EQ(replicas[1], (std::vector<long>{1, 4}));
+  for (const auto& s : stagers) EXPECT_EQ(s->SealedSteps(), (std::vector<long>{3, 4, 5, 6}));
+  int pushes = 0;
+  for (const PersistEvent& e : Events()) {
+    if (e.tier != "peer") continue;
+    ++pushes;
+    BW_EXPECT_OK(e.status);
+    EXPECT_DOUBLE_EQ(e.seconds, 1.0);
+  }
+  EXPECT_EQ(pushes, 4);
 }
 
 TEST_F(PersisterTest, PeerPushFailureIsReported) {
@@ -450,7 +513,7 @@ TEST_F(PersisterTest, BehindPersisterSealsTheSameStepsForAllRanks) {
   UploadGate gate;
   auto p = MakeGated(&gate, 2);
   auto stage = [&](Stager* st, int rank, long step, bool persist) {
-    Result<StageResult> sr = st->Stage(step, Views(tensors_));
+    Result<StageResult> sr = StageUnsealed(*st, step, Views(tensors_));
     ASSERT_TRUE(sr.ok()) << sr.status().ToString();
     p->OnStaged(rank, sr->slot, sr->seq, sr->generation, step, persist);
   };

@@ -288,36 +288,39 @@ namespace {
 constexpr uint64_t kParallelCopyMin = 32ull << 20;
 constexpr int kCopyThreads = 2;
 
+// One chunk of a tensor: copied to dst and hashed into *hash.
 struct CopyPiece {
   uint8_t* dst;
   const uint8_t* src;
   uint64_t n;
+  uint64_t* hash;
 };
 
-// Copies every piece, split into `threads` contiguous byte ranges of equal size
-// (the calling thread takes the first). Returns when all are copied.
-void ParallelCopy(const std::vector<CopyPiece>& pieces, int threads) {
+// Copies and hashes every piece (CopyAndHash), the pieces split into `threads` runs of
+// about equal bytes (the calling thread takes the first). Returns when all are done.
+void ParallelCopyAndHash(const std::vector<CopyPiece>& pieces, int threads) {
   uint64_t total = 0;
   for (const CopyPiece& p : pieces) total += p.n;
-  auto copy_range = [&pieces](uint64_t begin, uint64_t end) {
-    uint64_t pos = 0;
-    for (const CopyPiece& p : pieces) {
-      const uint64_t lo = std::max(begin, pos), hi = std::min(end, pos + p.n);
-      if (lo < hi) std::memcpy(p.dst + (lo - pos), p.src + (lo - pos), hi - lo);
-      pos += p.n;
-      if (pos >= end) break;
+  auto run = [&pieces](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      *pieces[i].hash = internal::CopyAndHash(pieces[i].dst, pieces[i].src, pieces[i].n);
     }
   };
-  if (threads <= 1 || total == 0) {
-    copy_range(0, total);
+  if (threads <= 1 || pieces.size() < 2) {
+    run(0, pieces.size());
     return;
   }
-  const uint64_t per = RoundUp(total / threads + 1, 4096);
-  std::vector<std::thread> workers;
-  for (int t = 1; t < threads && t * per < total; ++t) {
-    workers.emplace_back(copy_range, t * per, std::min(total, (t + 1) * per));
+  // Cut points: piece indices where the running byte count passes k * total / threads.
+  std::vector<size_t> cuts = {0};
+  uint64_t pos = 0;
+  for (size_t i = 0; i < pieces.size() && static_cast<int>(cuts.size()) < threads; ++i) {
+    pos += pieces[i].n;
+    if (pos * threads >= total * cuts.size()) cuts.push_back(i + 1);
   }
-  copy_range(0, std::min(total, per));
+  cuts.push_back(pieces.size());
+  std::vector<std::thread> workers;
+  for (size_t t = 1; t + 1 < cuts.size(); ++t) workers.emplace_back(run, cuts[t], cuts[t + 1]);
+  run(cuts[0], cuts[1]);
   for (std::thread& w : workers) w.join();
 }
 
@@ -454,17 +457,30 @@ Result<StageResult> Stager::Stage(long step, const std::vector<TensorView>& tens
     }
     metas.push_back(t.meta);
   }
-  return StageFilled(step, metas, [&](const std::vector<uint8_t*>& dsts) {
-    std::vector<CopyPiece> pieces;
-    uint64_t total = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const uint64_t n = tensors[i].meta.nbytes();
-      if (n > 0) pieces.push_back({dsts[i], static_cast<const uint8_t*>(tensors[i].data), n});
-      total += n;
-    }
-    ParallelCopy(pieces, total >= kParallelCopyMin ? kCopyThreads : 1);
-    return Status::Ok();
-  });
+  // The slot is sealed as it is written: each chunk is hashed right after its copy,
+  // while it is in the cache, so the snapshot is restorable the moment it is staged
+  // and the agent never reads it back to seal it.
+  const uint64_t chunk = impl_->chunk_size;
+  std::vector<std::vector<uint64_t>> hashes(tensors.size());
+  return StageFilled(
+      step, metas,
+      [&](const std::vector<uint8_t*>& dsts) {
+        std::vector<CopyPiece> pieces;
+        uint64_t total = 0;
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const uint64_t n = tensors[i].meta.nbytes();
+          hashes[i].resize(internal::ChunkCount(n, chunk));
+          const auto* src = static_cast<const uint8_t*>(tensors[i].data);
+          for (uint64_t c = 0; c < hashes[i].size(); ++c) {
+            pieces.push_back({dsts[i] + c * chunk, src + c * chunk, std::min(chunk, n - c * chunk),
+                              &hashes[i][c]});
+          }
+          total += n;
+        }
+        ParallelCopyAndHash(pieces, total >= kParallelCopyMin ? kCopyThreads : 1);
+        return Status::Ok();
+      },
+      &hashes);
 }
 
 Result<StageResult> Stager::StageFilled(long step, const std::vector<TensorMeta>& metas,

@@ -4,8 +4,9 @@
 // inside a directory the node agent owns: the agent creates the directory,
 // persists snapshots from it and deletes it when the job ends, so a staged
 // snapshot outlives a crashed trainer. The trainer (Stager) maps the ring and
-// copies tensors into a slot; the agent (RingReader) maps the same file, seals
-// slots (computes per-chunk xxh3) and persists them to disk in the background.
+// copies tensors into a slot, hashing each chunk (xxh3) right after its copy, and
+// publishes it sealed; the agent (RingReader) maps the same file, persists slots to
+// disk in the background and seals any slot a writer published unsealed.
 //
 // RING PROTOCOL (lock-free, one writer process, any number of readers)
 //   Each slot has a 64-bit state word: [state:8][readers:8][seq:48].
@@ -23,9 +24,9 @@
 //   A writer whose fill fails (StageFilled: a peer's replica received straight into
 //   the slot, whose transfer broke or failed its checksums) stores (EMPTY, 0, s):
 //   the slot's old snapshot is partly overwritten, the newest complete one is intact.
-//   A writer that verified every chunk as it wrote it (StageFilled with
-//   sealed_hashes) writes the hashes into the slot's hash area and stores
-//   (SEALED, 0, s) directly: no reader can have pinned a WRITING slot.
+//   A writer that hashed or verified every chunk as it wrote it (Stage, and
+//   StageFilled with sealed_hashes) writes the hashes into the slot's hash area and
+//   stores (SEALED, 0, s) directly: no reader can have pinned a WRITING slot.
 // Memory: the file is K slots of fixed capacity plus a 4 KiB header, allocated
 // (posix_fallocate) once at the first save and reused; a save that no longer
 // fits regrows the ring into a new file that atomically replaces the old one.
@@ -65,8 +66,10 @@ class Stager {
                                               int slots, uint64_t chunk_size = kDefaultChunkSize);
   ~Stager();
 
-  // Copies `tensors` into a free slot as `step`; returns once they are staged.
-  // Saves of 32 MiB or more are copied by two threads (the caller's and one more).
+  // Copies `tensors` into a free slot as `step`, hashing every chunk as it is copied,
+  // and publishes the slot SEALED: restorable once this returns, with no pass of the
+  // agent's over the bytes. Saves of 32 MiB or more are copied by two threads (the
+  // caller's and one more).
   // UNAVAILABLE if every other slot is pinned by the agent (the persister is
   // behind): the caller may retry or skip this snapshot.
   Result<StageResult> Stage(long step, const std::vector<TensorView>& tensors);

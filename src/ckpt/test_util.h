@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/staging.h"
 #include "gtest/gtest.h"
 
 #define BW_ASSERT_OK(expr)                                 \
@@ -67,6 +69,21 @@ inline std::vector<TensorView> Views(const std::vector<T>& ts) {
   std::vector<TensorView> out;
   for (const T& t : ts) out.push_back(t.view());
   return out;
+}
+
+// Stages `views` as a STAGED slot, not sealed (StageFilled with a plain copy, no
+// hashes): what a writer that does not hash leaves, for the tests of the readers'
+// sealing paths. Stager::Stage seals as it copies.
+inline Result<StageResult> StageUnsealed(Stager& s, long step,
+                                         const std::vector<TensorView>& views) {
+  std::vector<TensorMeta> metas;
+  for (const TensorView& v : views) metas.push_back(v.meta);
+  return s.StageFilled(step, metas, [&views](const std::vector<uint8_t*>& dsts) {
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (views[i].meta.nbytes() > 0) std::memcpy(dsts[i], views[i].data, views[i].meta.nbytes());
+    }
+    return Status::Ok();
+  });
 }
 
 inline std::string ReadAll(const std::string& path) {

@@ -281,6 +281,7 @@ Status ControllerImpl::Launch() {
                   {"object_interval_steps", spec_.checkpoint.object_interval_steps},
                   {"peer_host", PeerOf(s) ? PeerOf(s)->peer_host : ""},
                   {"peer_port", PeerOf(s) ? PeerOf(s)->peer_port : 0},
+                  {"peer_push_share", spec_.checkpoint.peer_push_share},
                   {"fetch", fetches.count(s) ? fetches[s] : Json::array()},
                   {"skip_from", decision_.skip_batches_from},
                   {"skip_to", decision_.skip_batches_to},

@@ -249,6 +249,7 @@ class Parser {
       r_.ReadInt(it->second, &c.object_interval_steps);
     }
     ReadBoolField(f, "peerReplication", &c.peer_replication);
+    ReadNumberField(f, "peerPushShare", &c.peer_push_share);
   }
 
   // `auto` as a plain scalar (quoted "auto" too: it cannot be a number either way).

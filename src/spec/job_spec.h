@@ -61,6 +61,10 @@ struct CheckpointSpec {
   std::string object_store;        // "s3://bucket/prefix?endpoint=..." object tier; "" = none
   long object_interval_steps = 0;  // upload steps divisible by this (0 = every persisted one)
   bool peer_replication = true;    // memory snapshots copied to a peer node's memory
+  // Share of wall time an agent may spend pushing snapshots to its peer (0 < s <= 1; 1 =
+  // every sealed snapshot): after a round of pushes of one step that took t seconds, the
+  // next starts no sooner than t / s later.
+  double peer_push_share = 0.02;
   bool operator==(const CheckpointSpec&) const = default;
 };
 

@@ -137,6 +137,13 @@ inline constexpr FieldDef kCheckpointFields[] = {
      .hint = "set checkpoint.peerReplication to true or false (copy memory snapshots to a peer "
              "node)",
      .type = FieldType::kBool},
+    {.key = "peerPushShare",
+     .hint = "set checkpoint.peerPushShare to the share of wall time an agent may spend pushing "
+             "snapshots to its peer, a number in (0, 1] (1 = push every snapshot)",
+     .type = FieldType::kNumber,
+     .min = 0,
+     .max = 1,
+     .min_exclusive = true},
 };
 
 inline constexpr CelRule kCheckpointRules[] = {
@@ -396,7 +403,7 @@ inline constexpr FieldDef kJobFields[] = {
     {.key = "checkpoint",
      .hint = "set checkpoint to a mapping with any of: dir, intervalSteps, intervalSeconds, keep, "
              "memorySlots, sharedDir, goldenEvery, objectStore, objectIntervalSteps, "
-             "peerReplication",
+             "peerReplication, peerPushShare",
      .type = FieldType::kObject,
      .children = kCheckpointFields,
      .rules = kCheckpointRules},

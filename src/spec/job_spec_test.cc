@@ -146,7 +146,7 @@ TEST(JobSpecTest, NonDefaultValuesAreRead) {
       "  stopGraceSeconds: 0\n  inProcessRestart: false\n  parkTimeoutSeconds: 2.5\n"
       "  warmRanks: 0\ncheckpoint: {intervalSeconds: 12.5, keep: 7, objectStore: "
       "\"s3://b/p?endpoint=http://127.0.0.1:9\", objectIntervalSteps: 50, peerReplication: "
-      "false}\n",
+      "false, peerPushShare: 0.25}\n",
       "s", "/b");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->fault_policy.restart_budget, 0);
@@ -161,6 +161,7 @@ TEST(JobSpecTest, NonDefaultValuesAreRead) {
   EXPECT_EQ(r->checkpoint.object_store, "s3://b/p?endpoint=http://127.0.0.1:9");
   EXPECT_EQ(r->checkpoint.object_interval_steps, 50);
   EXPECT_FALSE(r->checkpoint.peer_replication);
+  EXPECT_EQ(r->checkpoint.peer_push_share, 0.25);
   EXPECT_FALSE(r->fault_policy.in_process_restart);
   EXPECT_EQ(r->fault_policy.park_timeout_seconds, 2.5);
   EXPECT_EQ(r->fault_policy.WarmRanks(8), 0);
@@ -428,6 +429,10 @@ const BadCase kBadCases[] = {
      "checkpoint.objectStore", "is not an S3 URL", "s3://bucket/prefix"},
     {"peer_not_bool", "checkpoint: {peerReplication: yes please}\n", 3,
      "checkpoint.peerReplication", "must be true or false", "peerReplication: false"},
+    {"push_share_zero", "checkpoint: {peerPushShare: 0}\n", 3, "checkpoint.peerPushShare",
+     "must be > 0", "a number in (0, 1]"},
+    {"push_share_big", "checkpoint: {peerPushShare: 1.5}\n", 3, "checkpoint.peerPushShare",
+     "must be <= 1", "1 = push every snapshot"},
     {"object_interval_neg", "checkpoint: {objectIntervalSteps: -1}\n", 3,
      "checkpoint.objectIntervalSteps", "must be >= 0 (got -1)", "upload every N-th step"},
     {"checkpoint_scalar", "checkpoint: 5\n", 3, "checkpoint", "must be a mapping of fields (got 5)",

@@ -21,7 +21,8 @@ Json JobFields(const JobSpec& j) {
              {"memorySlots", c.memory_slots},
              {"goldenEvery", c.golden_every},
              {"objectIntervalSteps", c.object_interval_steps},
-             {"peerReplication", c.peer_replication}};
+             {"peerReplication", c.peer_replication},
+             {"peerPushShare", c.peer_push_share}};
   ck["intervalSteps"] = c.interval_auto ? Json("auto") : Json(c.interval_steps);
   if (!c.shared_dir.empty()) ck["sharedDir"] = c.shared_dir;
   if (!c.object_store.empty()) ck["objectStore"] = c.object_store;
