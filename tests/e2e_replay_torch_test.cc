@@ -25,7 +25,8 @@ using e2e::RunProcess;
 
 class ReplayE2E : public InProcessE2E {
  protected:
-  // The demo job: 2 nodes x 2 ranks, 50 steps, a checkpoint every 10, `spares` standbys.
+  // The demo job: 2 nodes x 2 ranks, 50 steps, a checkpoint every 10, `spares` standbys;
+  // gradients summed in a fixed order (--exact-allreduce), so re-runs repeat bit for bit.
   std::string Spec(const std::string& name, const std::string& extra_args, int spares,
                    const std::string& chaos = "") {
     std::ostringstream y;
@@ -33,7 +34,7 @@ class ReplayE2E : public InProcessE2E {
       << "workdir: " << src_ << "/examples/pytorch-ddp\n"
       << "command: [\"/usr/bin/python3\", \"train.py\"]\n"
       << "args: [\"--steps\", \"50\", \"--log-every\", \"10\", \"--val-every\", \"0\", "
-         "\"--d-model\", \"64\""
+         "\"--d-model\", \"64\", \"--exact-allreduce\""
       << extra_args << "]\n"
       << "env: {BW_E2E_TAG: \"" << tag_ << "\"}\n"
       << "checkpoint: {dir: " << dir_ << "/ckpt, intervalSteps: 10, keep: 2, memorySlots: 4}\n"

@@ -56,9 +56,6 @@ def run_bulwark(bulwark, job, out):
         spec = yaml.safe_load(f)
     spec["workdir"] = os.path.dirname(os.path.abspath(job))
     spec.setdefault("checkpoint", {})["dir"] = os.path.join(out, "bulwark-ckpt")
-    # Gradients summed as torchrun's side sums them (DDP's ring all-reduce), not in rank
-    # order (the demo's default, for bit-exact replay): the same step compute on both.
-    spec["args"] = list(spec.get("args", [])) + ["--ring-allreduce"]
     bench_job = os.path.join(out, "job.yaml")
     with open(bench_job, "w") as f:
         yaml.safe_dump(spec, f, sort_keys=False)

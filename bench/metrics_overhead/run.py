@@ -95,7 +95,7 @@ monitoring: {{peakFlops: 1.5e11, dtype: fp32}}
     on, off = [], []
     with open(times) as f:
         for line in f:
-            step, secs, kind = line.split()
+            step, secs, kind = line.split()[:3]
             if int(step) <= args.block:
                 continue  # the first block includes start-up effects
             (on if kind == "on" else off).append(float(secs))

@@ -42,6 +42,7 @@ T_PROC_START = time.time()  # before the heavy imports: startup cost is reported
 import argparse
 import contextlib
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -103,11 +104,11 @@ def parse_args():
     p.add_argument("--raise-at-step", type=int, default=0,
                    help="rank 0 raises at this step, every time it gets there: a bug in "
                         "the program (tests of the replay classification; 0 = never)")
-    p.add_argument("--ring-allreduce", action="store_true",
-                   help="bulwark mode: DDP's own ring all-reduce instead of the SDK's "
-                        "ordered one (faster on many ranks, but a resumed run's losses "
-                        "then differ from the first run's in the last bits, so `bulwark "
-                        "replay` cannot compare them bit for bit)")
+    p.add_argument("--exact-allreduce", action="store_true",
+                   help="bulwark mode: sum gradients with the SDK's ordered all-reduce "
+                        "hook instead of DDP's ring, so a resumed run repeats the first "
+                        "run's losses bit for bit and `bulwark replay` compares them "
+                        "exactly (it costs steps: docs/benchmarks.md, bench/overhead)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--val-every", type=int, default=100)
     p.add_argument("--snapshot-ab", type=int, default=0,
@@ -118,7 +119,12 @@ def parse_args():
                         "norm, samples) only in odd blocks of N steps, the bare heartbeat in "
                         "even ones, and append rank 0's step times to --step-times")
     p.add_argument("--step-times", default="",
-                   help="benchmarks only: rank 0 appends 'step seconds on|off' per step here")
+                   help="benchmarks only: rank 0 appends 'STEP OWN on|off INTERVAL T' per step "
+                        "here: OWN is the step's own seconds (data to report), INTERVAL the "
+                        "wall seconds since the previous step's end, everything included "
+                        "(checkpoint saves, safe points), and T the Unix time of its end")
+    p.add_argument("--pid-dir", default="",
+                   help="benchmarks only: each rank writes its pid to DIR/rank-RANK.pid")
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-head", type=int, default=4)
@@ -145,16 +151,42 @@ class Corpus:
         names = sorted(n for n in os.listdir(directory) if "." not in n)
         if not names:
             sys.exit(f"no fortune files in {directory}: apt-get install fortunes")
-        raw = b"".join(open(os.path.join(directory, n), "rb").read() for n in names)
+        ids, vocab = self._cached(directory, names)
+        split = int(len(ids) * 0.9)
+        self.train, self.val = ids[:split], ids[split:]
+        self.vocab_size = len(vocab)
+        self.chars = bytes(vocab.tolist()).decode("latin-1")
+
+    @staticmethod
+    def _cached(directory, names):
+        """(token ids, vocabulary) of the files: tokenised once per machine and kept in a
+        cache file keyed by the files' names, sizes and times (tokenising takes a few
+        hundred ms, which every new rank process would pay at start)."""
+        paths = [os.path.join(directory, n) for n in names]
+        key = hashlib.sha1(repr([(p, os.stat(p).st_size, os.stat(p).st_mtime_ns)
+                                 for p in paths]).encode()).hexdigest()[:16]
+        cache_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                 os.path.expanduser("~/.cache"), "bulwark-demo")
+        cache = os.path.join(cache_dir, f"corpus-{key}.npz")
+        try:
+            with np.load(cache) as z:
+                return z["ids"], z["vocab"]
+        except (OSError, KeyError, ValueError):
+            pass  # not made yet, or unreadable: tokenise
+        raw = b"".join(open(p, "rb").read() for p in paths)
         data = np.frombuffer(raw, dtype=np.uint8)
         vocab = np.unique(data)
         lut = np.zeros(256, dtype=np.uint8)
         lut[vocab] = np.arange(len(vocab), dtype=np.uint8)
         ids = lut[data]
-        split = int(len(ids) * 0.9)
-        self.train, self.val = ids[:split], ids[split:]
-        self.vocab_size = len(vocab)
-        self.chars = bytes(vocab.tolist()).decode("latin-1")
+        try:  # written whole, then renamed: a concurrent reader sees all of it or none
+            os.makedirs(cache_dir, exist_ok=True)
+            tmp = f"{cache}.{os.getpid()}.tmp.npz"
+            np.savez(tmp, ids=ids, vocab=vocab)
+            os.replace(tmp, cache)
+        except OSError:
+            pass  # no cache: the next process tokenises again
+        return ids, vocab
 
     def batch(self, seed, step, rank, stream, batch_size, context, split="train"):
         """Batch for (step, rank): a pure function of its arguments."""
@@ -276,6 +308,27 @@ class BaselineChaos:
         return None
 
 
+# --------------------------------------------------------------- benchmark hooks
+
+class StepTimes:
+    """--step-times and --pid-dir (benchmarks only; no effect without them)."""
+
+    def __init__(self, args, rank):
+        if args.pid_dir:
+            os.makedirs(args.pid_dir, exist_ok=True)
+            with open(os.path.join(args.pid_dir, f"rank-{rank}.pid"), "w") as f:
+                f.write(f"{os.getpid()}\n")
+        self.f = open(args.step_times, "a") if args.step_times and rank == 0 else None
+        self.prev = time.perf_counter()
+
+    def write(self, step, own, full):
+        now = time.perf_counter()
+        if self.f:
+            self.f.write(f"{step} {own:.6f} {'on' if full else 'off'} {now - self.prev:.6f} "
+                         f"{time.time():.6f}\n")
+        self.prev = now
+
+
 # -------------------------------------------------------------------------- main
 
 def report_start(rank, mode, attempt, world, model, corpus, start, t_launch):
@@ -304,7 +357,7 @@ def build(args, corpus):
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     model = GPT(corpus.vocab_size, args.d_model, args.n_layer, args.n_head, args.context)
     ddp = DDP(model)
-    if args.mode == "bulwark" and not args.ring_allreduce:
+    if args.mode == "bulwark" and args.exact_allreduce:
         import bulwark  # gradients summed in rank order: a resumed run repeats bit for bit
         ddp.register_comm_hook(None, bulwark.ordered_allreduce_hook)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99),
@@ -358,7 +411,7 @@ def train_bulwark(args, corpus):
     tokens = args.batch_size * args.context * len(virtual)
     prev_end = time.time()
     loss_v = float("nan")
-    times = open(args.step_times, "a") if args.step_times and rank == 0 else None
+    times = StepTimes(args, rank)
     nullphase = contextlib.nullcontext()
     for step in bulwark.steps(start, args.steps + 1):
         full = args.metrics_ab <= 0 or (step // args.metrics_ab) % 2 == 1
@@ -404,13 +457,13 @@ def train_bulwark(args, corpus):
                                 data=inputs)
         else:
             bulwark.report_step(step, loss_v, tokens, data=inputs)
-        if times:
-            times.write(f"{step} {time.perf_counter() - t_step:.6f} {'on' if full else 'off'}\n")
+        own = time.perf_counter() - t_step
         log_step(rank, step, start, loss_v, args, tokens, world, step_time, model, corpus)
-        if args.snapshot_ab > 0 and (step // args.snapshot_ab) % 2 == 1:
-            continue  # an "off" block of the A/B benchmark
-        if (memory_tier and step % args.snapshot_every == 0) or bulwark.should_checkpoint(step):
+        if not (args.snapshot_ab > 0 and (step // args.snapshot_ab) % 2 == 1) and (
+                (memory_tier and step % args.snapshot_every == 0)
+                or bulwark.should_checkpoint(step)):  # (odd blocks: the A/B bench's "off")
             checkpoint.save(state, step, replicated=True)
+        times.write(step, own, full)
     if rank == 0:
         print(f"done: steps={args.steps} final_loss={loss_v:.4f}" if start <= args.steps
               else "done: nothing to do", flush=True)
@@ -468,7 +521,9 @@ def train_plain(args, corpus):
     prev_end = time.time()
     stall = 0.0  # checkpoint stall since prev_end
     loss_v = float("nan")
+    times = StepTimes(args, rank)
     for step in range(start, args.steps + 1):
+        t_step = time.perf_counter()
         x, y = corpus.batch(args.seed, step, rank, 0, args.batch_size, args.context)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
@@ -485,6 +540,7 @@ def train_plain(args, corpus):
                                           loss=loss_v, tokens=tokens * world)) + "\n")
             steplog.flush()
         stall = 0.0
+        own = time.perf_counter() - t_step
         log_step(rank, step, start, loss_v, args, tokens, world, step_time, model, corpus)
         if args.mode == "torchsave" and step % args.ckpt_every == 0:
             t0 = time.time()
@@ -495,6 +551,7 @@ def train_plain(args, corpus):
                 os.replace(tmp, ckpt_path)
             dist.barrier()
             stall = time.time() - t0
+        times.write(step, own, True)
     if rank == 0:
         print(f"done: steps={args.steps} final_loss={loss_v:.4f}" if start <= args.steps
               else "done: nothing to do", flush=True)

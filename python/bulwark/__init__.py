@@ -65,6 +65,10 @@ def world_size() -> int:
 _NAN = float("nan")
 _reported = False  # a trainer reports its own steps (auto-instrumentation then stands down)
 _deterministic = False  # deterministic() was called: report_step sends the RNG digest
+# ordered_allreduce_hook's calls in this process, and their count at the last report: a
+# step whose gradients went through the hook was summed in a fixed order.
+_ordered_sums = 0
+_ordered_sums_reported = 0
 
 
 def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[float] = None,
@@ -84,8 +88,11 @@ def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[fl
     of this rank's random generators' state; `data` (the step's input: a tensor, bytes,
     or a list/tuple of them or of numbers) adds a digest of it. A re-run of the step
     compares both with the record, so a loss that differs because the trainer drew
-    other random numbers or read other data is not blamed on the hardware."""
-    global _reported
+    other random numbers or read other data is not blamed on the hardware. With other
+    ranks, the report also says whether the step's gradients went through
+    ordered_allreduce_hook: sums in an order that is not fixed (DDP's ring) make a
+    re-run's last bits differ, and then only whether the fault came back counts."""
+    global _reported, _ordered_sums_reported
     if not _inferred:
         _reported = True
     acc = _metrics.take_phases()
@@ -102,6 +109,9 @@ def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[fl
     m.inferred = 1 if _inferred else 0
     if _deterministic:
         m.rng_digest = rng_digest()
+        if _lib.lib().bw_world_size() > 1:  # summed with other ranks: in which order?
+            m.sum_order = 1 if _ordered_sums != _ordered_sums_reported else 2
+    _ordered_sums_reported = _ordered_sums
     if data is not None:
         m.data_digest = data_digest(data)
     _lib.check(_lib.lib().bw_report_step_ex(int(step), float(loss), int(tokens),
@@ -130,22 +140,25 @@ def poll_injected_sdc() -> bool:
 
 
 def parameter_digest(module: Any) -> int:
-    """A 64-bit digest (BLAKE2b) of the bytes of `module`'s parameters, in order: equal
-    on two ranks exactly when they hold the same parameters bit for bit. Parameters are
-    torch tensors, or any object with the buffer protocol (bytearray, numpy arrays)."""
-    h = hashlib.blake2b(digest_size=8)
+    """A 64-bit digest (XXH3, in libbulwark: no copy of a CPU tensor) of the bytes of
+    `module`'s parameters, in order: equal on two ranks exactly when they hold the same
+    parameters bit for bit. Parameters are torch tensors, or any object with the buffer
+    protocol (bytearray, numpy arrays)."""
+    keep, ptrs, lens = [], [], []
     for p in module.parameters():
         if hasattr(p, "detach"):
-            t = p.detach().cpu().contiguous()
-            h.update(t.view(-1).view(_uint8()).numpy() if t.numel() else b"")
-        else:
-            h.update(memoryview(p))
-    return int.from_bytes(h.digest(), "big")
-
-
-def _uint8() -> Any:
-    import torch
-    return torch.uint8
+            t = p.detach()
+            if t.device.type != "cpu" or not t.is_contiguous():
+                t = t.cpu().contiguous()
+            ptrs.append(t.data_ptr() if t.numel() else None)
+            lens.append(t.numel() * t.element_size())
+        else:  # a buffer: its bytes copied (only tensors are read in place)
+            t = bytes(memoryview(p))
+            ptrs.append(ctypes.cast(ctypes.c_char_p(t), ctypes.c_void_p).value if t else None)
+            lens.append(len(t))
+        keep.append(t)  # alive until the digest is taken
+    n = len(ptrs)
+    return int(_lib.lib().bw_digest(n, (ctypes.c_void_p * n)(*ptrs), (ctypes.c_size_t * n)(*lens)))
 
 
 def _perturb(module: Any) -> None:
@@ -237,6 +250,8 @@ def ordered_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-de
     the same bits. A failed collective raises, never sums garbage. (Not annotated: DDP
     refuses a hook whose annotations are not its own types.)"""
     import torch.distributed as dist
+    global _ordered_sums
+    _ordered_sums += 1
     group = process_group if process_group is not None else dist.group.WORLD
     t = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     gathered_bytes = t.numel() * t.element_size() * dist.get_world_size(group)

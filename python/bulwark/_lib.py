@@ -40,6 +40,7 @@ _SIGNATURES = {
     "bw_poll_injected_nan": (_c_int, []),
     "bw_poll_injected_sdc": (_c_int, []),
     "bw_report_digest": (_c_int, [ctypes.c_long, ctypes.c_ulonglong, ctypes.c_char_p]),
+    "bw_digest": (ctypes.c_ulonglong, [_c_size, ctypes.POINTER(_vp), ctypes.POINTER(_c_size)]),
     "bw_report_step": (_c_int, [_c_long, ctypes.c_double, ctypes.c_longlong]),
     "bw_report_step_ex": (_c_int, [_c_long, ctypes.c_double, ctypes.c_longlong, _vp]),
     "bw_set_model_flops": (_c_int, [ctypes.c_double]),
@@ -88,7 +89,8 @@ class StepMetrics(ctypes.Structure):
                 ("grad_norm", ctypes.c_double), ("data_wait_s", ctypes.c_double),
                 ("compute_s", ctypes.c_double), ("optimizer_s", ctypes.c_double),
                 ("inferred", ctypes.c_int), ("busy_s", ctypes.c_double),
-                ("rng_digest", ctypes.c_ulonglong), ("data_digest", ctypes.c_ulonglong)]
+                ("rng_digest", ctypes.c_ulonglong), ("data_digest", ctypes.c_ulonglong),
+                ("sum_order", ctypes.c_int)]
 
 
 def _find() -> str:

@@ -843,7 +843,7 @@ void MergeStep(Json& a, const Json& b) {
   constexpr size_t kMaxEarlierSteps = 64;
   if (a.contains("step") && (!a.contains("earlier") || a["earlier"].size() < kMaxEarlierSteps)) {
     Json e = {{"step", a["step"]}, {"loss", a.contains("loss") ? a["loss"] : Json()}};
-    for (const char* k : {"rng", "data"}) {
+    for (const char* k : {"rng", "data", "sums"}) {
       if (a.contains(k)) e[k] = a[k];
     }
     a["earlier"].push_back(std::move(e));
@@ -857,7 +857,7 @@ void MergeStep(Json& a, const Json& b) {
   }
   // The digests belong to the newest step, like its loss; an older step's must not
   // stand for it.
-  for (const char* k : {"rng", "data"}) {
+  for (const char* k : {"rng", "data", "sums"}) {
     if (b.contains(k)) {
       a[k] = b[k];
     } else {

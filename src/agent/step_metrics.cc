@@ -47,6 +47,15 @@ void CopyStepMetrics(const Json& in, Json* out, std::vector<std::string>* refuse
     }
     (*out)[key] = v;
   }
+  if (in.contains("sums")) {
+    const Json& v = in["sums"];
+    if (v == "ordered" || v == "unordered") {
+      (*out)["sums"] = v;
+    } else {
+      refused->push_back("sums (got " + v.dump().substr(0, 40) +
+                         "): must be \"ordered\" or \"unordered\"");
+    }
+  }
 }
 
 }  // namespace bulwark

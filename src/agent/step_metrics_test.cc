@@ -38,19 +38,21 @@ TEST(StepMetricsTest, AbsurdOrNonNumericValuesAreDropped) {
 }
 
 TEST(StepMetricsTest, ReplayDigestsAreForwardedOnlyAsSixteenHexDigits) {
-  const Json good = Json::parse(R"({"rng": "00ff00ff00ff00ff", "data": "0123456789abcdef"})");
+  const Json good = Json::parse(
+      R"({"rng": "00ff00ff00ff00ff", "data": "0123456789abcdef", "sums": "unordered"})");
   Json out = Json::object();
   std::vector<std::string> refused;
   CopyStepMetrics(good, &out, &refused);
   EXPECT_TRUE(refused.empty());
   EXPECT_EQ(out, good);
-  const Json bad = Json::parse(R"({"rng": "00FF00FF00FF00FF", "data": 12})");
+  const Json bad = Json::parse(R"({"rng": "00FF00FF00FF00FF", "data": 12, "sums": "ring"})");
   out = Json::object();
   CopyStepMetrics(bad, &out, &refused);
   EXPECT_EQ(out, Json::object());
-  ASSERT_EQ(refused.size(), 2u);
+  ASSERT_EQ(refused.size(), 3u);
   EXPECT_THAT(refused[0], HasSubstr("rng (got \"00FF00FF00FF00FF\"): must be 16 lowercase hex"));
   EXPECT_THAT(refused[1], HasSubstr("data (got 12)"));
+  EXPECT_THAT(refused[2], HasSubstr("sums (got \"ring\"): must be \"ordered\" or \"unordered\""));
   EXPECT_FALSE(IsDigestHex(Json("0123456789abcde")));
   EXPECT_TRUE(IsDigestHex(Json("0123456789abcdef")));
 }

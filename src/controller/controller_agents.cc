@@ -66,6 +66,15 @@ uint64_t HexDigestOr0(const Json& m, const char* key) {
   return m.contains(key) && ParseDigestHex(m[key], &d) ? d : 0;
 }
 
+// The replay evidence a step report (or one of its `earlier` steps) carries.
+StepDigests ReportedDigests(const Json& m) {
+  StepDigests d{HexDigestOr0(m, "rng"), HexDigestOr0(m, "data")};
+  if (m.contains("sums") && m["sums"].is_string()) {
+    d.sums = ParseSumOrder(m["sums"].get<std::string>());
+  }
+  return d;
+}
+
 }  // namespace
 
 void ControllerImpl::AcceptAndGreet() {
@@ -390,10 +399,10 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
         auto el = JNumOr(e, "loss", std::numeric_limits<double>::quiet_NaN());
         if (!es.ok() || !el.ok() || *es >= *step) continue;
         if (e.contains("loss") && e["loss"].is_null()) nan_reported(*es);
-        loss(*es, *el, {HexDigestOr0(e, "rng"), HexDigestOr0(e, "data")});
+        loss(*es, *el, ReportedDigests(e));
       }
     }
-    loss(*step, sample.loss, {HexDigestOr0(m, "rng"), HexDigestOr0(m, "data")});
+    loss(*step, sample.loss, ReportedDigests(m));
     if (late) {
       SettleNan(now, /*force=*/false);  // this report may be the last one it waits for
       return;

@@ -31,7 +31,8 @@ namespace {
 constexpr long kMaxBundleSteps = 512;     // steps of losses kept in one bundle
 constexpr long kMaxBundleLosses = 16384;  // and losses in all (a large job: fewer steps)
 
-// {"step": {"rank": {"rng": HEX, "data": HEX}}}, a digest left out when not reported.
+// {"step": {"rank": {"rng": HEX, "data": HEX, "sums": "ordered"|"unordered"}}}, each
+// left out when not reported.
 Json DigestsJson(const DigestTable& t) {
   Json out = Json::object();
   for (const auto& [step, ranks] : t) {
@@ -40,6 +41,7 @@ Json DigestsJson(const DigestTable& t) {
       Json cell = Json::object();
       if (d.rng != 0) cell["rng"] = DigestHex(d.rng);
       if (d.data != 0) cell["data"] = DigestHex(d.data);
+      if (d.sums != SumOrder::kUnknown) cell["sums"] = SumOrderName(d.sums);
       row[std::to_string(rank)] = std::move(cell);
     }
     out[std::to_string(step)] = std::move(row);

@@ -35,8 +35,8 @@ Result<LossTable> LossesFromJson(const Json& j) {
   return t;
 }
 
-// The bundle's "digests" ({"step": {"rank": {"rng": HEX, "data": HEX}}}); absent = none
-// (a bundle of a trainer that reported none, or of a Bulwark before them).
+// The bundle's "digests" ({"step": {"rank": {"rng": HEX, "data": HEX, "sums": ORDER}}});
+// absent = none (a bundle of a trainer that reported none, or of a Bulwark before them).
 Result<DigestTable> DigestsFromJson(const Json& j) {
   DigestTable t;
   if (j.is_null()) return t;
@@ -53,10 +53,15 @@ Result<DigestTable> DigestsFromJson(const Json& j) {
     for (const auto& [rank, cell] : ranks.items()) {
       const long r = std::strtol(rank.c_str(), &end, 10);
       StepDigests d;
+      const bool has_sums = cell.is_object() && cell.contains("sums");
+      if (has_sums && cell["sums"].is_string()) {
+        d.sums = ParseSumOrder(cell["sums"].get<std::string>());
+      }
       if (rank.empty() || *end != '\0' || r < 0 || !cell.is_object() || !hex(cell, "rng", &d.rng) ||
-          !hex(cell, "data", &d.data)) {
+          !hex(cell, "data", &d.data) || (has_sums && d.sums == SumOrder::kUnknown)) {
         return InvalidArgument("field 'digests' holds a malformed entry of step " + step +
-                               " (want {\"rng\": 16 hex digits, \"data\": 16 hex digits})");
+                               " (want {\"rng\": 16 hex digits, \"data\": 16 hex digits, "
+                               "\"sums\": \"ordered\" or \"unordered\"})");
       }
       if (!d.empty()) t[s][static_cast<int>(r)] = d;
     }

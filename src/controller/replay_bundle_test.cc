@@ -21,7 +21,7 @@ Json Bundle() {
           {"checkpoint_step", 5},
           {"checkpoint_dir", "/ck"},
           {"losses", {{"6", {{"0", 2.5}, {"1", 2.25}}}}},
-          {"digests", {{"6", {{"1", {{"rng", "00000000000000ff"}}}}}}},
+          {"digests", {{"6", {{"1", {{"rng", "00000000000000ff"}, {"sums", "unordered"}}}}}}},
           {"spec_yaml", "name: toy\n"},
           {"code", {{"digest", "abc"}}},
           {"world", 2},
@@ -41,6 +41,7 @@ TEST(ReplayBundleTest, ReadsWhatTheReRunChecks) {
   EXPECT_EQ(b->replay.fault.rank, 1);
   EXPECT_EQ(b->replay.expected.at(6).at(1), 2.25);
   EXPECT_EQ(b->replay.expected_digests.at(6).at(1).rng, 0xffu);
+  EXPECT_EQ(b->replay.expected_digests.at(6).at(1).sums, SumOrder::kUnordered);
   EXPECT_EQ(b->replay.skip_from, 3);
   EXPECT_EQ(b->replay.skip_to, 4);
   EXPECT_EQ(b->world, 2);
@@ -73,6 +74,7 @@ TEST(ReplayBundleTest, MissingAndMalformedBundlesAreNamed) {
       {"spec_yaml", 5},
       {"losses", {{"x", 1}}},
       {"digests", {{"6", {{"1", {{"rng", "zz"}}}}}}},
+      {"digests", {{"6", {{"1", {{"sums", "ring"}}}}}}},
       {"procs_per_node", 9}};
   for (const auto& [field, value] : bad) {
     Json bundle = Bundle();

@@ -110,8 +110,29 @@ ReplayCheck::ReplayCheck(Incident fault, LossTable expected, bool data_skipped,
       moved_(std::move(moved_ranks)),
       expected_digests_(std::move(expected_digests)) {
   for (const auto& [step, ranks] : expected_digests_) {
-    for (const auto& [rank, d] : ranks) rng_recorded_ = rng_recorded_ || d.rng != 0;
+    for (const auto& [rank, d] : ranks) {
+      rng_recorded_ = rng_recorded_ || d.rng != 0;
+      unordered_sums_ = unordered_sums_ || d.sums == SumOrder::kUnordered;
+    }
   }
+}
+
+SumOrder ParseSumOrder(const std::string& s) {
+  return s == "ordered"     ? SumOrder::kOrdered
+         : s == "unordered" ? SumOrder::kUnordered
+                            : SumOrder::kUnknown;
+}
+
+const char* SumOrderName(SumOrder o) {
+  switch (o) {
+    case SumOrder::kOrdered:
+      return "ordered";
+    case SumOrder::kUnordered:
+      return "unordered";
+    case SumOrder::kUnknown:
+      break;
+  }
+  return "";
 }
 
 bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) {
@@ -126,6 +147,7 @@ bool ReplayCheck::OnLoss(long step, int rank, double loss, StepDigests digests) 
   // digests are (the NaN's step re-ran on the same data, or not).
   if (!data_skipped_ && step <= fs) {
     seen_.insert({step, rank});
+    unordered_sums_ = unordered_sums_ || digests.sums == SumOrder::kUnordered;
     auto s = step == fs && fault_rank ? expected_.end() : expected_.find(step);
     if (s != expected_.end()) {
       auto r = s->second.find(rank);
@@ -245,8 +267,8 @@ Classification Classify(const ReplayCheck& c, const Incident* again) {
   if (!Replayable(f)) return out;
   const std::string who = FaultWho(f);
   const long fs = FaultStep(f);
-  const std::string losses = c.Summary();
-  const bool diverged = c.first_diff().step >= 0;
+  std::string losses = c.Summary();
+  bool diverged = c.first_diff().step >= 0;
   const bool moved = f.rank >= 0 && c.moved_ranks().count(f.rank) > 0;
   // A digest that differs says the re-run drew other random numbers or read other data:
   // then neither equal nor different losses, nor the fault's absence, say anything.
@@ -263,6 +285,18 @@ Classification Classify(const ReplayCheck& c, const Incident* again) {
           "the re-run was interrupted by another fault before the fault's step; " + out.evidence;
     }
     return out;  // kUnknown
+  }
+  // The digests are equal: the re-run drew the same random numbers and read the same
+  // data. Losses that differ still say nothing when the ranks' gradient sums are not in
+  // a fixed order: then only whether the fault came back counts, never the difference.
+  if (diverged && c.unordered_sums()) {
+    diverged = false;
+    losses +=
+        "; the ranks summed their gradients in an order that depends on how DDP laid out "
+        "its buckets (its ring all-reduce), which a resumed process lays out anew, so the "
+        "last bits of the losses may differ from the record with no machine computing "
+        "wrong: only whether the fault came back counts (register "
+        "bulwark.ordered_allreduce_hook for sums in a fixed order)";
   }
   if (again != nullptr && SameFaultAgain(f, *again)) {
     if (diverged) {

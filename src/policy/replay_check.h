@@ -40,14 +40,25 @@ namespace bulwark {
 
 using LossTable = std::map<long, std::map<int, double>>;  // step -> rank -> loss
 
+// How a rank's gradients were summed with the other ranks' in a step: in a fixed order
+// (bulwark.ordered_allreduce_hook), or in one that depends on how DDP laid out its
+// buckets, which a resumed process lays out anew (DDP's own ring all-reduce): the last
+// bits of its losses then differ from the first run's with no machine computing wrong.
+enum class SumOrder : uint8_t { kUnknown = 0, kOrdered = 1, kUnordered = 2 };
+
 // What a rank reported of a step besides its loss, for replay: digests of its random
-// generators' state after the step and of the data it trained on (0 = not reported).
+// generators' state after the step and of the data it trained on (0 = not reported),
+// and how its gradient sums were ordered.
 struct StepDigests {
   uint64_t rng = 0;
   uint64_t data = 0;
-  bool empty() const { return rng == 0 && data == 0; }
+  SumOrder sums = SumOrder::kUnknown;
+  bool empty() const { return rng == 0 && data == 0 && sums == SumOrder::kUnknown; }
   bool operator==(const StepDigests&) const = default;
 };
+// "ordered" / "unordered" on the wire and in bundles; kUnknown for anything else.
+SumOrder ParseSumOrder(const std::string& s);
+const char* SumOrderName(SumOrder o);                            // "" for kUnknown
 using DigestTable = std::map<long, std::map<int, StepDigests>>;  // step -> rank -> digests
 
 // The losses (and digests) the ranks reported for their most recent steps: at most
@@ -129,6 +140,9 @@ class ReplayCheck {
   const DigestCount& data() const { return data_; }
   // The record holds RNG digests: the trainer asked for determinism (bulwark.deterministic).
   bool rng_recorded() const { return rng_recorded_; }
+  // A rank summed its gradients in an order that is not fixed, in the record or the
+  // re-run (SumOrder::kUnordered): bit-level differences then say nothing.
+  bool unordered_sums() const { return unordered_sums_; }
   struct StepResult {
     int compared = 0, equal = 0;
   };
@@ -150,6 +164,7 @@ class ReplayCheck {
   DigestTable expected_digests_;
   DigestCount rng_, data_;
   bool rng_recorded_ = false;
+  bool unordered_sums_ = false;
   std::map<long, StepResult> steps_;
   std::set<std::pair<long, int>> seen_;  // (step, rank) reports taken, up to the fault
   bool passed_ = false;

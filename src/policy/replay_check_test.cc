@@ -219,6 +219,47 @@ TEST(ReplayCheckTest, ALossThatDiffersGetsNoVerdictWithoutEvidenceOfDeterminism)
   EXPECT_EQ(Classify(moved, nullptr).cause, FaultCause::kHardware);
 }
 
+// Gradients summed by DDP's ring (SumOrder::kUnordered): a re-run's last bits differ with
+// no machine computing wrong, so the difference is never the hardware's; whether the
+// fault came back still decides.
+TEST(ReplayCheckTest, UnorderedSumsMakeBitDifferencesSayNothing) {
+  Incident nan = Fault(FaultKind::kNan, "nan", 0, 15);
+  DigestTable unordered = RecordedDigests();
+  for (auto& [step, ranks] : unordered) {
+    for (auto& [rank, d] : ranks) d.sums = SumOrder::kUnordered;
+  }
+  const auto ulp_off = [&](ReplayCheck* c) {
+    StepDigests d = DigestsOf(12, 1);
+    d.sums = SumOrder::kUnordered;
+    c->OnLoss(12, 1, std::nextafter(12.1, 13.0), d);  // one ulp away
+    Rerun(c, 15);
+  };
+  // Passed on the same node: transient, not hardware; the evidence says why.
+  ReplayCheck passed(nan, Recorded(), false, {}, unordered);
+  EXPECT_TRUE(passed.unordered_sums());
+  ulp_off(&passed);
+  EXPECT_EQ(passed.first_diff().step, 12);
+  Classification k = Classify(passed, nullptr);
+  EXPECT_EQ(k.cause, FaultCause::kTransient) << k.evidence;
+  EXPECT_THAT(k.evidence, HasSubstr("only whether the fault came back counts"));
+  EXPECT_THAT(k.evidence, HasSubstr("bulwark.ordered_allreduce_hook"));
+  // The NaN came back at its step with the same data: the data, ulps or not.
+  ReplayCheck again(nan, Recorded(), false, {}, unordered);
+  ulp_off(&again);
+  EXPECT_EQ(Classify(again, &nan).cause, FaultCause::kData);
+  // A re-run that alone reports unordered sums (the record predates the report) counts too.
+  ReplayCheck rerun_only(nan, Recorded(), false, {}, RecordedDigests());
+  EXPECT_FALSE(rerun_only.unordered_sums());
+  ulp_off(&rerun_only);
+  EXPECT_TRUE(rerun_only.unordered_sums());
+  EXPECT_EQ(Classify(rerun_only, nullptr).cause, FaultCause::kTransient);
+  // Ordered sums keep the bit-for-bit verdict.
+  EXPECT_EQ(ParseSumOrder("ordered"), SumOrder::kOrdered);
+  EXPECT_EQ(ParseSumOrder("unordered"), SumOrder::kUnordered);
+  EXPECT_EQ(ParseSumOrder("ring"), SumOrder::kUnknown);
+  EXPECT_STREQ(SumOrderName(SumOrder::kUnordered), "unordered");
+}
+
 // The program's own crash: an exit status (an exception), or a signal the process raises
 // on itself (a segfault, a bus error, an illegal instruction, a division by zero, an
 // abort); not a signal sent from outside.

@@ -106,6 +106,11 @@ struct StepMetrics {
   // hardware.
   uint64_t rng_digest = 0;
   uint64_t data_digest = 0;
+  // How the step's gradients were summed across ranks: 0 not reported, 1 in a fixed
+  // order (bulwark.ordered_allreduce_hook), 2 in an order that may change from run to
+  // run (DDP's ring all-reduce). A re-run whose losses differ in their last bits is then
+  // not taken for wrong hardware.
+  int sum_order = 0;
   static constexpr double kNotMeasured = __builtin_nan("");
 };
 

@@ -1,5 +1,7 @@
 #include "sdk/bulwark_c.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
@@ -186,6 +188,18 @@ int bw_report_digest(long step, unsigned long long digest, const char* group) {
   return st.ok() ? BW_OK : Fail(st);
 }
 
+unsigned long long bw_digest(size_t n, const void* const* data, const size_t* lens) {
+  XXH3_state_t* st = XXH3_createState();
+  if (st == nullptr) return 0;
+  XXH3_64bits_reset(st);
+  for (size_t i = 0; i < n; ++i) {
+    if (data[i] != nullptr && lens[i] > 0) XXH3_64bits_update(st, data[i], lens[i]);
+  }
+  const unsigned long long h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
 int bw_mark_step_start(void) {
   if (int rc = Ensure(); rc != BW_OK) return rc;
   TheClient().MarkStepStart();
@@ -266,6 +280,15 @@ int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_me
     }
     if (has(offsetof(bw_step_metrics, data_digest) + sizeof(unsigned long long))) {
       sm.data_digest = c.data_digest;
+    }
+    if (has(offsetof(bw_step_metrics, sum_order) + sizeof(int))) {
+      if (c.sum_order < 0 || c.sum_order > 2) {
+        return Fail(bulwark::InvalidArgument(
+            "bw_report_step_ex: sum_order must be 0 (not reported), 1 (fixed order) or 2 "
+            "(order not fixed), got " +
+            std::to_string(c.sum_order)));
+      }
+      sm.sum_order = c.sum_order;
     }
   }
   Status st = TheClient().ReportStep(step, loss, tokens, sm);

@@ -49,6 +49,9 @@ int bw_poll_injected_sdc(void);
 /* The bitwise alignment check: a digest of this rank's parameters after `step`; ranks
  * of one replica set `group` (NULL or "" = the whole job) must report equal ones. */
 int bw_report_digest(long step, unsigned long long digest, const char* group);
+/* XXH3-64 of the n buffers data[i] (lens[i] bytes each) one after another, as if they
+ * were one buffer; a NULL data[i] with lens[i] 0 is empty. No bw_init needed. */
+unsigned long long bw_digest(size_t n, const void* const* data, const size_t* lens);
 
 int bw_report_step(long step, double loss, long long tokens);
 /* Optional measurements of a step (docs/monitoring.md); NaN = not measured. `size` is
@@ -62,6 +65,10 @@ typedef struct bw_step_metrics {
   /* Digests of the rank's random generators after the step and of the step's data,
    * for replay (0 = not reported). */
   unsigned long long rng_digest, data_digest;
+  /* How the step's gradients were summed across ranks, for replay: 0 not reported, 1 in
+   * a fixed order (bulwark.ordered_allreduce_hook), 2 in an order that may change from
+   * run to run (DDP's ring all-reduce over buckets laid out anew per process). */
+  int sum_order;
 } bw_step_metrics;
 int bw_report_step_ex(long step, double loss, long long tokens, const bw_step_metrics* m);
 /* Seconds bulwark.metrics.timed waits more per batch (chaos slow_data); 0 = none. */

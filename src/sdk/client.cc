@@ -269,6 +269,8 @@ Status Client::ReportStep(long step, double loss, long long tokens, const StepMe
   if (m.inferred) msg["inferred"] = true;
   if (m.rng_digest != 0) msg["rng"] = DigestHex(m.rng_digest);
   if (m.data_digest != 0) msg["data"] = DigestHex(m.data_digest);
+  if (m.sum_order == 1 || m.sum_order == 2)
+    msg["sums"] = m.sum_order == 1 ? "ordered" : "unordered";
   const double step_time = now - last_mark_;
   last_mark_ = now;
   stall_s_ = 0.0;

@@ -1,6 +1,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cmath>
 #include <filesystem>
@@ -379,6 +380,18 @@ TEST_F(SdkOutboxTest, AnAgentThatNeverReadsCostsTheOldestReportsNotMemoryOrTime)
   for (size_t i = 2; i < got.size(); ++i) {
     EXPECT_GT(got[i]["step"].get<long>(), got[i - 1]["step"].get<long>());
   }
+}
+
+TEST_F(SdkTest, DigestOfBuffersIsXxh3OfTheirConcatenation) {
+  const std::string a = "parameters of layer one", b(100000, '\x7f');
+  const std::string both = a + b;
+  const void* data[] = {a.data(), nullptr, b.data()};
+  const size_t lens[] = {a.size(), 0, b.size()};
+  EXPECT_EQ(bw_digest(3, data, lens), XXH3_64bits(both.data(), both.size()));
+  EXPECT_EQ(bw_digest(0, nullptr, nullptr), XXH3_64bits("", 0));
+  const void* swapped[] = {b.data(), a.data()};
+  const size_t swapped_lens[] = {b.size(), a.size()};
+  EXPECT_NE(bw_digest(2, swapped, swapped_lens), bw_digest(3, data, lens));  // order counts
 }
 
 TEST_F(SdkTest, CAbiRoundTrip) {
