@@ -49,6 +49,7 @@ _SIGNATURES = {
     "bw_mark_step_start": (_c_int, []),
     "bw_declare_in_process": (_c_int, [_c_int]),
     "bw_abort_requested": (_c_int, []),
+    "bw_wait_abort": (_c_int, [ctypes.c_double]),
     "bw_park": (_c_int, [ctypes.c_char_p]),
     "bw_finished": (_c_int, []),
     "bw_wait_generation": (_c_int, [ctypes.c_double, ctypes.c_char_p, _c_size]),

@@ -44,6 +44,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -734,6 +735,12 @@ struct PeerServer::Impl {
     if (!st.ok()) return Reject(c, slot, "PUSH", st);
     const std::string what =
         "PUSH rank " + std::to_string(w.rank) + " step " + std::to_string(w.step);
+    // Background replication: this connection's thread (it serves this one request, then
+    // ends) takes only CPU the node's trainers leave idle (SCHED_IDLE, as the pushing
+    // persister does), so a push takes longer on a busy node and the pusher's rounds
+    // (PersistConfig::peer_push_share) space out by as much.
+    sched_param idle{};
+    (void)::sched_setscheduler(0, SCHED_IDLE, &idle);
     // Receive (the ready reply tells the client to send the data) into the replica
     // ring; the rank's lock keeps one writer per ring (and fetches out of a regrow).
     st = SendStatus(c, Status::Ok());

@@ -200,6 +200,11 @@ class Client {
   // True once the agent asked this rank to abandon the current generation (an `abort`
   // for this attempt or a later one). Drains the rank socket: one recv per call.
   bool AbortRequested();
+  // Waits up to timeout_s for the agent to ask this rank to abandon its generation (or
+  // returns at once if it did): true if it did. Wakes on an `abort` datagram, and on an
+  // abort another thread took from the socket (an eventfd), not on a timer; the lock is
+  // not held while waiting. For the abort watcher of bulwark.run (any thread).
+  bool WaitAbort(double timeout_s);
   // The rank left its generation, after an abort or on its own (`error`, e.g. a
   // collective that failed because a peer died): sends `parked` and forgets the abort.
   Status Park(const std::string& error);
@@ -237,6 +242,8 @@ class Client {
   void ResetLocked();
   // Reads every pending datagram from the agent into the flags below.
   void DrainLocked();
+  // Sets abort_pending_ and makes abort_efd_ readable (or not) to match.
+  void SetAbortLocked(bool pending);
   void SendHelloLocked();
 
   const Clock* clock_;
@@ -256,9 +263,12 @@ class Client {
   double flops_per_token_ = 0;  // SetModelFlops (0 = not declared), re-sent in hello
   bool nan_pending_ = false;
   bool sdc_pending_ = false;
-  bool in_process_ = false;               // DeclareInProcess was called
-  bool process_group_ = false;            // ... for generations that form a process group
-  bool abort_pending_ = false;            // an abort for this attempt arrived
+  bool in_process_ = false;     // DeclareInProcess was called
+  bool process_group_ = false;  // ... for generations that form a process group
+  bool abort_pending_ = false;  // an abort for this attempt arrived (SetAbortLocked)
+  // Readable while abort_pending_ (WaitAbort); this process's own, made at Init.
+  int abort_efd_ = -1;
+  pid_t abort_efd_pid_ = 0;
   std::optional<Json> next_gen_;          // the newest `generation` not yet taken
   std::unique_ptr<ckpt::Stager> stager_;  // lazily opened memory tier
   long skipped_ = 0;                      // snapshots skipped: ring full

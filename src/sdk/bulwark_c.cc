@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -215,6 +216,14 @@ int bw_declare_in_process(int process_group) {
 int bw_abort_requested(void) {
   if (int rc = Ensure(); rc != BW_OK) return rc;
   return TheClient().AbortRequested() ? 1 : 0;
+}
+
+int bw_wait_abort(double timeout_s) {
+  if (int rc = Ensure(); rc != BW_OK) return rc;
+  if (!std::isfinite(timeout_s) || timeout_s < 0) {
+    return Fail(bulwark::InvalidArgument("bw_wait_abort: timeout_s must be a finite number >= 0"));
+  }
+  return TheClient().WaitAbort(timeout_s) ? 1 : 0;
 }
 
 int bw_park(const char* error) {

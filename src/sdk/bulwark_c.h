@@ -94,6 +94,9 @@ int bw_mark_step_start(void);
  * function returned; the agent stops watching the rank for progress while it exits. */
 int bw_declare_in_process(int process_group);
 int bw_abort_requested(void);
+/* Waits up to timeout_s for an abort (1 once one is pending, 0 if none came); wakes on
+ * the abort, not on a timer, and holds no lock while waiting (the abort watcher). */
+int bw_wait_abort(double timeout_s);
 int bw_park(const char* error);
 int bw_finished(void);
 int bw_wait_generation(double timeout_s, char* buf, size_t cap);

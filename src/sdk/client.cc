@@ -1,3 +1,4 @@
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,6 +111,21 @@ Client::Client(const Clock* clock) : clock_(clock ? clock : SystemClock::Get()) 
 Client::~Client() {
   std::lock_guard<std::mutex> l(mu_);
   ResetLocked();
+  if (abort_efd_ >= 0 && abort_efd_pid_ == ::getpid()) ::close(abort_efd_);
+}
+
+void Client::SetAbortLocked(bool pending) {
+  abort_pending_ = pending;
+  if (abort_efd_ < 0 || abort_efd_pid_ != ::getpid()) return;
+  uint64_t n = 1;
+  if (pending) {
+    if (::write(abort_efd_, &n, sizeof n) != sizeof n) {
+      // Only a counter at 2^64 - 2 refuses a write; WaitAbort reads the flag as well.
+    }
+  } else {
+    while (::read(abort_efd_, &n, sizeof n) == sizeof n) {
+    }
+  }
 }
 
 void Client::ResetLocked() {
@@ -122,7 +138,7 @@ void Client::ResetLocked() {
   fd_ = -1;
   initialized_ = false;
   nan_pending_ = false;
-  abort_pending_ = false;
+  SetAbortLocked(false);
   next_gen_.reset();
   stall_s_ = 0.0;
   stager_.reset();
@@ -131,6 +147,12 @@ void Client::ResetLocked() {
 Status Client::Init(const EnvMap& env) {
   BW_ASSIGN_OR_RETURN(Config cfg, ConfigFromEnv(env));
   std::lock_guard<std::mutex> l(mu_);
+  if (abort_efd_ < 0 || abort_efd_pid_ != ::getpid()) {
+    // This process's own (a forked child's parent's stays the parent's, closed on exec).
+    abort_efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    abort_efd_pid_ = ::getpid();
+    if (abort_pending_) SetAbortLocked(true);
+  }
   // A new generation of the same rank keeps its socket (the agent may already be
   // writing to it) and its staging ring; anything else starts over.
   const bool same_rank = initialized_ && fd_ >= 0 && cfg.rank_sock == cfg_.rank_sock &&
@@ -152,7 +174,7 @@ Status Client::Init(const EnvMap& env) {
     if (!same_ring) stager_.reset();
     stall_s_ = 0.0;
     nan_pending_ = false;
-    if (cfg.attempt != cfg_.attempt) abort_pending_ = false;  // that abort ended its generation
+    if (cfg.attempt != cfg_.attempt) SetAbortLocked(false);  // that abort ended its generation
   }
   cfg_ = std::move(cfg);
   initialized_ = true;
@@ -626,7 +648,7 @@ void Client::DrainLocked() {
       // An abort of an earlier generation (delivered late) does not end this one.
       const long attempt =
           j.contains("attempt") && j["attempt"].is_number_integer() ? j["attempt"].get<long>() : -1;
-      if (attempt < 0 || cfg_.attempt < 0 || attempt >= cfg_.attempt) abort_pending_ = true;
+      if (attempt < 0 || cfg_.attempt < 0 || attempt >= cfg_.attempt) SetAbortLocked(true);
     } else if (type == "generation") {
       next_gen_ = std::move(j);
     }
@@ -680,6 +702,23 @@ bool Client::AbortRequested() {
   return abort_pending_;
 }
 
+bool Client::WaitAbort(double timeout_s) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (!initialized_) return false;
+  DrainLocked();
+  if (abort_pending_) return true;
+  std::vector<int> fds;
+  if (fd_ >= 0 && !cfg_.rank_sock.empty()) fds.push_back(fd_);
+  if (abort_efd_ >= 0 && abort_efd_pid_ == ::getpid()) fds.push_back(abort_efd_);
+  const int fd = fd_;
+  l.unlock();  // reports and safe points of other threads go on meanwhile
+  clock_->WaitReadable(fds, std::max(0.0, timeout_s));
+  l.lock();
+  if (fd_ != fd || !initialized_) return false;  // re-initialised meanwhile: ask again
+  DrainLocked();
+  return abort_pending_;
+}
+
 Status Client::Park(const std::string& error) {
   std::lock_guard<std::mutex> l(mu_);
   if (!initialized_) return FailedPrecondition("park called before init()");
@@ -690,7 +729,7 @@ Status Client::Park(const std::string& error) {
               {"attempt", cfg_.attempt},
               {"aborted", abort_pending_},
               {"error", error.size() > 2000 ? error.substr(0, 2000) + "..." : error}};
-  abort_pending_ = false;
+  SetAbortLocked(false);
   SendLocked(msg.dump(-1, ' ', false, Json::error_handler_t::replace));
   FlushWithinLocked(kFlushWaitS);  // the agent waits for it to start the next generation
   return Status::Ok();

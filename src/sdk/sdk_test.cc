@@ -261,6 +261,28 @@ TEST_F(SdkTest, InjectNanArrivesOnceAndGarbageIsIgnored) {
   EXPECT_FALSE(c.PollInjectedNan());
 }
 
+// The abort watcher's wait: an abort datagram ends it, so does an abort the training
+// thread already took from the socket (it is not in the socket any more), and a park
+// forgets the abort.
+TEST_F(SdkTest, WaitAbortReturnsOnceAnAbortIsPending) {
+  BindAgent();
+  TickClock clock(0);  // WaitReadable polls once, then advances instead of blocking
+  Client c(&clock);
+  ASSERT_TRUE(c.Init(ManagedEnv()).ok());
+  const std::string rank_sock = dir_ + "/rank0.sock";
+  EXPECT_FALSE(c.WaitAbort(30));
+  ASSERT_TRUE(UnixDgramSend(agent_.get(), rank_sock, R"({"type":"abort"})").ok());
+  EXPECT_TRUE(c.WaitAbort(30));
+  EXPECT_TRUE(c.WaitAbort(30));  // sticky until the park
+  ASSERT_TRUE(c.Park("").ok());
+  EXPECT_FALSE(c.WaitAbort(30));
+  ASSERT_TRUE(UnixDgramSend(agent_.get(), rank_sock, R"({"type":"abort"})").ok());
+  EXPECT_TRUE(c.AbortRequested());  // the training thread drains it first
+  EXPECT_TRUE(c.WaitAbort(30));
+  ASSERT_TRUE(c.Park("").ok());
+  EXPECT_FALSE(c.WaitAbort(0));
+}
+
 TEST_F(SdkTest, InjectSdcArrivesOnceAndDigestsAreReportedAsHex) {
   BindAgent();
   Client c;
