@@ -61,8 +61,12 @@ void Agent::BeginPark(long reply_attempt, const std::vector<int>& kill, double t
   std::vector<int> killed, aborted;
   for (Rank& r : ranks_) {
     r.abort_unsent = false;
-    if (!r.alive || r.parked) continue;
+    if (!r.alive) continue;
+    // A culprit is killed even if it already parked on its own: a rank that hung, was
+    // resumed (a stack capture's detach continues a stopped process), saw its collective
+    // fail and parked must not be kept and handed a later generation.
     const bool culprit = std::find(kill.begin(), kill.end(), r.rank) != kill.end();
+    if (r.parked && !culprit) continue;
     if (culprit || !r.in_process) {
       IgnoreError(procs_->SignalGroup(r.pgid, SIGKILL), "the process may be gone already");
       IgnoreError(procs_->SignalGroup(r.pgid, SIGCONT), "the process may be gone already");

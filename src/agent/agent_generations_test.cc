@@ -529,6 +529,26 @@ TEST_F(AgentGenerationsTest, CulpritsAndRanksWithoutInProcessRecoveryAreKilledNo
   EXPECT_EQ(procs_.Signals(p0), (std::vector<int>{SIGSTOP, SIGKILL}));
 }
 
+// A hung rank whose stack capture resumed it, so that it saw its collective fail and
+// parked on its own before the controller's stop named it the culprit: still killed,
+// never kept for the next generation.
+TEST_F(AgentGenerationsTest, ACulpritThatParkedOnItsOwnIsKilledNotKept) {
+  StartTwoRanks();
+  const pid_t p0 = Of(started0_, 0).first, p1 = Of(started0_, 1).first;
+  FromRank({{"type", "parked"},
+            {"rank", 1},
+            {"pid", p1},
+            {"attempt", 0},
+            {"error", "RuntimeError: Connection closed by peer"}});
+  Expect("parked");
+  Send({{"type", "stop"}, {"attempt", 0}, {"park", true}, {"kill", {1}}, {"park_timeout_s", 5}});
+  FromRank({{"type", "parked"}, {"rank", 0}, {"pid", p0}, {"attempt", 0}, {"aborted", true}});
+  Json stopped = Expect("stopped");
+  EXPECT_EQ(stopped["parked"], (Json::array({{{"rank", 0}, {"pid", p0}}}))) << stopped.dump();
+  EXPECT_FALSE(procs_.Alive(p1));
+  EXPECT_TRUE(procs_.Alive(p0));
+}
+
 TEST_F(AgentGenerationsTest, ARankThatParksOnItsOwnIsReportedAndAPlainStopEndsParkedRanks) {
   StartTwoRanks();
   const pid_t p1 = Of(started0_, 1).first;
