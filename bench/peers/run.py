@@ -24,6 +24,7 @@ Usage: /usr/bin/python3 bench/peers/run.py [--out DIR] [--update-docs]
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -250,10 +251,12 @@ def run_bulwark(cfg, out, bulwark):
                             timeout=cfg["deadline"]).returncode
     with open(report) as f:
         rep = json.load(f)
+    # Rank 0's "done" line, from whichever node served slot 0 at the end (a replaced or
+    # quarantined node's slot is served by another).
     final = None
     with open(os.path.join(out, "bulwark.log")) as f:
         for line in f:
-            if line.startswith("[node-0/0]") and "done: steps=" in line:
+            if re.match(r"\[node-[0-9]+/0\] ", line) and "done: steps=" in line:
                 final = float(line.rsplit("final_loss=", 1)[1].split()[0])
     # The incident each injected fault caused (a report may hold others too).
     lost, kept, pool = [], [], list(rep.get("incidents", []))
