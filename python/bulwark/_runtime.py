@@ -211,9 +211,15 @@ class _Runtime:
         if not self._destroy():
             # This process cannot form another group (the old one is still the default):
             # leave now, so the agent replaces it at once instead of at the park deadline.
+            # The threads' stacks say where it is wedged (the rank's log keeps them).
             print(f"bulwark: destroy_process_group did not return within "
                   f"{_DESTROY_TIMEOUT_S:.0f} s; leaving this process so the agent replaces "
-                  f"it", file=sys.stderr, flush=True)
+                  f"it; its threads:", file=sys.stderr, flush=True)
+            try:
+                import faulthandler
+                faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+            except Exception:  # noqa: BLE001 - the exit below must happen regardless
+                pass
             os._exit(_EXIT_WEDGED)
         gc.collect()
         _lib.check(_lib.lib().bw_park(error.encode("utf-8", "replace")), "run (park)")

@@ -44,7 +44,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -736,11 +736,12 @@ struct PeerServer::Impl {
     const std::string what =
         "PUSH rank " + std::to_string(w.rank) + " step " + std::to_string(w.step);
     // Background replication: this connection's thread (it serves this one request, then
-    // ends) takes only CPU the node's trainers leave idle (SCHED_IDLE, as the pushing
-    // persister does), so a push takes longer on a busy node and the pusher's rounds
-    // (PersistConfig::peer_push_share) space out by as much.
-    sched_param idle{};
-    (void)::sched_setscheduler(0, SCHED_IDLE, &idle);
+    // ends) runs at nice 10, so a push takes longer on a busy node and the pusher's
+    // rounds (PersistConfig::peer_push_share) space out by as much. Not SCHED_IDLE: the
+    // thread holds the rank's replica lock while it receives, which the agent's loop
+    // takes for its inventory, and a SCHED_IDLE holder starved by busy trainers stalled
+    // that loop past its heartbeat (a node lost that was alive).
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
     // Receive (the ready reply tells the client to send the data) into the replica
     // ring; the rank's lock keeps one writer per ring (and fetches out of a regrow).
     st = SendStatus(c, Status::Ok());

@@ -64,9 +64,10 @@ struct PeerServerOptions {
 };
 
 // Serves PUSH and FETCH requests (one request per connection) on a background
-// acceptor thread plus one thread per connection (a PUSH's at SCHED_IDLE: replication
-// takes only CPU the node's trainers leave; a FETCH, which a recovery waits for, at the
-// process's priority): at most max_connections
+// acceptor thread plus one thread per connection (a PUSH's at nice 10: replication
+// yields to the node's trainers but always progresses, since it holds the rank's lock
+// that ReplicaSteps takes; a FETCH, which a recovery waits for, at the process's
+// priority): at most max_connections
 // requests in flight, and at most 2 * max_connections threads (a thread that has
 // sent its final reply may linger up to 1 s draining the client's input).
 // Thread-safety: port(), ReplicaSteps() and Stop() may be called from any
