@@ -318,7 +318,10 @@ class StepTimes:
             os.makedirs(args.pid_dir, exist_ok=True)
             with open(os.path.join(args.pid_dir, f"rank-{rank}.pid"), "w") as f:
                 f.write(f"{os.getpid()}\n")
-        self.f = open(args.step_times, "a") if args.step_times and rank == 0 else None
+        # Line-buffered: a kept process makes a new one per generation, and the old one,
+        # never collected (gc.freeze), would keep its unflushed lines.
+        self.f = (open(args.step_times, "a", buffering=1) if args.step_times and rank == 0
+                  else None)
         self.prev = time.perf_counter()
 
     def write(self, step, own, full):
