@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import sys
 from typing import Any, List, Optional, Tuple
 
 from bulwark import _lib, _stacks
@@ -114,8 +115,12 @@ def report_step(step: int, loss: float, tokens: int = 0, *, samples: Optional[fl
     _ordered_sums_reported = _ordered_sums
     if data is not None:
         m.data_digest = data_digest(data)
-    _lib.check(_lib.lib().bw_report_step_ex(int(step), float(loss), int(tokens),
+    loss = float(loss)
+    _lib.check(_lib.lib().bw_report_step_ex(int(step), loss, int(tokens),
                                             ctypes.byref(m)), "report_step")
+    ck = sys.modules.get("bulwark.checkpoint")
+    if ck is not None:
+        ck._mark_reported(step, loss)  # the state a park may snapshot is this step's
     _RUNTIME.check()
 
 

@@ -208,6 +208,20 @@ class _Runtime:
         # collective's work still holds the group (torch 2.x gloo).
         _shutdown_sockets(self._group_sockets)
         self._group_sockets = set()
+        # The step this rank reached, staged so that a replaced rank need not go back
+        # to an older snapshot (checkpoint._save_at_park; before bw_park, so the
+        # agent's inventory of this stop has it).
+        ck = sys.modules.get("bulwark.checkpoint")
+        if ck is not None:
+            try:
+                staged = ck._save_at_park()
+                if staged is not None:
+                    g = self.generation
+                    print(f"bulwark: rank {g.rank if g else '?'} parked after step {staged}; "
+                          f"its state is staged as that step", file=sys.stderr, flush=True)
+            except Exception as e:  # noqa: BLE001 - the park itself must go on
+                print(f"bulwark: no snapshot of the live state at park: "
+                      f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if not self._destroy():
             # This process cannot form another group (the old one is still the default):
             # leave now, so the agent replaces it at once instead of at the park deadline.

@@ -38,10 +38,12 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import importlib
+import math
 import pickle
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Tuple, runtime_checkable
 
@@ -329,10 +331,12 @@ def _stage(step: int, tensors: List[Tuple[str, Any]], blob: bytes, replicated: b
             a["global_shapes"], a["offsets"], data, a["flags"]), "checkpoint.save")
 
 
-def _prepare(state_dict: Any, what: str):
+def _prepare(state_dict: Any, what: str, running: bool = True):
     """The state's tensors (sharded ones as their local pieces), the pieces' places in
-    their global tensors by name, and the pickled skeleton."""
-    _RUNTIME.require_running(what)
+    their global tensors by name, and the pickled skeleton. `running`: refuse unless
+    this rank is running a generation (the park snapshot passes False)."""
+    if running:
+        _RUNTIME.require_running(what)
     if not isinstance(state_dict, dict):
         raise CheckpointError(f"bulwark.{what}: state_dict must be a dict (got "
                               f"{type(state_dict).__name__})")
@@ -357,6 +361,104 @@ def save(state_dict: Dict[str, Any], step: int, *, replicated: bool = False) -> 
     _RUNTIME.check()
     tensors, pieces, blob = _prepare(state_dict, "checkpoint.save")
     _stage(step, _host_tensors(tensors), blob, replicated, pieces)
+    _remember(state_dict, step, replicated, pieces)
+
+
+# ---- the live state, staged when the rank parks (docs/sdk.md "Park snapshots")
+#
+# The newest save of a state every rank holds alike (replicated=True, no sharded
+# tensors) whose values are all Stateful objects (a model, an optimizer: save reads
+# their state_dict() each time, so saving the same dict later captures the state as it
+# is then) is remembered. When bulwark.run parks this rank (a peer failed), the runtime
+# stages that state as the last step this rank reported, if the report's loss was
+# finite, no optimizer in the state has stepped since the report, and every
+# floating-point value is finite: the survivors then hold the step the job had reached,
+# and a rank that lost its process or node restores a survivor's copy of it instead of
+# an older snapshot of its own. The controller takes a copy as another rank's only when
+# every rank's copy of the step agrees (ckpt::PortableDigest). Training thread only.
+_LIVE: Dict[str, Any] = {"state": None, "saved": None, "reported": None, "marks": None}
+_STEP_COUNTS: "weakref.WeakKeyDictionary[Any, List[int]]" = weakref.WeakKeyDictionary()
+
+
+def _remember(state_dict: Any, step: int, replicated: bool, pieces: Dict[str, _Piece]) -> None:
+    portable = (replicated and not pieces and isinstance(state_dict, dict) and
+                bool(state_dict) and all(_is_stateful(v) for v in state_dict.values()))
+    _LIVE["state"] = state_dict if portable else None
+    _LIVE["saved"] = int(step)
+    _LIVE["reported"] = _LIVE["marks"] = None
+
+
+def _step_count(opt: Any) -> Optional[Tuple[str, int]]:
+    """How many times `opt` stepped, as far as can be told without waiting for a
+    device: a step post-hook's count (torch >= 2.0; counted from the first call), else
+    the optimizer's own per-parameter count (Adam-style state, on the CPU); None when
+    neither is available."""
+    register = getattr(opt, "register_step_post_hook", None)
+    if register is not None:
+        count = _STEP_COUNTS.get(opt)
+        if count is None:
+            count = [0]
+            register(lambda *_: count.__setitem__(0, count[0] + 1))
+            _STEP_COUNTS[opt] = count
+        return ("hook", count[0])
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if not st or "step" not in st:
+                continue
+            v = st["step"]
+            if getattr(v, "device", None) is not None and v.device.type != "cpu":
+                return None
+            return ("state", int(v.item() if hasattr(v, "item") else v))
+    return None
+
+
+def _optimizer_marks(state: Dict[str, Any]) -> Optional[Tuple[Any, ...]]:
+    """The step counts of the optimizers among `state`'s values; None when there is
+    none or one cannot tell (then no park snapshot: its step would be unknown)."""
+    torch = _torch()
+    if torch is None:
+        return None
+    marks = []
+    for v in state.values():
+        if isinstance(v, torch.optim.Optimizer):
+            c = _step_count(v)
+            if c is None:
+                return None
+            marks.append(c)
+    return tuple(marks) if marks else None
+
+
+def _mark_reported(step: int, loss: float) -> None:
+    """bulwark.report_step: `step` ended with `loss` (after its optimizer step)."""
+    state = _LIVE["state"]
+    if state is None:
+        return
+    ok = math.isfinite(loss)
+    _LIVE["reported"] = int(step) if ok else None
+    _LIVE["marks"] = _optimizer_marks(state) if ok else None
+
+
+def _save_at_park() -> Optional[int]:
+    """Stages the live state as the last reported step when that is what it holds (see
+    above); the step staged, or None. Raises what staging raises."""
+    state, step = _LIVE["state"], _LIVE["reported"]
+    if state is None or step is None or step == _LIVE["saved"]:
+        return None
+    marks = _optimizer_marks(state)
+    if marks is None or marks != _LIVE["marks"]:
+        return None  # an optimizer stepped after the report: the state is a later step's
+    tensors, pieces, blob = _prepare(state, "checkpoint (park snapshot)", running=False)
+    if pieces or any(t.device.type != "cpu" for _, t in tensors):
+        return None  # device tensors: the device may be what failed
+    torch = _torch()
+    host = _host_tensors(tensors)
+    for _, t in host:
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return None  # a NaN reached the weights: not a state to resume from
+    _stage(step, host, blob, True, pieces)
+    _LIVE["saved"] = step
+    return step
 
 
 class _Pinned:
@@ -390,6 +492,7 @@ def async_save(state_dict: Dict[str, Any], step: int, *,
     global _EXECUTOR
     _RUNTIME.check()
     tensors, pieces, blob = _prepare(state_dict, "checkpoint.async_save")
+    _remember(state_dict, step, replicated, pieces)
     done: "concurrent.futures.Future[None]"
     device = [(n, t) for n, t in tensors if t.device.type != "cpu"]
     if not device:

@@ -258,10 +258,11 @@ void Agent::AcceptAdopters() {
   }
 }
 
-void Agent::SendStopped(long attempt, Json mem, Json parked) {
+void Agent::SendStopped(long attempt, MemInventory mem, Json parked) {
   Send({{"type", "stopped"},
         {"attempt", attempt},
-        {"mem", std::move(mem)},
+        {"mem", std::move(mem.steps)},
+        {"portable", std::move(mem.portable)},
         {"replicas", ReplicaInventory()},
         {"free_port", FreePort()},
         {"parked", std::move(parked)}});
@@ -518,10 +519,13 @@ void Agent::BeginFetch(const StartSpec& spec) {
     std::vector<Json> results;
     for (const StartSpec::Fetch& f : fetches) {
       const double t0 = SystemClock::Get()->NowMono();
-      Status st = ckpt::FetchSnapshot(f.host, f.port, f.rank, f.step, staging, slots, 60);
+      const int source = f.from_rank >= 0 ? f.from_rank : f.rank;
+      Status st = ckpt::FetchSnapshot(f.host, f.port, source, f.step, staging, slots, 60,
+                                      ckpt::kPeerDefaultMaxSnapshotBytes, f.rank);
       Json r = {{"type", "fetched"}, {"rank", f.rank},
                 {"step", f.step},    {"from", f.from},
                 {"ok", st.ok()},     {"seconds", SystemClock::Get()->NowMono() - t0}};
+      if (source != f.rank) r["from_rank"] = source;
       if (!st.ok()) r["error"] = st.ToString();
       results.push_back(std::move(r));
     }
@@ -568,7 +572,7 @@ void Agent::HandleStop(const Json& msg) {
   }
   if (fetching_ && (*attempt < 0 || fetching_->attempt == *attempt)) {
     fetch_cancelled_ = true;  // its ranks never start
-    SendStopped(*attempt, Json::object());
+    SendStopped(*attempt, MemInventory());
     return;
   }
   const bool park = msg.contains("park") && msg["park"].is_boolean() && msg["park"].get<bool>();
@@ -586,7 +590,7 @@ void Agent::HandleStop(const Json& msg) {
     for (const Rank& r : ranks_) {
       if (r.parked && r.alive) parked.push_back({{"rank", r.rank}, {"pid", r.pid}});
     }
-    SendStopped(*attempt, Json::object(), parked);
+    SendStopped(*attempt, MemInventory(), parked);
     return;
   }
   if (park && !stopping_) {
@@ -1027,12 +1031,19 @@ void Agent::OnStaged(const Json& m, int rank) {
                        gen.ok() ? static_cast<uint64_t>(*gen) : 0, *step, persist);
 }
 
-Json Agent::MemoryInventory(const StartSpec& spec) {
-  Json out = Json::object();
+Agent::MemInventory Agent::MemoryInventory(const StartSpec& spec) {
+  MemInventory out;
   if (!persister_) return out;
   std::vector<int> ranks;
   for (int i = 0; i < spec.nproc_per_node; ++i) ranks.push_back(spec.GlobalRank(i));
-  for (const auto& [rank, steps] : persister_->Inventory(ranks)) out[std::to_string(rank)] = steps;
+  for (const auto& [rank, steps] : persister_->Inventory(ranks)) {
+    out.steps[std::to_string(rank)] = steps;
+  }
+  for (const auto& [rank, steps] : persister_->Portable(ranks)) {
+    Json row = Json::object();
+    for (const auto& [step, digest] : steps) row[std::to_string(step)] = DigestHex(digest);
+    out.portable[std::to_string(rank)] = std::move(row);
+  }
   return out;
 }
 

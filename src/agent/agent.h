@@ -293,8 +293,14 @@ class Agent {
   // Memory tier: (re)creates the persister for `spec`'s checkpoint settings.
   void EnsurePersister(const StartSpec& spec);
   void OnStaged(const Json& m, int rank);
-  // Sealed steps per rank of this node, for the `stopped` report.
-  Json MemoryInventory(const StartSpec& spec);
+  // Sealed steps per rank of this node, for the `stopped` report: `steps` (rank -> sealed
+  // steps) and `portable` (rank -> step -> digest, ckpt::PortableDigest: the steps
+  // another rank may restore from).
+  struct MemInventory {
+    Json steps = Json::object();
+    Json portable = Json::object();
+  };
+  MemInventory MemoryInventory(const StartSpec& spec);
   void DrainOutbox();
   // Launches spec's ranks, first fetching spec.fetch from peers (on a background
   // thread, BeginFetch; FinishFetchIfDone launches when it ends).
@@ -306,10 +312,10 @@ class Agent {
   // serves slot 0 (`free_port` in hello and stopped); 0 if none could be bound. Racy
   // by nature: the port is released before a rank binds it (docs/protocol.md).
   static int FreePort();
-  // `stopped` for `attempt` with this node's memory inventory `mem` (rank -> sealed
-  // steps; empty when no ranks ran), its replicas and a fresh free_port; `parked` lists
-  // the ranks kept alive for the next generation ([{rank, pid}]).
-  void SendStopped(long attempt, Json mem, Json parked = Json::array());
+  // `stopped` for `attempt` with this node's memory inventory `mem` (empty when no
+  // ranks ran), its replicas and a fresh free_port; `parked` lists the ranks kept alive
+  // for the next generation ([{rank, pid}]).
+  void SendStopped(long attempt, MemInventory mem, Json parked = Json::array());
 
   AgentOptions opts_;
   const Clock* clock_;

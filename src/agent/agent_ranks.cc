@@ -449,7 +449,7 @@ void Agent::FinishStop() {
   stopping_ = false;
   const long reply = stop_reply_attempt_;
   stop_reply_attempt_ = -1;
-  Json mem = spec_ ? MemoryInventory(*spec_) : Json::object();
+  MemInventory mem = spec_ ? MemoryInventory(*spec_) : MemInventory();
   DrainOutbox();
   spec_.reset();
   outcomes_.clear();

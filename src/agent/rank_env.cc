@@ -71,9 +71,11 @@ Result<StartSpec> ParseStartMessage(const Json& m, const std::string& default_lo
       BW_FIELD(x.host, JStr(f, "host"));
       BW_FIELD(x.port, JInt(f, "port"));
       BW_FIELD(x.from, JStrOr(f, "from", ""));
+      BW_FIELD(x.from_rank, JIntOr(f, "from_rank", -1));
       if (x.port <= 0 || x.port > 65535 || x.step < 0) {
         return InvalidArgument(where + ": port must be in [1, 65535] and step >= 0");
       }
+      if (x.from_rank < -1) return InvalidArgument(where + ": from_rank must be >= 0");
       s.fetch.push_back(x);
     }
   }

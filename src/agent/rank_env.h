@@ -50,7 +50,8 @@ struct StartSpec {
     long step = 0;
     std::string host;
     int port = 0;
-    std::string from;  // the peer's node id, for messages
+    std::string from;    // the peer's node id, for messages
+    int from_rank = -1;  // a donor: stage this rank's copy as `rank`'s (-1: `rank`'s own)
   };
   std::vector<Fetch> fetch;
   long skip_from = -1;

@@ -32,6 +32,9 @@ namespace bulwark::ckpt {
 
 inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint64_t kDefaultChunkSize = 4ull << 20;  // 4 MiB
+// The tensor bulwark.checkpoint.save stores the pickled rest of a state dict in (its
+// skeleton and non-tensor values): one uint8 tensor per rank, never flagged replicated.
+inline constexpr char kObjectsBlobName[] = "__bulwark_objects__";
 
 enum class DType : uint8_t { kU8, kI8, kI16, kI32, kI64, kF16, kBF16, kF32, kF64, kBool };
 const char* DTypeName(DType d);  // "uint8", "float32", ...

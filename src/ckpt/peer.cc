@@ -922,9 +922,12 @@ Status PushSnapshot(const std::string& host, int port, const Snapshot& snap, dou
 
 Status FetchSnapshot(const std::string& host, int port, int rank, long step,
                      const std::string& staging_dir, int slots, double timeout_s,
-                     uint64_t max_snapshot_bytes) {
-  const std::string what = "fetch of rank " + std::to_string(rank) + " step " +
-                           std::to_string(step) + " from " + host + ":" + std::to_string(port);
+                     uint64_t max_snapshot_bytes, int as_rank) {
+  if (as_rank < 0) as_rank = rank;
+  const std::string what =
+      "fetch of rank " + std::to_string(rank) + " step " + std::to_string(step) +
+      (as_rank != rank ? " as rank " + std::to_string(as_rank) : std::string()) + " from " + host +
+      ":" + std::to_string(port);
   if (rank < 0 || step < 0) return InvalidArgument(what + ": rank and step must be >= 0");
   BW_ASSIGN_OR_RETURN(Conn c, Connect(host, port, timeout_s));
   Json req;
@@ -946,8 +949,22 @@ Status FetchSnapshot(const std::string& host, int port, int rank, long step,
   }
   if (!st.ok()) return st.Annotate(what);
   Status transfer;
+  if (as_rank != rank) {
+    // A donor's snapshot staged as another rank's: only a state every rank holds alike.
+    for (const TensorMeta& t : w.metas) {
+      if (!t.replicated && t.name != kObjectsBlobName) {
+        return FailedPrecondition(what + ": tensor '" + t.name + "' is not replicated, so rank " +
+                                  std::to_string(rank) + "'s copy is not rank " +
+                                  std::to_string(as_rank) + "'s");
+      }
+    }
+    if (as_rank >= w.world) {
+      return InvalidArgument(what + ": rank " + std::to_string(as_rank) + " is not in world " +
+                             std::to_string(w.world));
+    }
+  }
   Result<std::unique_ptr<Stager>> stager =
-      Stager::Open(staging_dir, w.rank, w.world, slots, w.chunk_size);
+      Stager::Open(staging_dir, as_rank, w.world, slots, w.chunk_size);
   if (stager.ok()) {
     st = ReceiveIntoRing(c, w, stager->get(), /*drain_on_mismatch=*/false, "fetched snapshot",
                          &transfer);

@@ -107,12 +107,14 @@ class PeerServer {
 Status PushSnapshot(const std::string& host, int port, const Snapshot& snap, double timeout_s);
 
 // Fetches (rank, step) from the peer's replicas (or its own staging dir),
-// verifies every chunk, and stages it sealed into RingPath(staging_dir, rank)
-// with `slots` slots. NOT_FOUND if the peer holds no such step; DATA_LOSS (and
-// nothing staged) if a chunk does not match its hash; INVALID_ARGUMENT if the
-// snapshot exceeds max_snapshot_bytes. Thread-safe (distinct staging rings).
+// verifies every chunk, and stages it sealed into RingPath(staging_dir, as_rank)
+// (as_rank < 0: `rank`) with `slots` slots. NOT_FOUND if the peer holds no such
+// step; DATA_LOSS (and nothing staged) if a chunk does not match its hash;
+// INVALID_ARGUMENT if the snapshot exceeds max_snapshot_bytes. Staging a donor's
+// snapshot as another rank's needs every tensor but the objects blob replicated
+// (FAILED_PRECONDITION otherwise, nothing staged). Thread-safe (distinct rings).
 Status FetchSnapshot(const std::string& host, int port, int rank, long step,
                      const std::string& staging_dir, int slots, double timeout_s,
-                     uint64_t max_snapshot_bytes = kPeerDefaultMaxSnapshotBytes);
+                     uint64_t max_snapshot_bytes = kPeerDefaultMaxSnapshotBytes, int as_rank = -1);
 
 }  // namespace bulwark::ckpt

@@ -437,6 +437,46 @@ TEST(PeerTest, FetchServesFromOwnStagingDir) {
   EXPECT_TRUE(srv.server->ReplicaSteps().empty());
 }
 
+TEST(PeerTest, ADonorsReplicatedSnapshotIsStagedAsAnotherRank) {
+  // Rank 3's step 42 (every tensor replicated but the objects blob, as
+  // bulwark.checkpoint.save(..., replicated=True) stages a data-parallel state) restores
+  // rank 1, whose own copy of that step is gone.
+  std::mt19937_64 rng(5);
+  std::vector<TensorData> ts;
+  ts.push_back(MakeTensor("model.w", DType::kF32, {37, 11}, rng));
+  ts.push_back(MakeTensor("optim.m", DType::kF32, {300}, rng));
+  ts.push_back(MakeTensor(kObjectsBlobName, DType::kU8, {77}, rng));
+  ts[0].meta.replicated = ts[1].meta.replicated = true;
+  TempDir own;
+  { Sealed s = StageSealed(own.path, 3, 4, 42, ts); }
+  PeerServerOptions o;
+  o.staging_dir = own.path;
+  Server srv(o);
+  TempDir node;
+  Status st = FetchSnapshot("127.0.0.1", srv.port(), 3, 42, node.path, 2, 10,
+                            kPeerDefaultMaxSnapshotBytes, /*as_rank=*/1);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectStaged(node.path, 1, 42, ts);
+  EXPECT_TRUE(StagedSteps(node.path, 3).empty());
+
+  // A rank-specific tensor: rank 3's copy is not rank 0's; nothing is staged.
+  ts[1].meta.replicated = false;
+  TempDir own2;
+  { Sealed s = StageSealed(own2.path, 3, 4, 43, ts); }
+  PeerServerOptions o2;
+  o2.staging_dir = own2.path;
+  Server srv2(o2);
+  st = FetchSnapshot("127.0.0.1", srv2.port(), 3, 43, node.path, 2, 10,
+                     kPeerDefaultMaxSnapshotBytes, /*as_rank=*/0);
+  EXPECT_EQ(st.code(), Code::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("'optim.m' is not replicated"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(StagedSteps(node.path, 0).empty());
+  // A rank outside the snapshot's world.
+  st = FetchSnapshot("127.0.0.1", srv.port(), 3, 42, node.path, 2, 10, kPeerDefaultMaxSnapshotBytes,
+                     /*as_rank=*/4);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+}
+
 // ---- integrity -------------------------------------------------------------
 
 TEST(PeerTest, CorruptedByteInPushIsDataLossAndNothingStaged) {

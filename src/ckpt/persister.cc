@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ckpt/format.h"
 #include "ckpt/peer.h"
 #include "ckpt/staging.h"
 #include "common/clock.h"
@@ -429,6 +430,42 @@ std::map<int, std::vector<long>> Persister::Inventory(const std::vector<int>& ra
     out[r] = ring.ok() ? (*ring)->Steps() : std::vector<long>{};
   }
   return out;
+}
+
+std::map<int, std::map<long, uint64_t>> Persister::Portable(const std::vector<int>& ranks) {
+  std::map<int, std::map<long, uint64_t>> out;
+  for (int r : ranks) {
+    Result<std::unique_ptr<RingReader>> ring =
+        RingReader::Open(RingPath(impl_->cfg.staging_dir, r));
+    if (!ring.ok()) continue;
+    for (long step : (*ring)->Steps()) {
+      Result<std::unique_ptr<Snapshot>> snap = (*ring)->PinStep(step);
+      if (!snap.ok()) continue;  // taken by the trainer meanwhile
+      if (auto d = PortableDigest(**snap)) out[r][step] = *d;
+    }
+  }
+  return out;
+}
+
+std::optional<uint64_t> PortableDigest(const Snapshot& snap) {
+  if (!snap.sealed()) return std::nullopt;
+  std::vector<uint64_t> blob_hashes;
+  bool has_blob = false, has_replicated = false;
+  for (const TensorView& v : snap.tensors()) {
+    if (v.meta.name == kObjectsBlobName) {
+      has_blob = true;
+      const uint64_t n = internal::ChunkCount(v.meta.nbytes(), snap.chunk_size());
+      blob_hashes.assign(v.chunk_hashes, v.chunk_hashes + n);
+    } else if (!v.meta.replicated) {
+      return std::nullopt;
+    } else {
+      has_replicated = true;
+    }
+  }
+  // Without a tensor declared replicated the trainer never said the state is the same
+  // on every rank (a state of Python values alone may be equal by coincidence).
+  if (!has_blob || !has_replicated) return std::nullopt;
+  return internal::Hash(blob_hashes.data(), blob_hashes.size() * sizeof(uint64_t));
 }
 
 }  // namespace bulwark::ckpt

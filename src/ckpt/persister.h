@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@
 #include "common/status.h"
 
 namespace bulwark::ckpt {
+
+class Snapshot;  // staging.h
 
 struct PersistConfig {
   std::string staging_dir;
@@ -90,6 +93,14 @@ struct PersistEvent {
   double hash_s = 0;   // sealing time (chunk checksums)
 };
 
+// Whether `snap` is a state every rank of its job holds alike, so that another rank may
+// restore from it (a replacement rank, when its own copy is older): every tensor but the
+// objects blob (kObjectsBlobName) replicated, at least one such tensor (the trainer
+// declared the state data-parallel), and the slot sealed. Its digest, the XXH3 of
+// the blob's chunk hashes, says whether two ranks' non-tensor state is the same; nullopt
+// when the snapshot is not portable (or has no blob: not bulwark.checkpoint's).
+std::optional<uint64_t> PortableDigest(const Snapshot& snap);
+
 class Persister {
  public:
   Persister(PersistConfig cfg, Env* env, std::function<void(const PersistEvent&)> on_event);
@@ -110,6 +121,9 @@ class Persister {
   void PausePushes(bool paused);
   // Steps restorable from memory per rank (seals staged slots first).
   std::map<int, std::vector<long>> Inventory(const std::vector<int>& ranks);
+  // Of those, the steps any rank may restore (PortableDigest), with their digests:
+  // rank -> step -> digest.
+  std::map<int, std::map<long, uint64_t>> Portable(const std::vector<int>& ranks);
 
   // The persister thread's priority (PersistConfig::low_priority), for tests and logs.
   struct Priority {

@@ -181,6 +181,54 @@ TEST_F(PersisterTest, PersistsToDiskAndSealsTheSlotInOnePass) {
   for (size_t i = 0; i < views.size(); ++i) EXPECT_EQ(out[i], tensors_[i].data);
 }
 
+TEST_F(PersisterTest, PortableStepsAreThoseEveryRankMayRestore) {
+  // Rank 0 stages a data-parallel state (tensors replicated, the objects blob beside
+  // them) at steps 4 and 5, and a rank-specific one at step 6; rank 1 the same state
+  // at step 5 with another blob. Only 4 and 5 are portable; equal blobs, equal digests.
+  auto p = Make("", [](PersistConfig* c) { c->world = 2; });
+  std::vector<uint8_t> blob_a(300, 7), blob_b(300, 8);
+  std::unique_ptr<Stager> stagers[2];
+  for (int r = 0; r < 2; ++r) {
+    auto st = Stager::Open(staging_, r, 2, 4, kChunk);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    stagers[r] = std::move(st).value();
+  }
+  auto stage = [&](int rank, long step, bool replicated, const std::vector<uint8_t>& blob) {
+    std::vector<TensorView> v = Views(tensors_);
+    for (TensorView& t : v) t.meta.replicated = replicated;
+    TensorView b;
+    b.meta.name = kObjectsBlobName;
+    b.meta.dtype = DType::kU8;
+    b.meta.shape = {static_cast<int64_t>(blob.size())};
+    b.data = blob.data();
+    v.push_back(b);
+    ASSERT_TRUE(stagers[rank]->Stage(step, v).ok());
+  };
+  stage(0, 4, true, blob_a);
+  stage(0, 5, true, blob_a);
+  stage(0, 6, false, blob_a);
+  stage(1, 5, true, blob_b);
+  std::map<int, std::map<long, uint64_t>> got = p->Portable({0, 1, 2});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].size(), 2u);
+  EXPECT_EQ(got[0].count(6), 0u);
+  EXPECT_EQ(got[0][4], got[0][5]);
+  EXPECT_NE(got[0][5], got[1][5]);
+  // Without the blob (not bulwark.checkpoint's layout) nothing is portable.
+  std::vector<TensorView> v = Views(tensors_);
+  for (TensorView& t : v) t.meta.replicated = true;
+  ASSERT_TRUE(stagers[1]->Stage(7, v).ok());
+  EXPECT_EQ(p->Portable({1})[1].count(7), 0u);
+  // The blob alone (a state of Python values, nothing declared replicated): not portable.
+  TensorView b;
+  b.meta.name = kObjectsBlobName;
+  b.meta.dtype = DType::kU8;
+  b.meta.shape = {static_cast<int64_t>(blob_a.size())};
+  b.data = blob_a.data();
+  ASSERT_TRUE(stagers[1]->Stage(8, {b}).ok());
+  EXPECT_EQ(p->Portable({1})[1].count(8), 0u);
+}
+
 TEST_F(PersisterTest, SealOnlyRequestWritesNothing) {
   auto stager = Stager::Open(staging_, 0, 1, 3, kChunk);
   ASSERT_TRUE(stager.ok());

@@ -318,7 +318,20 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
     n.stopped_attempt = static_cast<int>(*attempt);
     if (const int fp = PortField(m, "free_port")) n.free_port = fp;
     n.mem.clear();
+    n.portable.clear();
     if (m.contains("mem")) n.mem = StepsByRank(m["mem"]);
+    if (m.contains("portable") && m["portable"].is_object()) {
+      for (const auto& [rank, steps] : m["portable"].items()) {
+        if (!steps.is_object()) continue;
+        for (const auto& [step, digest] : steps.items()) {
+          uint64_t d = 0;
+          char* end = nullptr;
+          const long s = std::strtol(step.c_str(), &end, 10);
+          if (step.empty() || *end != '\0' || s < 0 || !ParseDigestHex(digest, &d)) continue;
+          n.portable[std::atoi(rank.c_str())][s] = d;
+        }
+      }
+    }
     return;
   }
   if (type == "fetched") {
@@ -335,6 +348,9 @@ void ControllerImpl::HandleAgentMessage(Node& n, const Json& m) {
       Event("PeerRestored", n.id + " fetched rank " + std::to_string(*rank) + " step " +
                                 std::to_string(*step) + " from " + from + "'s memory");
     } else {
+      // A donor's copy (from_rank) that failed is not offered again either.
+      auto donor = JIntOr(m, "from_rank", -1);
+      if (donor.ok() && *donor >= 0) bad_replicas_.insert({static_cast<int>(*donor), *step});
       bad_replicas_.insert({static_cast<int>(*rank), *step});
       Event("PeerRestoreFailed", n.id + " could not fetch rank " + std::to_string(*rank) +
                                      " step " + std::to_string(*step) + " from " + from + ": " +

@@ -27,6 +27,7 @@
 #include "controller/job_metrics.h"
 #include "controller/tensorboard_sink.h"
 #include "diag/diag.h"
+#include "policy/memory_resume.h"
 #include "policy/metric_faults.h"
 #include "policy/regroup.h"
 #include "policy/replay_check.h"
@@ -49,8 +50,10 @@ struct ControllerNode {
   double next_start_try = 0;
   std::string capacity_message;  // the backend's last answer, for events
   // Memory tier: rank -> steps sealed in this node's staging rings, as reported
-  // in `stopped` (valid until the next attempt starts).
+  // in `stopped` (valid until the next attempt starts), and of those the steps another
+  // rank may restore from: rank -> step -> digest (ckpt::PortableDigest).
   std::map<int, std::vector<long>> mem;
+  std::map<int, std::map<long, uint64_t>> portable;
   // Peer replication: where this agent's PeerServer listens (from hello), and the
   // replicas of other nodes' ranks it holds (rank -> sealed steps; from heartbeats
   // and `stopped`).
@@ -396,7 +399,11 @@ class ControllerImpl {
   std::string DesignatedAgent() const;
   // Newest step <= max_step (-1: any) that every rank's current node holds in its
   // memory tier (from the `stopped` reports); -1 if none.
-  long NewestInMemory(long max_step) const;
+  long NewestInMemory(long max_step) const { return MemoryResumeFor(max_step).step; }
+  // The newest step every rank can restore from memory, and from where (policy/
+  // memory_resume.h), from the slots' nodes' `stopped` inventories and the live peers'
+  // replicas.
+  MemoryResume MemoryResumeFor(long max_step) const;
   // The node (other than rank's own) holding a replica of (rank, step); null if none.
   const Node* ReplicaHolder(int rank, long step, const Node* own) const;
   // "rank 0 own 12..14, on node-1 11..13; rank 1 ..." (why memory was not used).

@@ -157,7 +157,8 @@ Status ControllerImpl::Launch() {
   if (resume >= 0 && resume == object_restored_ && resume_tier == "disk") resume_tier = "object";
   object_restored_ = -1;
   // After a resize the memory snapshots are the old world's ranks': resume from files.
-  long mem = world_changed_ ? -1 : NewestInMemory(max_step);
+  const MemoryResume from_memory = world_changed_ ? MemoryResume() : MemoryResumeFor(max_step);
+  const long mem = from_memory.step;
   if (mem > resume) {
     resume = mem;
     resume_tier = "memory";
@@ -172,24 +173,25 @@ Status ControllerImpl::Launch() {
   std::string fetched_from;
   if (resume_tier == "memory" && resume >= 0) {
     for (int s = 0; s < spec_.nodes; ++s) {
-      const Node& n = *nodes_.at(slots_[s]);
       Json list = Json::array();
       for (int l = 0; l < spec_.procs_per_node; ++l) {
         const int rank = s * spec_.procs_per_node + l;
-        auto m = n.mem.find(rank);
-        if (m != n.mem.end() &&
-            std::find(m->second.begin(), m->second.end(), resume) != m->second.end()) {
-          continue;
+        const MemorySource& src = from_memory.sources.at(rank);
+        if (src.kind == MemorySource::Kind::kOwn) continue;
+        auto h = nodes_.find(src.node);
+        if (h == nodes_.end()) continue;  // cannot happen: MemoryResumeFor named it
+        Json f = {{"rank", rank},
+                  {"step", resume},
+                  {"host", h->second->peer_host},
+                  {"port", h->second->peer_port},
+                  {"from", src.node}};
+        std::string what = "rank " + std::to_string(rank) + " from " + src.node;
+        if (src.kind == MemorySource::Kind::kDonor) {
+          f["from_rank"] = src.donor_rank;
+          what += " (rank " + std::to_string(src.donor_rank) + "'s copy)";
         }
-        const Node* h = ReplicaHolder(rank, resume, &n);
-        if (!h) continue;  // cannot happen: NewestInMemory found one
-        list.push_back({{"rank", rank},
-                        {"step", resume},
-                        {"host", h->peer_host},
-                        {"port", h->peer_port},
-                        {"from", h->id}});
-        fetched_from += (fetched_from.empty() ? "" : ", ") + std::string("rank ") +
-                        std::to_string(rank) + " from " + h->id;
+        list.push_back(std::move(f));
+        fetched_from += (fetched_from.empty() ? "" : ", ") + what;
       }
       if (!list.empty()) fetches[s] = std::move(list);
     }

@@ -232,42 +232,38 @@ std::string ControllerImpl::DesignatedAgent() const {
   return "";
 }
 
-long ControllerImpl::NewestInMemory(long max_step) const {
-  if (spec_.checkpoint.memory_slots <= 0) return -1;
-  std::set<long> common;
+MemoryResume ControllerImpl::MemoryResumeFor(long max_step) const {
+  if (spec_.checkpoint.memory_slots <= 0) return {};
+  std::vector<RankMemory> ranks;
   for (int s = 0; s < spec_.nodes; ++s) {
     auto it = nodes_.find(slots_[s]);
-    if (it == nodes_.end()) return -1;
+    if (it == nodes_.end()) return {};
     const Node& n = *it->second;
     for (int l = 0; l < spec_.procs_per_node; ++l) {
       const int rank = s * spec_.procs_per_node + l;
-      // Own node's rings, plus any live peer's replicas of this rank.
-      std::set<long> have;
+      RankMemory r;
+      r.node = n.id;
       if (auto m = n.mem.find(rank); m != n.mem.end())
-        have.insert(m->second.begin(), m->second.end());
+        r.own.insert(m->second.begin(), m->second.end());
+      if (auto p = n.portable.find(rank); p != n.portable.end()) {
+        for (const auto& [step, digest] : p->second) {
+          if (!bad_replicas_.count({rank, step})) r.portable[step] = digest;  // failed as donor
+        }
+      }
+      // Live peers' replicas of this rank, its own node's replica store first.
+      std::set<long> steps;
       for (const auto& [id, p] : nodes_) {
         if (!p->connected() || p->peer_port <= 0) continue;
-        auto r = p->replicas.find(rank);
-        if (r == p->replicas.end()) continue;
-        for (long x : r->second) {
-          if (!bad_replicas_.count({rank, x})) have.insert(x);
-        }
+        auto x = p->replicas.find(rank);
+        if (x != p->replicas.end()) steps.insert(x->second.begin(), x->second.end());
       }
-      if (rank == 0) {
-        common = have;
-      } else {
-        std::set<long> both;
-        for (long x : common) {
-          if (have.count(x)) both.insert(x);
-        }
-        common.swap(both);
+      for (long step : steps) {
+        if (const Node* h = ReplicaHolder(rank, step, &n)) r.replica[step] = h->id;
       }
+      ranks.push_back(std::move(r));
     }
   }
-  for (auto it = common.rbegin(); it != common.rend(); ++it) {
-    if (max_step < 0 || *it <= max_step) return *it;
-  }
-  return -1;
+  return ChooseMemoryResume(ranks, max_step);
 }
 
 std::string ControllerImpl::MemoryInventoryText() const {
