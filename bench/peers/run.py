@@ -56,18 +56,23 @@ def free_port():
 
 
 def account(recs, t0, t_exit, groups, fault_steps, target):
-    """Ledger-style accounting of a peer's step log; per fault, the time lost between
-    the end of the step before it and the end of the step before the next fault (or the
-    last step): wall minus weighted productive minus checkpoint stall."""
+    """Ledger-style accounting of a system's step log (rank 0's, or the logging rank's);
+    per fault, the time lost between the end of the step before it and the end of the
+    step before the next fault (or the last step): wall minus weighted productive minus
+    checkpoint stall. A step counts as productive for at most 3x the median step time:
+    a step that a fault held up (a collective waiting on a stopped rank that later went
+    on) spent the rest waiting, which is lost time whichever system it happens to."""
     hw, productive, ckpt, rework, new_time = 0, 0.0, 0.0, 0.0, 0.0
+    times = sorted(r["step_time"] - r["ckpt_stall"] for r in recs)
+    cap = 3 * times[len(times) // 2] if times else float("inf")
     reached = {0: t0}  # step -> the time the high water mark first reached it
     w_prod = []  # (t_end, weighted productive, stall) of each record
     for r in recs:
         ckpt += r["ckpt_stall"]
-        work = (r["step_time"] - r["ckpt_stall"]) * r.get("participants", groups) / groups
+        work = min(r["step_time"] - r["ckpt_stall"], cap) * r.get("participants", groups) / groups
         if r.get("committed", True) and r["step"] > hw:
             productive += work
-            new_time += r["step_time"] - r["ckpt_stall"]
+            new_time += min(r["step_time"] - r["ckpt_stall"], cap)
             hw = r["step"]
             reached[hw] = r["t_end"]
             w_prod.append((r["t_end"], work, r["ckpt_stall"]))
@@ -235,6 +240,10 @@ def run_bulwark(cfg, out, bulwark):
     args = [str(a) for a in spec.get("args") or []]
     if "--steps" in args:
         args[args.index("--steps") + 1] = str(cfg["steps"])
+    # Rank 0's step times (train.py --step-times: STEP OWN on|off INTERVAL T_END, one line
+    # per step, every generation and process appending): the same accounting as the peers'.
+    step_times = os.path.join(out, "bulwark-step-times.txt")
+    args += ["--step-times", step_times]
     spec["args"] = args
     spec.setdefault("checkpoint", {})
     spec["checkpoint"] = dict(spec["checkpoint"], dir=os.path.join(out, "bulwark-ckpt"))
@@ -246,9 +255,20 @@ def run_bulwark(cfg, out, bulwark):
            os.path.join(out, "bulwark-run"), "--store", os.path.join(out, "bulwark.db")]
     print("bench: " + " ".join(cmd), flush=True)
     env = peer_env(cfg["venv"], "", cfg["ppn"], 0)
+    t0 = time.time()
     with open(os.path.join(out, "bulwark.log"), "w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                             timeout=cfg["deadline"]).returncode
+    t_exit = time.time()
+    recs = []
+    if os.path.exists(step_times):
+        with open(step_times) as f:
+            for line in f:
+                p = line.split()
+                if len(p) == 5:
+                    recs.append({"step": int(p[0]), "t_end": float(p[4]), "loss": None,
+                                 "step_time": float(p[3]), "ckpt_stall": 0.0})
+    acc = account(recs, t0, t_exit, 1, cfg["fault_steps"], cfg["steps"])
     with open(report) as f:
         rep = json.load(f)
     # Rank 0's "done" line, from whichever node served slot 0 at the end (a replaced or
@@ -267,11 +287,15 @@ def run_bulwark(cfg, out, bulwark):
         lost.append(inc.get("lost_s") if inc else None)
         kept.append(len(((inc or {}).get("processes") or {}).get("kept_pids", [])))
     s = rep.get("seconds", {})
-    return {"system": "bulwark", "wall_s": rep["wall_s"], "ettr": rep["ettr"],
-            "productive_s": s.get("productive"), "ckpt_stall_s": s.get("checkpoint"),
-            "steps": rep.get("steps_completed"), "completed": rep.get("phase") == "Succeeded",
-            "step_ms": 1000 * s.get("productive", 0) / max(1, rep.get("steps_completed") or 1),
-            "final_loss": final, "lost_per_fault_s": lost, "seconds": s,
+    # The table's figures: rank 0's step log through the peers' accounting (snapshot
+    # stalls stay in the step times). Bulwark's own report beside them.
+    return {"system": "bulwark", "wall_s": acc["wall_s"], "ettr": acc["ettr"],
+            "productive_s": acc["productive_s"], "ckpt_stall_s": acc["ckpt_stall_s"],
+            "steps": acc["steps"], "completed": rep.get("phase") == "Succeeded",
+            "step_ms": acc["step_ms"], "final_loss": final,
+            "lost_per_fault_s": acc["lost_per_fault_s"],
+            "report": {"wall_s": rep["wall_s"], "ettr": rep["ettr"], "seconds": s,
+                       "lost_per_fault_s": lost},
             "survivors_kept": kept, "other_incidents": len(pool),
             "exit_code": rc, "processes": cfg["nproc"], "run_dir": out}
 
@@ -316,6 +340,8 @@ def render(res):
     row("productive (s)", "productive_s", ".1f")
     row("checkpoint stall (s)", "ckpt_stall_s", ".1f")
     row("final loss", "final_loss", ".4f")
+    lines.append("| ETTR in the system's own report | " + " | ".join(
+        fmt((res[s].get("report") or {}).get("ettr"), ".3f") for s in systems) + " |")
     lines.append("| processes started | " + " | ".join(
         str(res[s].get("processes", "—")) + (f" (+{res[s]['spares']} spares)"
                                             if res[s].get("spares") else "")
